@@ -1,0 +1,50 @@
+"""entflow: entropy-aware RL with verifiable rewards.
+
+>>> import entflow as ef
+>>> stats = ef.token_stats(logits, token_ids)              # logp, entropy, sum_p2, sum_p2_logp
+>>> batch = ef.TokenBatch(stats.logp, old_logp, adv, mask, old_entropy=stats.entropy.detach())
+>>> out = ef.policy_loss(batch, method="clip_higher+steer")
+"""
+
+from entflow.core.advantages import group_advantages
+from entflow.core.batch import TokenBatch
+from entflow.core.estimators import ESTIMATORS, entropy_change
+from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
+from entflow.errors import (
+    CompositionError,
+    ConfigError,
+    EntflowError,
+    MissingInputError,
+    NonFiniteError,
+    ParameterError,
+    ShapeError,
+    UnknownMethodError,
+)
+from entflow.methods import Method, get_method, list_methods
+from entflow.objective import LossOutput, compute_advantages, policy_loss
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ESTIMATORS",
+    "CompositionError",
+    "ConfigError",
+    "EntflowError",
+    "LossOutput",
+    "Method",
+    "MissingInputError",
+    "NonFiniteError",
+    "ParameterError",
+    "ShapeError",
+    "TokenBatch",
+    "TokenStats",
+    "UnknownMethodError",
+    "compute_advantages",
+    "entropy_change",
+    "entropy_from_logits",
+    "get_method",
+    "group_advantages",
+    "list_methods",
+    "policy_loss",
+    "token_stats",
+]

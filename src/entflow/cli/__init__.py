@@ -1,0 +1,1 @@
+"""The ``entflow`` command line (outermost layer: depends on everything, nothing depends on it)."""

@@ -1,0 +1,48 @@
+"""``entflow`` entry point: one subcommand per module, each exposing ``add_parser(subparsers)``.
+
+Subcommand modules are imported lazily by name so that ``entflow estimators`` does not pay for
+importing ``transformers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from entflow.errors import EntflowError
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimators": ("entflow.cli.estimators", "compare entropy-change estimators on a tabular softmax policy"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="entflow",
+        description="Entropy-aware RL with verifiable rewards: methods, diagnostics and a CPU lab.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except EntflowError as e:
+        print(f"entflow {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Clip, entropy-flow and quadrant statistics reported on every update (SPEC §8)."""
+
+from __future__ import annotations
+
+import torch
+
+from entflow.core.batch import TokenBatch
+from entflow.core.estimators import entropy_change
+from entflow.core.ppo import NO_CLIP
+
+QUADRANTS = ("I", "II", "III", "IV")
+
+
+def flow_balance(dH: torch.Tensor, valid: torch.Tensor) -> tuple[float, float, float]:
+    """Entropy flow of an estimate ``dH`` [N, T] → (S+, S−, λ*) (OPEFO Eq. 9).
+
+    S+ = Σ_{ΔH>0} ΔH, S− = Σ_{ΔH<0} |ΔH|, λ* = (S− − S+) / max(S− + S+, 1e-12).
+    """
+    d = dH.masked_fill(~valid, 0)
+    s_pos = float(d.clamp(min=0).sum())
+    s_neg = float((-d).clamp(min=0).sum())
+    return s_pos, s_neg, (s_neg - s_pos) / max(s_neg + s_pos, 1e-12)
+
+
+def quadrant_masks(adv: torch.Tensor, p: torch.Tensor, valid: torch.Tensor, hi: float = 0.8, lo: float = 0.2):
+    """Boolean ``[N, T]`` masks of the four (sign A, p) quadrants (STEER App. C.3).
+
+    I: A>0, p>hi; II: A>0, p<lo; III: A<0, p<lo; IV: A<0, p>hi.
+    """
+    pos, neg = (adv > 0) & valid, (adv < 0) & valid
+    return {"I": pos & (p > hi), "II": pos & (p < lo), "III": neg & (p < lo), "IV": neg & (p > hi)}
+
+
+def update_statistics(
+    batch: TokenBatch, clip_low: float, clip_high: float, dual_clip: float | None = None
+) -> dict[str, float]:
+    """The §8 metrics for one loss evaluation, as floats.
+
+    Always: ``clip/frac_high``, ``clip/frac_low``, ``nll``. With an entropy in the batch
+    (``old_entropy`` or ``entropy``) also ``entropy``, ``flow/*`` and ``quadrant/*``.
+    """
+    valid = batch.valid
+    n = max(batch.n_valid, 1)
+    adv = batch.token_advantages()
+    logp = batch.logp.detach()
+    ratio = torch.exp(logp - batch.old_logp.detach())
+    cut_high = (adv > 0) & (ratio > 1 + clip_high) & valid
+    cut_low = (adv < 0) & (ratio < 1 - clip_low) & valid
+    out = {
+        "clip/frac_high": float(cut_high.sum()) / n,
+        "clip/frac_low": float(cut_low.sum()) / n,
+        "nll": float(-logp.masked_fill(~valid, 0).sum()) / n,
+    }
+    if batch.old_entropy is None and batch.entropy is None:
+        return out
+    H = batch.entropy_for_reading("entropy metric")
+    out["entropy"] = float(H.masked_fill(~valid, 0).sum()) / n
+    dH = entropy_change("opefo", batch, clip_low, clip_high, dual_clip)
+    out["flow/S_pos"], out["flow/S_neg"], out["flow/lambda_star"] = flow_balance(dH, valid)
+    dH_unclipped = entropy_change("opefo", batch, NO_CLIP, NO_CLIP)  # what the clip removed
+    out["flow/dH_clipped_high"] = float(dH_unclipped[cut_high].sum())
+    out["flow/dH_clipped_low"] = float(dH_unclipped[cut_low].sum())
+    omega = entropy_change("steer", batch, clip_low, clip_high, dual_clip)
+    for q, m in quadrant_masks(adv, logp.exp(), valid).items():
+        out[f"quadrant/{q}/frac"] = float(m.sum()) / n
+        out[f"quadrant/{q}/dH"] = float(omega[m].sum())
+    return out

@@ -1,0 +1,66 @@
+"""Typed errors (SPEC §13): each names the field and what was seen.
+
+All inherit from :class:`EntflowError` and from the matching built-in (``ValueError`` /
+``KeyError``) so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class EntflowError(Exception):
+    """Base class of every error entflow raises on purpose."""
+
+
+class ShapeError(EntflowError, ValueError):
+    """A tensor's shape does not match what the field requires."""
+
+    def __init__(self, field: str, expected: str, seen: tuple[int, ...] | str):
+        self.field, self.expected, self.seen = field, expected, seen
+        super().__init__(f"{field}: expected shape {expected}, got {tuple(seen) if not isinstance(seen, str) else seen}")
+
+
+class NonFiniteError(EntflowError, ValueError):
+    """A tensor holds NaN or ±inf where finite values are required."""
+
+    def __init__(self, field: str, n_nan: int, n_inf: int):
+        self.field, self.n_nan, self.n_inf = field, n_nan, n_inf
+        super().__init__(f"{field}: must be finite, found {n_nan} NaN and {n_inf} inf values")
+
+
+class MissingInputError(EntflowError, ValueError):
+    """A computation needs an optional field of the batch that was not given."""
+
+    def __init__(self, field: str, needed_by: str):
+        self.field, self.needed_by = field, needed_by
+        super().__init__(f"{field}: required by {needed_by} but not given (None)")
+
+
+class UnknownMethodError(EntflowError, KeyError):
+    """No method (or estimator) is registered under that name."""
+
+    def __init__(self, name: str, known: list[str], kind: str = "method"):
+        self.name, self.known = name, known
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return self.args[0]
+
+
+class ParameterError(EntflowError, ValueError):
+    """A parameter name is unknown, or its value is outside the allowed range."""
+
+    def __init__(self, owner: str, param: str, message: str):
+        self.owner, self.param = owner, param
+        super().__init__(f"{owner}: parameter {param!r} {message}")
+
+
+class CompositionError(EntflowError, ValueError):
+    """Two composed methods conflict in a way the composition rules do not settle."""
+
+
+class ConfigError(EntflowError, ValueError):
+    """A configuration key is unknown, has the wrong type, or an impossible value."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"config key {key!r}: {message}")

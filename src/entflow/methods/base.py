@@ -1,0 +1,385 @@
+"""The method protocol, the registry and composition (SPEC §6 last paragraphs, §7).
+
+A method is a small dataclass whose fields are its parameters. It plugs into the loss through
+any of six hooks, each optional (the base class does nothing):
+
+==================  =====================================  ==========================================
+hook                called from                            used by (examples)
+==================  =====================================  ==========================================
+``clip_bounds``     ``policy_loss``, before anything       clip_higher, clip_free, clip_extreme
+``shape_advantages`` ``compute_advantages``, left to right  w_reinforce, unlikeliness, ppl_shaping, gtpo
+``token_weights``   ``policy_loss``; weights multiply      steer, opefo, clip_cov, quadrant, forking
+``token_loss``      ``policy_loss``; replaces ℓ_t          kl_cov
+``loss_terms``      ``policy_loss``; added to the loss     entropy_bonus, adaptive_entropy, kl_ref
+``update``          the trainer, once per rollout step     adaptive_entropy, pos_adv_reweight
+==================  =====================================  ==========================================
+
+Hooks receive a :class:`LossContext` (the batch plus what ``policy_loss`` already computed:
+advantages, ratio, clip indicator, bounds) and write their metrics into ``ctx.metrics`` under
+the method's own prefix. Stateful methods keep their state in attributes listed in
+``state_fields``; randomness comes from a seeded ``torch.Generator`` that is part of the state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from entflow.core.batch import TokenBatch
+from entflow.core.estimators import entropy_change
+from entflow.errors import CompositionError, ParameterError, UnknownMethodError
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """An allowed set of values: ``describe`` says it in words, ``ok`` tests a value."""
+
+    describe: str
+    ok: Callable[[Any], bool]
+
+
+def interval(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Check:
+    """Real numbers between ``lo`` and ``hi`` (bounds closed unless ``*_open``)."""
+    text = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+
+    def ok(v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+            return False
+        return (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
+
+    return Check(f"a number in {text}", ok)
+
+
+def one_of(*choices: Any) -> Check:
+    return Check(f"one of {', '.join(repr(c) for c in choices)}", lambda v: v in choices)
+
+
+def optional(check: Check) -> Check:
+    return Check(f"None or {check.describe}", lambda v: v is None or check.ok(v))
+
+
+def integer(lo: int = 0) -> Check:
+    return Check(f"an integer >= {lo}", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo)
+
+
+def param(default: Any, check: Check | None = None, help: str = "") -> Any:
+    """A method parameter: a dataclass field carrying its allowed range and a help line."""
+    return field(default=default, metadata={"check": check, "help": help})
+
+
+UNIT = interval(0, 1)  # ratios and fractions
+PROB_THRESHOLD = interval(0, 1)
+NONNEG = interval(0)
+SEED = integer(0)
+
+# --------------------------------------------------------------------------------------------
+# The context a hook sees
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LossContext:
+    """What ``policy_loss`` has computed before calling the token hooks. Tensors ``[N, T]``."""
+
+    batch: TokenBatch
+    adv: torch.Tensor  # detached, [N, T]
+    ratio: torch.Tensor  # r = exp(logp − old_logp), detached
+    indicator: torch.Tensor  # I_t, float
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    _estimates: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return self.batch.valid
+
+    @property
+    def p(self) -> torch.Tensor:
+        """Current probability of the sampled token, detached."""
+        return self.batch.logp.detach().exp()
+
+    def estimate(self, estimator: str) -> torch.Tensor:
+        """``entropy_change(estimator, batch)`` under this loss's clip, cached per call."""
+        if estimator not in self._estimates:
+            self._estimates[estimator] = entropy_change(
+                estimator, self.batch, self.clip_low, self.clip_high, self.dual_clip
+            )
+        return self._estimates[estimator]
+
+
+# --------------------------------------------------------------------------------------------
+# The protocol
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Method:
+    """Base class: a method that changes nothing (plain GRPO / PPO-clip).
+
+    Subclasses are dataclasses whose fields (declared with :func:`param`) are the method's
+    parameters, and set the class attributes ``name``, ``formula`` and ``paper``.
+    """
+
+    name: ClassVar[str] = ""
+    formula: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    needs: ClassVar[tuple[str, ...]] = ()  # batch fields beyond logp/old_logp/advantages/mask
+    replaces_advantages: ClassVar[bool] = False  # builds A from rewards, discarding its input
+    state_fields: ClassVar[tuple[str, ...]] = ()  # attributes saved by state_dict
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            value = getattr(self, f.name)
+            if isinstance(f.default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, f.name, value)
+            if check is not None and not check.ok(value):
+                raise ParameterError(self.name, f.name, f"must be {check.describe}, got {value!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-parameter checks; raise :class:`ParameterError`."""
+
+    # -- hooks (all optional) -------------------------------------------------------------
+    def clip_bounds(self) -> tuple[float, float] | None:
+        """(ε_low, ε_high) this method imposes, or None to leave the loss's bounds."""
+        return None
+
+    def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+        """Sequence/token advantage shaping: ``adv`` [N, T] → [N, T]."""
+        return adv
+
+    def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
+        """Detached per-token loss weights ``[N, T]``, or None for all ones."""
+        return None
+
+    def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        """Replace the per-token loss ``ℓ_t`` [N, T] (default: keep it)."""
+        return loss
+
+    def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Named scalar terms added to the loss; ``agg`` reduces an ``[N, T]`` tensor as the loss does."""
+        return {}
+
+    def update(self, metrics: dict[str, float]) -> None:
+        """Advance controller state after a rollout step (metrics include ``entropy``, ``step``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {}
+        for k in self.state_fields:
+            v = getattr(self, k)
+            state[k] = v.get_state() if isinstance(v, torch.Generator) else v
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k in self.state_fields:
+            if k not in state:
+                raise ParameterError(self.name, k, "missing from the state dict being loaded")
+            cur = getattr(self, k)
+            if isinstance(cur, torch.Generator):
+                cur.set_state(state[k])
+            else:
+                setattr(self, k, state[k])
+
+    # -- introspection --------------------------------------------------------------------
+    @property
+    def parts(self) -> list[Method]:
+        return [self]
+
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def overrides(self, hook: str) -> bool:
+        return getattr(type(self), hook) is not getattr(Method, hook)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{self.name}({args})"
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU generator for a method's randomness (part of its state)."""
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------------
+# Composition
+# --------------------------------------------------------------------------------------------
+
+
+class Composite(Method):
+    """``"a+b+c"``: clip bounds from the last part that sets them, token weights multiplied,
+    advantage shapers left to right, loss terms added, state per part."""
+
+    def __init__(self, parts: list[Method]):
+        self._parts = list(parts)
+        names = [p.name for p in self._parts]
+        if len(set(names)) != len(names):
+            raise CompositionError(f"method {'+'.join(names)}: a method appears twice")
+        shapers = [p for p in self._parts if p.overrides("shape_advantages")]
+        replacers = [p.name for p in shapers if p.replaces_advantages]
+        if len(replacers) > 1 or (replacers and shapers[0].name != replacers[0]):
+            raise CompositionError(
+                f"method {'+'.join(names)}: {replacers[-1]} builds advantages from rewards and would "
+                "discard the shaping before it; put it first among the advantage shapers, and use at most one"
+            )
+        replacing_loss = [p.name for p in self._parts if p.overrides("token_loss")]
+        if len(replacing_loss) > 1:
+            raise CompositionError(
+                f"method {'+'.join(names)}: {' and '.join(replacing_loss)} both replace the per-token loss"
+            )
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "+".join(p.name for p in self._parts)
+
+    @property
+    def needs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(dict.fromkeys(n for p in self._parts for n in p.needs))
+
+    @property
+    def parts(self) -> list[Method]:
+        return list(self._parts)
+
+    def clip_bounds(self) -> tuple[float, float] | None:
+        bounds = None
+        for p in self._parts:
+            bounds = p.clip_bounds() or bounds
+        return bounds
+
+    def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+        for p in self._parts:
+            adv = p.shape_advantages(adv, batch)
+        return adv
+
+    def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
+        weights = None
+        for p in self._parts:
+            w = p.token_weights(ctx)
+            if w is not None:
+                weights = w if weights is None else weights * w
+        return weights
+
+    def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        for p in self._parts:
+            loss = p.token_loss(loss, ctx)
+        return loss
+
+    def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        terms: dict[str, torch.Tensor] = {}
+        for p in self._parts:
+            terms.update(p.loss_terms(ctx, agg))
+        return terms
+
+    def update(self, metrics: dict[str, float]) -> None:
+        for p in self._parts:
+            p.update(metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {p.name: p.state_dict() for p in self._parts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for p in self._parts:
+            p.load_state_dict(state.get(p.name, {}))
+
+    def params(self) -> dict[str, Any]:
+        return {f"{p.name}.{k}": v for p in self._parts for k, v in p.params().items()}
+
+    def __repr__(self) -> str:
+        return " + ".join(repr(p) for p in self._parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, type[Method]] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: make ``cls`` available to :func:`get_method` under ``cls.name``."""
+    if not cls.name or "+" in cls.name:
+        raise ValueError(f"invalid method name {cls.name!r}")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"method {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def list_methods() -> list[str]:
+    """Names of every registered method, sorted."""
+    return sorted(_REGISTRY)
+
+
+def method_class(name: str) -> type[Method]:
+    if name not in _REGISTRY:
+        raise UnknownMethodError(name, list_methods())
+    return _REGISTRY[name]
+
+
+def param_names(cls: type[Method]) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _build(name: str, params: dict[str, Any]) -> Method:
+    cls = method_class(name)
+    known = param_names(cls)
+    for k in params:
+        if k not in known:
+            raise ParameterError(name, k, f"is unknown; {name} takes: {', '.join(known) or 'no parameters'}")
+    return cls(**params)
+
+
+def get_method(name: str, **params: Any) -> Method:
+    """Build a registered method, or a composition ``"a+b+c"``.
+
+    For a composition, a parameter ``key=value`` goes to the one part that takes ``key``;
+    ``"part.key"`` (pass as ``**{"steer.lambda_min": 0.5}``) names the part explicitly.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownMethodError(repr(name), list_methods())
+    names = [n.strip() for n in name.split("+")]
+    if len(names) == 1:
+        return _build(names[0], params)
+    per_part: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for key, value in params.items():
+        if "." in key:
+            part, sub = key.split(".", 1)
+            if part not in per_part:
+                raise ParameterError(name, key, f"names no part of the composition ({', '.join(names)})")
+            per_part[part][sub] = value
+            continue
+        owners = [n for n in names if key in param_names(method_class(n))]
+        if len(owners) != 1:
+            why = "is taken by none of" if not owners else f"is ambiguous ({', '.join(owners)}) in"
+            raise ParameterError(name, key, f"{why} the parts; write it as 'part.{key}'")
+        per_part[owners[0]][key] = value
+    return Composite([_build(n, per_part[n]) for n in names])
+
+
+def resolve_method(method: str | Method | None) -> Method:
+    """``None`` → grpo, a name → :func:`get_method`, a Method → itself."""
+    if method is None:
+        return get_method("grpo")
+    if isinstance(method, str):
+        return get_method(method)
+    if isinstance(method, Method):
+        return method
+    raise UnknownMethodError(repr(method), list_methods())
+
+
+def iter_registered() -> Iterator[type[Method]]:
+    for n in list_methods():
+        yield _REGISTRY[n]

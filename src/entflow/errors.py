@@ -16,7 +16,8 @@ class ShapeError(EntflowError, ValueError):
 
     def __init__(self, field: str, expected: str, seen: tuple[int, ...] | str):
         self.field, self.expected, self.seen = field, expected, seen
-        super().__init__(f"{field}: expected shape {expected}, got {tuple(seen) if not isinstance(seen, str) else seen}")
+        shown = seen if isinstance(seen, str) else tuple(seen)
+        super().__init__(f"{field}: expected shape {expected}, got {shown}")
 
 
 class NonFiniteError(EntflowError, ValueError):

@@ -60,7 +60,5 @@ def tabular_experiment(
         h_before = entropy_from_logits(logits)
         h_after = entropy_from_logits(logits - lr * grad)
     n = states * samples_per_state
-    predicted = {
-        name: entropy_change(name, batch).sum(-1) * (lr / n) for name in ESTIMATORS
-    }
+    predicted = {name: entropy_change(name, batch).sum(-1) * (lr / n) for name in ESTIMATORS}
     return TabularResult(true_dH=h_after - h_before, predicted=predicted, lr=lr, n_tokens=n)

@@ -1,0 +1,190 @@
+"""The lab's tiny policy (SPEC §10): a character-level ``PreTrainedTokenizerFast`` and a 1–5 M
+parameter Hugging Face causal LM (Llama- or Qwen2-style), built in-process (nothing downloaded).
+
+Sequence layout used everywhere in the lab (generation, warm start, trainer)::
+
+    <pad> … <pad> <bos> p r o m p t  r e s p <eos>
+    └─ left padding ─┘               └ response ┘
+
+Position ids follow the attention mask (``position_ids_from_mask``), which is what ``generate``
+does for left-padded batches, so a forward pass over ``[prompt | response]`` reproduces the
+logits seen while sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from entflow.errors import ParameterError
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3
+GARBAGE_CHAR = "\ufffd"  # what decode_responses writes for bos/unk/pad generated inside a response
+
+
+@dataclass
+class PolicyConfig:
+    """Shape of the tiny policy. The default (~1.06 M parameters) is sized for a 2-core CPU."""
+
+    arch: str = "llama"  # "llama" | "qwen2"
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_positions: int = 64
+    tie_embeddings: bool = True
+
+    def validate(self) -> None:
+        def need(ok: bool, param: str, what: str) -> None:
+            if not ok:
+                raise ParameterError("PolicyConfig", param, f"{what}, got {getattr(self, param)!r}")
+
+        need(self.arch in ("llama", "qwen2"), "arch", "must be 'llama' or 'qwen2'")
+        need(self.hidden_size >= 8, "hidden_size", "must be >= 8")
+        need(self.num_layers >= 1, "num_layers", "must be >= 1")
+        need(self.num_heads >= 1 and self.hidden_size % self.num_heads == 0, "num_heads", "must divide hidden_size")
+        need((self.hidden_size // self.num_heads) % 2 == 0, "num_heads", "must leave an even head dimension (RoPE)")
+        need(self.intermediate_size >= 1, "intermediate_size", "must be >= 1")
+        need(self.max_positions >= 8, "max_positions", "must be >= 8")
+
+
+def build_tokenizer(alphabet: str, model_max_length: int = 64):
+    """Character-level fast tokenizer: ids 0–3 are ``<pad> <bos> <eos> <unk>``, then one id per
+    character of ``alphabet`` in order. Encoding prepends ``<bos>`` (no eos); padding is left."""
+    from tokenizers import Tokenizer, decoders, models, processors
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(dict.fromkeys(alphabet))  # unique, order kept
+    if not chars:
+        raise ParameterError("build_tokenizer", "alphabet", "must not be empty")
+    if any(len(c) != 1 for c in chars):  # pragma: no cover - str iteration yields characters
+        raise ParameterError("build_tokenizer", "alphabet", "must be a string of characters")
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for c in chars:
+        vocab[c] = len(vocab)
+    # BPE without merges and without a pre-tokenizer splits any text into single characters.
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        padding_side="left",
+        truncation_side="left",
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_policy(tokenizer, cfg: PolicyConfig | None = None, seed: int = 0):
+    """A freshly initialised causal LM for ``tokenizer``; the global torch RNG is left untouched."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    cfg = cfg or PolicyConfig()
+    cfg.validate()
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rms_norm_eps=1e-5,
+        use_cache=True,
+    )
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if cfg.arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    config = config_cls(**common)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        max_new_tokens=16,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return model
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> dict[str, Tensor]:
+    """Left-padded ``input_ids`` / ``attention_mask`` ([P, L], int64) with ``<bos>`` prepended."""
+    if isinstance(prompts, str):
+        raise ParameterError("encode_prompts", "prompts", "must be a list of strings, got one string")
+    if len(prompts) == 0:
+        raise ParameterError("encode_prompts", "prompts", "must not be empty")
+    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=True)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def _id_to_char(tokenizer) -> list[str]:
+    table = getattr(tokenizer, "_entflow_id_to_char", None)
+    if table is None:
+        vocab = tokenizer.get_vocab()
+        table = [GARBAGE_CHAR] * (max(vocab.values()) + 1)
+        for tok, i in vocab.items():
+            table[i] = GARBAGE_CHAR if tok in SPECIAL_TOKENS else tok
+        tokenizer._entflow_id_to_char = table
+    return table
+
+
+def decode_responses(tokenizer, ids: Tensor) -> list[str]:
+    """Response token ids ``[N, T]`` (``generate`` output with the prompt columns removed) →
+    strings: each row is cut at its first ``<eos>``, leading/trailing ``<pad>`` are stripped, and a
+    special token the model generated *inside* a response becomes ``GARBAGE_CHAR`` (so a verifier
+    rejects it instead of silently reading around it)."""
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if ids.dim() != 2:
+        raise ParameterError("decode_responses", "ids", f"must be [N, T], got shape {tuple(ids.shape)}")
+    table = _id_to_char(tokenizer)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    out: list[str] = []
+    for row in ids.tolist():
+        if eos in row:
+            row = row[: row.index(eos)]
+        lo, hi = 0, len(row)
+        while lo < hi and row[lo] == pad:
+            lo += 1
+        while hi > lo and row[hi - 1] == pad:
+            hi -= 1
+        out.append("".join(table[i] if 0 <= i < len(table) else GARBAGE_CHAR for i in row[lo:hi]))
+    return out
+
+
+def response_mask(tokenizer, ids: Tensor) -> Tensor:
+    """``[N, T]`` float mask over generated ids: 1 up to and including the first ``<eos>`` (the
+    whole row when there is none), 0 after it."""
+    eos = tokenizer.eos_token_id
+    is_eos = ids == eos
+    after = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # strictly after the first eos
+    return (~after).float()
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only (0 at ``<bos>``), as ``generate`` does for
+    left-padded input; padding positions get 0."""
+    pos = attention_mask.long().cumsum(dim=1) - 1
+    return pos.clamp_min(0)

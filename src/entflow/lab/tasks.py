@@ -1,0 +1,363 @@
+"""Lab tasks (SPEC §10): tiny, procedurally generated, seeded problems with exact verifiers.
+
+Both tasks are written for a *character-level* policy, so prompts and answers are kept very short
+("3 5 7>15:" → "3*5"). That is why the generators here are our own rather than reasoning-gym's:
+reasoning-gym's ``countdown`` and ``basic_arithmetic`` produce natural-language prompts of a few
+hundred characters with 4–6 numbers up to 100 and targets up to 999, and its countdown scorer
+parses with sympy (milliseconds per call, partial credit 0.01/0.05, all numbers required). Our
+rules are a strict subset of its countdown rules except that using *some* of the numbers is
+allowed (that is what gives several correct answers per prompt); ``tests/test_lab_tasks.py``
+cross-checks our verifier against reasoning-gym's scorer on answers that use every number.
+
+- ``countdown`` (default): ``n_numbers`` digits and a target; the response is an expression with
+  ``+ - *`` and parentheses over some of the numbers (each at most once) that evaluates to the
+  target. Targets are chosen to have at least ``min_solutions`` distinct solution strings.
+- ``arithmetic``: ``a+b=`` / ``a-b=`` / ``a*b=``; the response is the integer, one correct answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from entflow.errors import ParameterError, UnknownMethodError
+
+#: one alphabet for every lab task, so one tokenizer (and one cached policy format) serves all
+LAB_ALPHABET = "0123456789+-*() >:="
+_MAX_RESPONSE_CHARS = 64  # verifiers reject anything longer without parsing it
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str  # the text fed to the model (short)
+    answer: Any  # what the verifier needs
+
+
+class Task:
+    """Base class. Subclasses set ``name``, ``alphabet``, ``max_response_len`` and implement
+    ``_sample_one``, ``reward`` and ``solution_traces``."""
+
+    name: ClassVar[str] = "task"
+    alphabet: str = LAB_ALPHABET
+    max_response_len: int = 16  # characters = tokens, including the eos token
+    validation_size: int = 64
+
+    def _sample_one(self, rng: random.Random) -> Problem:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reward(self, problem: Problem, response: str) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- shared machinery --------------------------------------------------------------------
+    def _params(self) -> tuple:
+        return ()
+
+    def validation_set(self) -> list[Problem]:
+        """Fixed held-out problems: the same list for every call and every instance with the same
+        parameters (seeded by the task name and parameters, not by any global RNG)."""
+        if getattr(self, "_val", None) is None:
+            seed = zlib.crc32(repr((self.name, "validation", self._params())).encode())
+            rng = random.Random(seed)
+            seen: dict[str, Problem] = {}
+            tries = 0
+            while len(seen) < self.validation_size:
+                p = self._sample_one(rng)
+                seen.setdefault(p.prompt, p)
+                tries += 1
+                if tries > 100 * self.validation_size:  # pragma: no cover - tiny problem spaces only
+                    raise ParameterError(self.name, "validation_size", "exceeds the number of distinct problems")
+            self._val = list(seen.values())
+            self._val_prompts = frozenset(seen)
+        return list(self._val)
+
+    def is_validation(self, problem: Problem) -> bool:
+        self.validation_set()
+        return problem.prompt in self._val_prompts
+
+    def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
+        """``n`` training problems drawn with ``rng`` (repeats possible), never from the validation set."""
+        if n < 0:
+            raise ParameterError(self.name, "n", f"must be >= 0, got {n}")
+        self.validation_set()
+        out: list[Problem] = []
+        while len(out) < n:
+            p = self._sample_one(rng)
+            if p.prompt not in self._val_prompts:
+                out.append(p)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self._params()}"
+
+
+# --------------------------------------------------------------------------------------------
+# expression parsing / evaluation (exact integers, no eval)
+
+
+class _ParseError(Exception):
+    pass
+
+
+def _tokenize(s: str) -> list[str]:
+    toks: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == " ":
+            i += 1
+        elif c.isdigit() and c.isascii():
+            j = i
+            while j < len(s) and s[j].isdigit() and s[j].isascii():
+                j += 1
+            toks.append(s[i:j])
+            i = j
+        elif c in "+-*()":
+            toks.append(c)
+            i += 1
+        else:
+            raise _ParseError(c)
+    return toks
+
+
+def parse_expression(s: str) -> tuple[int, list[int]]:
+    """Evaluate ``s`` (integers, ``+ - *``, parentheses, usual precedence, no unary minus, no
+    leading zeros). Returns (value, the integer literals used). Raises ``ValueError`` on anything
+    else."""
+    try:
+        toks = _tokenize(s)
+        pos = 0
+        used: list[int] = []
+
+        def peek() -> str | None:
+            return toks[pos] if pos < len(toks) else None
+
+        def factor() -> int:
+            nonlocal pos
+            t = peek()
+            if t is None:
+                raise _ParseError("end")
+            if t == "(":
+                pos += 1
+                v = expr()
+                if peek() != ")":
+                    raise _ParseError(")")
+                pos += 1
+                return v
+            if t.isdigit():
+                if len(t) > 1 and t[0] == "0":
+                    raise _ParseError("leading zero")
+                pos += 1
+                used.append(int(t))
+                return int(t)
+            raise _ParseError(t)
+
+        def term() -> int:
+            nonlocal pos
+            v = factor()
+            while peek() == "*":
+                pos += 1
+                v *= factor()
+            return v
+
+        def expr() -> int:
+            nonlocal pos
+            v = term()
+            while peek() in ("+", "-"):
+                op = toks[pos]
+                pos += 1
+                r = term()
+                v = v + r if op == "+" else v - r
+            return v
+
+        value = expr()
+        if pos != len(toks):
+            raise _ParseError("trailing")
+        return value, used
+    except (_ParseError, RecursionError) as e:
+        raise ValueError(f"not a valid expression: {s!r}") from e
+
+
+_PREC = {"+": 1, "-": 1, "*": 2}
+
+
+def _trees(leaves: tuple[tuple[int, str, int], ...]):
+    """All binary expression trees over ``leaves`` in this order, rendered with minimal parentheses."""
+    if len(leaves) == 1:
+        yield leaves[0]
+        return
+    for i in range(1, len(leaves)):
+        for lv, ls, lp in _trees(leaves[:i]):
+            for rv, rs, rp in _trees(leaves[i:]):
+                for op in "+-*":
+                    p = _PREC[op]
+                    left = f"({ls})" if lp < p else ls
+                    right = f"({rs})" if (rp < p or (rp == p and op == "-")) else rs
+                    v = lv + rv if op == "+" else lv - rv if op == "-" else lv * rv
+                    yield v, left + op + right, p
+
+
+@functools.lru_cache(maxsize=8192)
+def countdown_solutions(numbers: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+    """value → every distinct expression string over ≥ 2 of ``numbers`` (each used at most once,
+    any order, any bracketing, minimal parentheses) that evaluates to it. Cached on the multiset."""
+    out: dict[int, set[str]] = {}
+    for k in range(2, len(numbers) + 1):
+        for perm in itertools.permutations(range(len(numbers)), k):
+            leaves = tuple((numbers[i], str(numbers[i]), 3) for i in perm)
+            for v, s, _ in _trees(leaves):
+                out.setdefault(v, set()).add(s)
+    return {v: tuple(sorted(s)) for v, s in out.items()}
+
+
+def _solutions_for(numbers: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+    return countdown_solutions(tuple(sorted(numbers)))
+
+
+class CountdownAnswer(NamedTuple):
+    numbers: tuple[int, ...]
+    target: int
+
+
+class CountdownTask(Task):
+    """Reach ``target`` with some of ``numbers`` (each at most once) and ``+ - *``, parentheses.
+
+    Prompt ``"3 5 7>15:"``; correct responses include ``"3*5"``, ``"5*3"``, ``"3+5+7"``, ``"7+5+3"``…
+    """
+
+    name = "countdown"
+
+    def __init__(
+        self,
+        n_numbers: int = 3,
+        max_value: int = 9,
+        min_target: int = 10,
+        max_target: int = 99,
+        min_solutions: int = 4,
+        validation_size: int = 64,
+    ):
+        def need(ok: bool, param: str, what: str, v: Any) -> None:
+            if not ok:
+                raise ParameterError("countdown", param, f"{what}, got {v!r}")
+
+        need(2 <= n_numbers <= 4, "n_numbers", "must be in [2, 4]", n_numbers)
+        need(1 <= max_value <= 99, "max_value", "must be in [1, 99]", max_value)
+        need(min_target >= 0, "min_target", "must be >= 0", min_target)
+        need(max_target >= min_target, "max_target", "must be >= min_target", max_target)
+        need(min_solutions >= 1, "min_solutions", "must be >= 1", min_solutions)
+        need(validation_size >= 1, "validation_size", "must be >= 1", validation_size)
+        self.n_numbers, self.max_value = n_numbers, max_value
+        self.min_target, self.max_target, self.min_solutions = min_target, max_target, min_solutions
+        self.validation_size = validation_size
+        digits = len(str(max_value))
+        # longest trace: n numbers, n-1 operators, 2(n-2) parentheses; + eos + 1 spare
+        self.max_response_len = n_numbers * digits + (n_numbers - 1) + 2 * max(0, n_numbers - 2) + 2
+
+    def _params(self) -> tuple:
+        return (self.n_numbers, self.max_value, self.min_target, self.max_target, self.min_solutions)
+
+    def _good_targets(self, numbers: tuple[int, ...]) -> list[int]:
+        sols = _solutions_for(numbers)
+        return sorted(
+            v
+            for v, s in sols.items()
+            if self.min_target <= v <= self.max_target and v not in numbers and len(s) >= self.min_solutions
+        )
+
+    def _sample_one(self, rng: random.Random) -> Problem:
+        for _ in range(10_000):
+            numbers = tuple(rng.randint(1, self.max_value) for _ in range(self.n_numbers))
+            good = self._good_targets(numbers)
+            if good:
+                target = rng.choice(good)
+                prompt = " ".join(map(str, numbers)) + f">{target}:"
+                return Problem(prompt, CountdownAnswer(numbers, target))
+        raise ParameterError("countdown", "min_solutions", "no problem satisfies these parameters")
+
+    def reward(self, problem: Problem, response: str) -> float:
+        if not isinstance(response, str) or not response.strip() or len(response) > _MAX_RESPONSE_CHARS:
+            return 0.0
+        numbers, target = problem.answer
+        try:
+            value, used = parse_expression(response.strip())
+        except ValueError:
+            return 0.0
+        pool = list(numbers)
+        for u in used:
+            if u not in pool:
+                return 0.0
+            pool.remove(u)
+        return 1.0 if value == target else 0.0
+
+    def solutions(self, problem: Problem) -> tuple[str, ...]:
+        """Every correct response in canonical (minimal-parentheses) form."""
+        numbers, target = problem.answer
+        return _solutions_for(tuple(numbers)).get(target, ())
+
+    def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:
+        """``k`` correct responses, as diverse as possible: all distinct while ``k`` ≤ the number
+        of solutions, then cycling through fresh shuffles."""
+        sols = list(self.solutions(problem))
+        if not sols:
+            raise ParameterError("countdown", "problem", f"has no solution: {problem.prompt!r}")
+        out: list[str] = []
+        while len(out) < k:
+            batch = sols[:]
+            rng.shuffle(batch)
+            out.extend(batch[: k - len(out)])
+        return out
+
+
+class ArithmeticTask(Task):
+    """``"47+38="`` → ``"85"``: one correct answer per prompt (exact match after stripping spaces)."""
+
+    name = "arithmetic"
+
+    def __init__(self, max_value: int = 99, ops: str = "+-*", max_multiplier: int = 9, validation_size: int = 64):
+        if not (1 <= max_value <= 999):
+            raise ParameterError("arithmetic", "max_value", f"must be in [1, 999], got {max_value!r}")
+        if not ops or any(o not in "+-*" for o in ops):
+            raise ParameterError("arithmetic", "ops", f"must be a non-empty subset of '+-*', got {ops!r}")
+        if max_multiplier < 1:
+            raise ParameterError("arithmetic", "max_multiplier", f"must be >= 1, got {max_multiplier!r}")
+        self.max_value, self.ops, self.max_multiplier = max_value, ops, max_multiplier
+        self.validation_size = validation_size
+        longest = len(str(max_value * max(max_multiplier, 1))) + 1  # '-' sign possible for a-b
+        self.max_response_len = longest + 2  # eos + 1 spare
+
+    def _params(self) -> tuple:
+        return (self.max_value, self.ops, self.max_multiplier)
+
+    def _sample_one(self, rng: random.Random) -> Problem:
+        op = rng.choice(self.ops)
+        a = rng.randint(0, self.max_value)
+        b = rng.randint(0, self.max_multiplier if op == "*" else self.max_value)
+        value = a + b if op == "+" else a - b if op == "-" else a * b
+        return Problem(f"{a}{op}{b}=", value)
+
+    def reward(self, problem: Problem, response: str) -> float:
+        if not isinstance(response, str) or len(response) > _MAX_RESPONSE_CHARS:
+            return 0.0
+        return 1.0 if response.strip() == str(problem.answer) else 0.0
+
+    def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:
+        return [str(problem.answer)] * k
+
+
+TASKS: dict[str, type[Task]] = {"countdown": CountdownTask, "arithmetic": ArithmeticTask}
+
+
+def get_task(name: str = "countdown", **kwargs: Any) -> Task:
+    """Build a registered task; unknown names and parameters raise typed errors."""
+    if name not in TASKS:
+        raise UnknownMethodError(name, sorted(TASKS), kind="task")
+    try:
+        return TASKS[name](**kwargs)
+    except TypeError as e:
+        raise ParameterError(name, ",".join(sorted(kwargs)), f"not accepted: {e}") from e

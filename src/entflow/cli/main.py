@@ -15,6 +15,7 @@ from entflow.errors import EntflowError
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "estimators": ("entflow.cli.estimators", "compare entropy-change estimators on a tabular softmax policy"),
+    "analyze": ("entflow.cli.analyze", "summary table, plots and report.html for one or more runs"),
 }
 
 

@@ -1,7 +1,7 @@
 """``entflow`` entry point: one subcommand per module, each exposing ``add_parser(subparsers)``.
 
-Subcommand modules are imported lazily by name so that ``entflow estimators`` does not pay for
-importing ``transformers``.
+Subcommand modules keep their heavy imports inside ``run`` so that building the parser (and
+``--help``) stays fast.
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from entflow.errors import EntflowError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("entflow.cli.run", "the demo: GRPO's entropy collapse next to methods that control it"),
+    "pretrain": ("entflow.cli.pretrain", "warm-start the tiny lab policy (cached)"),
+    "train": ("entflow.cli.train", "train one method in the lab"),
+    "compare": ("entflow.cli.compare", "train several methods side by side and report"),
+    "eval": ("entflow.cli.eval", "evaluate a run's policy on the held-out set"),
     "estimators": ("entflow.cli.estimators", "compare entropy-change estimators on a tabular softmax policy"),
     "analyze": ("entflow.cli.analyze", "summary table, plots and report.html for one or more runs"),
 }

@@ -1,0 +1,46 @@
+"""``entflow compare``: several methods, same task, seed and prompts; one table and overlaid curves."""
+
+from __future__ import annotations
+
+import argparse
+
+from entflow.cli._common import add_config_arguments, base_config, config_keys_help
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = config_keys_help()
+    p.add_argument("--methods", help="comma-separated method names (or a `methods:` list in --config)")
+    p.add_argument("--name", default="compare", help="comparison name: runs go to out_dir/NAME/<method> [compare]")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained in parallel [2]")
+    p.add_argument("--resume", action="store_true", help="resume every run from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace existing run directories")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    return compare_and_report(
+        base_config(args), args.methods, args.name, args.overrides, args.jobs, args.resume, args.overwrite
+    )
+
+
+def compare_and_report(base, methods_arg, name, overrides, jobs, resume, overwrite) -> int:
+    from pathlib import Path
+
+    from entflow.errors import ConfigError
+    from entflow.lab.compare import compare_configs, run_compare
+
+    methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
+    base.pop("methods", None)
+    if not methods:
+        raise ConfigError("methods", "give --methods a,b,c or a `methods:` list in --config")
+    out_dir = base.pop("out_dir", "runs")
+    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir)
+    if jobs < 1:
+        raise ConfigError("jobs", f"must be >= 1, got {jobs}")
+    run_dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)
+    from entflow.analysis.report import print_summary, write_report
+
+    report = write_report(run_dirs, Path(out_dir) / name)
+    print_summary(run_dirs)
+    print(f"report: {report}")
+    return 0

@@ -1,0 +1,47 @@
+"""``entflow eval``: avg@k, pass@k and greedy accuracy of a run's final policy on the held-out set."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="a run directory or a saved policy directory")
+    p.add_argument("--task", help="task (default: the run's)")
+    p.add_argument("--k", type=int, default=8, help="samples per prompt [8]")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from entflow.errors import ConfigError
+    from entflow.lab.config import load_yaml
+    from entflow.lab.policy import load_policy
+    from entflow.lab.pretrain import evaluate
+    from entflow.lab.tasks import get_task
+
+    path = Path(args.path)
+    task_name = args.task
+    if (path / "config.yaml").exists():
+        task_name = task_name or load_yaml(path / "config.yaml").get("task")
+        path = path / "checkpoints" / "final"
+    if not path.exists():
+        raise ConfigError("path", f"{path} does not exist")
+    if args.k < 1:
+        raise ConfigError("k", f"must be >= 1, got {args.k}")
+    task = get_task(task_name or "countdown")
+    model, tok = load_policy(path)
+    torch.manual_seed(args.seed)
+    res = evaluate(model, tok, task, task.validation_set(), k=args.k)
+    table = Table(title=f"{path} on {task.name} ({len(task.validation_set())} held-out prompts, k={args.k})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in res.items():
+        table.add_row(k, f"{v:.4f}")
+    Console().print(table)
+    return 0

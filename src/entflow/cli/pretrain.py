@@ -1,0 +1,25 @@
+"""``entflow pretrain``: warm-start the tiny policy on the task's solution traces (cached)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="countdown", help="task name [countdown]")
+    p.add_argument("--steps", type=int, help="supervised steps (default: the config's)")
+    p.add_argument("--seed", type=int, default=0, help="seed [0]")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from entflow.lab.pretrain import PretrainConfig, pretrain
+
+    kw = {"task": args.task, "seed": args.seed} | ({"steps": args.steps} if args.steps else {})
+    path = pretrain(PretrainConfig(**kw), progress=True)
+    info = path / "warmstart.json"
+    print(f"policy: {path}")
+    if info.exists():
+        print(json.dumps(json.loads(info.read_text()).get("eval", {}), indent=1))
+    return 0

@@ -1,0 +1,132 @@
+"""Run several methods on the same task, seed and prompts, side by side (``entflow compare``).
+
+Each method gets its own run directory under ``out_dir/NAME/``; runs go in parallel worker
+processes (one torch thread each), and the parent shows one progress bar per run by reading
+their ``metrics.jsonl`` files. The report is written to ``out_dir/NAME/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from entflow.errors import ConfigError
+from entflow.lab.config import TrainConfig, build_config
+from entflow.lab.rundir import read_jsonl
+
+
+def method_specs(methods: list[Any]) -> list[dict[str, Any]]:
+    """Normalise ``["grpo", {"method": "steer", "params": {...}, "name": "steer_05"}]``."""
+    specs = []
+    for m in methods:
+        if isinstance(m, str):
+            specs.append({"method": m, "params": {}, "name": m.replace("+", "_")})
+        elif isinstance(m, dict) and "method" in m:
+            unknown = set(m) - {"method", "params", "name"}
+            if unknown:
+                raise ConfigError("methods", f"unknown keys {sorted(unknown)} in {m}")
+            specs.append(
+                {"method": m["method"], "params": dict(m.get("params") or {}), "name": m.get("name") or m["method"]}
+            )
+        else:
+            raise ConfigError("methods", f"each entry is a name or a mapping with 'method', got {m!r}")
+    names = [s["name"] for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError("methods", f"run names must be unique, got {names}")
+    if not specs:
+        raise ConfigError("methods", "at least one method is needed")
+    return specs
+
+
+def compare_configs(
+    name: str, methods: list[Any], base: dict[str, Any], overrides: list[str], out_dir: str = "runs"
+) -> list[TrainConfig]:
+    """One validated config per method, identical except for method, params and name."""
+    configs = []
+    for spec in method_specs(methods):
+        values = dict(base) | {"method": spec["method"], "name": spec["name"], "out_dir": str(Path(out_dir) / name)}
+        values["method_params"] = dict(base.get("method_params") or {}) | spec["params"]
+        configs.append(build_config(values, overrides))
+    return configs
+
+
+def _train_worker(cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
+    from entflow.lab.trainer import train
+
+    cfg = TrainConfig(**cfg_dict)
+    return str(train(cfg, resume=resume, overwrite=overwrite))
+
+
+def run_compare(
+    configs: list[TrainConfig], jobs: int = 2, resume: bool = False, overwrite: bool = False, progress: bool = True
+) -> list[Path]:
+    """Train every config (``jobs`` at a time) and return their run directories."""
+    from entflow.lab.trainer import resolve_policy
+
+    if not configs:
+        return []
+    policy = resolve_policy(configs[0])  # pretrain once, before the workers start
+    for cfg in configs:
+        cfg.policy_path = cfg.policy_path or str(policy)
+        cfg.progress = False
+    payloads = [dataclasses.asdict(c) for c in configs]
+    if jobs <= 1:
+        from entflow.lab.trainer import train
+
+        bar = _CompareProgress(configs) if progress else None
+        dirs = []
+        for c in configs:
+            dirs.append(train(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None))
+        if bar:
+            bar.close()
+        return dirs
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_worker, p, resume, overwrite) for p in payloads]
+        bar = _CompareProgress(configs) if progress else None
+        while not all(f.done() for f in futures):
+            if bar:
+                bar.refresh()
+            time.sleep(0.5)
+        if bar:
+            bar.refresh()
+            bar.close()
+        return [Path(f.result()) for f in futures]
+
+
+class _CompareProgress:
+    """One rich progress bar per run, fed from the runs' metrics files."""
+
+    def __init__(self, configs: list[TrainConfig]):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.configs = configs
+        self._p = Progress(
+            TextColumn("[bold]{task.description:<22}"),
+            BarColumn(),
+            TextColumn("step {task.completed:>3}/{task.total}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        self._p.start()
+        self._tasks = [self._p.add_task(c.run_name, total=c.steps, info="") for c in configs]
+
+    def refresh(self, _record: dict[str, Any] | None = None) -> None:
+        for cfg, t in zip(self.configs, self._tasks, strict=True):
+            rows = [r for r in read_jsonl(cfg.run_dir / "metrics.jsonl") if r.get("step", 0) > 0]
+            if not rows:
+                continue
+            last = rows[-1]
+            info = f"reward {last.get('reward/mean') or 0:.2f}  H {last.get('entropy') or 0:.3f}"
+            vals = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
+            if vals:
+                info += f"  val {vals[-1]:.2f}"
+            self._p.update(t, completed=last["step"], info=info)
+
+    def close(self) -> None:
+        self._p.stop()

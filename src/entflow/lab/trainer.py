@@ -1,0 +1,475 @@
+"""The lab trainer: GRPO semantics on a Hugging Face causal LM, one readable loop (SPEC §10).
+
+One step = sample P prompts × G responses at temperature T (batched, left-padded ``generate``
+with KV cache) → rewards → ``compute_advantages`` with the method → ``ppo_epochs`` passes over
+``mini_batches`` of ``policy_loss`` with the method → optimizer steps → audit of the true
+entropy change (SPEC §9) → ``method.update(metrics)`` → metrics, samples, checkpoint.
+
+Every step reseeds from (seed, step), and checkpoints hold model, optimizer, method state and
+RNG states, so ``resume`` reproduces an uninterrupted run bit for bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from entflow.analysis.correlation import pearson, scale_fitted_mse, spearman
+from entflow.core.batch import TokenBatch
+from entflow.core.estimators import ESTIMATORS, entropy_change
+from entflow.core.token_stats import TokenStats, token_stats
+from entflow.errors import ConfigError
+from entflow.lab.config import TrainConfig
+from entflow.lab.rundir import (
+    JsonlWriter,
+    load_checkpoint,
+    read_jsonl,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_config,
+)
+from entflow.methods import Method, get_method
+from entflow.objective import compute_advantages, policy_loss
+
+# --------------------------------------------------------------------------------------------
+# Rollouts and token statistics
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """P·G sampled responses. Token tensors are ``[N, T]`` over response positions."""
+
+    prompt_ids: torch.Tensor  # [N, Lp] left-padded
+    prompt_mask: torch.Tensor  # [N, Lp]
+    response_ids: torch.Tensor  # [N, T] right-padded (pad after eos)
+    mask: torch.Tensor  # [N, T] 1 on response tokens up to and including eos
+    texts: list[str]
+    rewards: torch.Tensor  # [N]
+    group_index: torch.Tensor  # [N]
+    prompts: list[str]
+
+    def select(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "prompt_ids": self.prompt_ids[idx],
+            "prompt_mask": self.prompt_mask[idx],
+            "response_ids": self.response_ids[idx],
+        }
+
+
+def step_seed(seed: int, step: int) -> int:
+    """A per-step seed, so that every step's randomness is a function of (seed, step) alone."""
+    return (seed * 1_000_003 + step * 7_919) % (2**63 - 1)
+
+
+def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """``[N, T]`` float mask: 1 up to and including the first eos, 0 after it."""
+    is_eos = (response_ids == eos_id).long()
+    after_eos = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first eos
+    return (~after_eos).float()
+
+
+def response_token_stats(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    temperature: float,
+    chunk_size: int | None = None,
+) -> TokenStats:
+    """Token statistics of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
+
+    Positions are counted from the first real prompt token, as ``generate`` does with left
+    padding, so these log-probs are exactly those the samples were drawn from.
+    """
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
+    lp = prompt_ids.shape[1]
+    return token_stats(logits[:, lp - 1 : -1], response_ids, temperature=temperature, chunk_size=chunk_size)
+
+
+@torch.no_grad()
+def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollout:
+    """Draw P prompts (seeded by step) and G responses each at ``cfg.temperature``."""
+    from entflow.lab.policy import decode_responses, encode_prompts
+
+    problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+    prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
+    enc = encode_prompts(tokenizer, prompts)
+    model.eval()
+    seq = model.generate(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=task.max_response_len,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    response_ids = seq[:, enc["input_ids"].shape[1] :]
+    if response_ids.shape[1] == 0:  # nothing generated at all: one eos column keeps shapes valid
+        response_ids = torch.full((seq.shape[0], 1), tokenizer.eos_token_id, dtype=seq.dtype)
+    mask = response_mask(response_ids, tokenizer.eos_token_id)
+    response_ids = response_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
+    texts = decode_responses(tokenizer, response_ids)
+    rewards = torch.tensor(
+        [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(texts)], dtype=torch.float32
+    )
+    group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
+    return Rollout(enc["input_ids"], enc["attention_mask"], response_ids, mask, texts, rewards, group_index, prompts)
+
+
+# --------------------------------------------------------------------------------------------
+# One training step
+# --------------------------------------------------------------------------------------------
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def audit_entropy_change(
+    true_dH: torch.Tensor, batch: TokenBatch, weights: torch.Tensor, cfg: TrainConfig
+) -> dict[str, float]:
+    """Pearson, Spearman and scale-fitted MSE of every §5 estimator against the measured change.
+
+    Estimates are taken at the rollout policy (r = 1) and multiplied by the method's token
+    weights, i.e. for the gradient the update actually applied.
+    """
+    valid = batch.valid
+    truth = true_dH[valid]
+    out = {"audit/true_dH_mean": float(truth.mean()) if truth.numel() else math.nan}
+    for name in ESTIMATORS:
+        est = (entropy_change(name, batch, cfg.clip_low, cfg.clip_high, cfg.dual_clip) * weights)[valid]
+        out[f"audit/{name}/pearson"] = pearson(est, truth)
+        out[f"audit/{name}/spearman"] = spearman(est, truth)
+        out[f"audit/{name}/mse"] = scale_fitted_mse(est, truth)[0]
+    return out
+
+
+def train_step(
+    model,
+    tokenizer,
+    task,
+    method: Method,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    step: int,
+    ref_model=None,
+) -> tuple[dict[str, float], Rollout, dict[str, float]]:
+    """Rollout → advantages → updates → audit. Returns (metrics, rollout, timings)."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    roll = sample_rollout(model, tokenizer, task, cfg, step)
+    timings["time/rollout_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        old = response_token_stats(
+            model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+        )
+        ref_logp = None
+        if ref_model is not None:
+            ref_logp = response_token_stats(
+                ref_model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+            ).logp
+    full = TokenBatch(
+        logp=old.logp,
+        old_logp=old.logp,
+        advantages=None,
+        mask=roll.mask,
+        old_entropy=old.entropy,
+        ref_logp=ref_logp,
+        sum_p2=old.sum_p2,
+        sum_p2_logp=old.sum_p2_logp,
+        rewards=roll.rewards,
+        group_index=roll.group_index,
+        step=step,
+        total_steps=cfg.steps,
+    )
+    adv = compute_advantages(full, method, scale=cfg.adv_scale)
+    timings["time/reward_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    model.train()
+    n = roll.rewards.shape[0]
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step))
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    applied_weights = torch.ones_like(roll.mask)
+    grad_norms = []
+    for epoch in range(cfg.ppo_epochs):
+        order = torch.randperm(n, generator=gen)
+        for idx in order.chunk(cfg.mini_batches):
+            cur = response_token_stats(
+                model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size
+            )
+            batch = TokenBatch(
+                logp=cur.logp,
+                old_logp=old.logp[idx],
+                advantages=adv[idx],
+                mask=roll.mask[idx],
+                entropy=cur.entropy,
+                old_entropy=old.entropy[idx],
+                ref_logp=None if ref_logp is None else ref_logp[idx],
+                sum_p2=old.sum_p2[idx],
+                sum_p2_logp=old.sum_p2_logp[idx],
+                rewards=roll.rewards[idx],
+                group_index=roll.group_index[idx],
+                step=step,
+                total_steps=cfg.steps,
+            )
+            out = policy_loss(batch, method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg)
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            if cfg.grad_clip is not None:
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)))
+            optimizer.step()
+            if epoch == 0:
+                applied_weights[idx] = out.token_weights
+            for k, v in out.metrics.items():
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    sums[k] += float(v)
+                    counts[k] += 1
+    timings["time/update_s"] = time.perf_counter() - t0
+
+    metrics = {k: sums[k] / counts[k] for k in sums}
+    mask = roll.mask
+    lengths = mask.sum(-1)
+    group_rewards = roll.rewards.view(cfg.prompts_per_step, cfg.group_size)
+    metrics.update(
+        {
+            "reward/mean": float(roll.rewards.mean()),
+            "reward/std": float(roll.rewards.std()),
+            "response/len_mean": float(lengths.mean()),
+            "response/empty_frac": sum(1 for t in roll.texts if not t) / n,
+            "response/truncated_frac": float((~(roll.response_ids == tokenizer.eos_token_id).any(-1)).float().mean()),
+            "batch/degenerate_group_frac": float(
+                (group_rewards.max(1).values == group_rewards.min(1).values).float().mean()
+            ),
+            "entropy": _masked_mean(old.entropy, mask),
+            "adv/abs_mean": _masked_mean(adv.abs(), mask),
+        }
+    )
+    if grad_norms:
+        metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+
+    if cfg.audit:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            after = response_token_stats(
+                model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+            )
+        full.advantages = adv
+        metrics.update(audit_entropy_change(after.entropy - old.entropy, full, applied_weights, cfg))
+        timings["time/audit_s"] = time.perf_counter() - t0
+    return metrics, roll, timings
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def resolve_policy(cfg: TrainConfig) -> Path:
+    """The warm-started policy this run starts from (pretrained and cached on first use)."""
+    if cfg.policy_path:
+        return Path(cfg.policy_path)
+    from entflow.lab.pretrain import PretrainConfig, pretrain
+
+    overrides = {"steps": cfg.pretrain_steps} if cfg.pretrain_steps else {}
+    return pretrain(PretrainConfig(task=cfg.task, **overrides), progress=cfg.progress)
+
+
+def validate_policy(model, tokenizer, task, cfg: TrainConfig, step: int) -> dict[str, float]:
+    from entflow.lab.pretrain import evaluate
+
+    torch.manual_seed(step_seed(cfg.seed + 1, step))
+    res = evaluate(model, tokenizer, task, task.validation_set(), k=cfg.eval_k, temperature=cfg.temperature)
+    return {f"val/{k}": float(v) for k, v in res.items()}
+
+
+def _due_eval(cfg: TrainConfig, step: int) -> bool:
+    return step == cfg.steps or (cfg.eval_every > 0 and step % cfg.eval_every == 0)
+
+
+def train(
+    cfg: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run (or resume) a lab training run; returns its run directory."""
+    from entflow.lab.pretrain import load_policy
+    from entflow.lab.tasks import get_task
+
+    cfg.validate()
+    torch.set_num_threads(cfg.threads)
+    _quiet_transformers()
+    run_dir = cfg.run_dir
+    ckpt_path = run_dir / "checkpoints" / "last.pt"
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume and not ckpt_path.exists() and metrics_path.exists():
+        raise ConfigError("resume", f"{run_dir} has no checkpoint to resume from")
+    if not resume and metrics_path.exists():
+        if not overwrite:
+            raise ConfigError("name", f"run directory {run_dir} exists; pass --resume or --overwrite, or another name")
+        import shutil
+
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    task = get_task(cfg.task)
+    policy_path = resolve_policy(cfg)
+    model, tokenizer = load_policy(policy_path)
+    method = get_method(cfg.method, **cfg.method_params)
+    ref_model = None
+    if "ref_logp" in method.needs:
+        ref_model, _ = load_policy(policy_path)
+        ref_model.eval().requires_grad_(False)
+    optimizer = make_optimizer(model, cfg)
+
+    start = 0
+    if resume and ckpt_path.exists():
+        ck = load_checkpoint(ckpt_path)
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        method.load_state_dict(ck["method"])
+        set_rng_state(ck["rng"])
+        start = int(ck["step"])
+    resolved = cfg.to_dict() | {"policy_path": str(policy_path)}
+    write_config(run_dir, resolved)
+    done_steps = {int(r["step"]) for r in read_jsonl(metrics_path) if "step" in r}
+    metrics_log, samples_log, timing_log = (
+        JsonlWriter(run_dir / f) for f in ("metrics.jsonl", "samples.jsonl", "timing.jsonl")
+    )
+    tb = _tensorboard(run_dir)
+
+    def emit(record: dict[str, Any]) -> None:
+        if record["step"] in done_steps:  # written before a crash; the resumed step reproduces it
+            return
+        metrics_log.write(record)
+        if tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, float) and math.isfinite(v):
+                    tb.add_scalar(k, v, record["step"])
+            tb.flush()
+        if on_step is not None:
+            on_step(record)
+
+    t_start = time.perf_counter()
+    if start == 0:
+        record = {"step": 0, **validate_policy(model, tokenizer, task, cfg, 0)}
+        emit(record)
+    progress = _progress(cfg, start)
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            torch.manual_seed(step_seed(cfg.seed, step))
+            metrics, roll, timings = train_step(model, tokenizer, task, method, optimizer, cfg, step, ref_model)
+            method.update({**metrics, "step": step})
+            record = {"step": step, **metrics}
+            if _due_eval(cfg, step):
+                t0 = time.perf_counter()
+                record.update(validate_policy(model, tokenizer, task, cfg, step))
+                timings["time/eval_s"] = time.perf_counter() - t0
+            emit(record)
+            if step not in done_steps:
+                for i in range(min(cfg.samples_logged, cfg.prompts_per_step)):
+                    j = i * cfg.group_size
+                    samples_log.write(
+                        {
+                            "step": step,
+                            "prompt": roll.prompts[j],
+                            "response": roll.texts[j],
+                            "reward": float(roll.rewards[j]),
+                        }
+                    )
+                timing_log.write({"step": step, **timings, "time/elapsed_s": time.perf_counter() - t_start})
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                save_checkpoint(
+                    ckpt_path,
+                    model=model.state_dict(),
+                    optimizer=optimizer.state_dict(),
+                    method=method.state_dict(),
+                    rng=rng_state(),
+                    step=step,
+                )
+            if progress is not None:
+                progress.advance(record)
+    finally:
+        if progress is not None:
+            progress.close()
+        for w in (metrics_log, samples_log, timing_log):
+            w.close()
+        if tb is not None:
+            tb.close()
+    model.save_pretrained(run_dir / "checkpoints" / "final")
+    tokenizer.save_pretrained(run_dir / "checkpoints" / "final")
+    return run_dir
+
+
+def _quiet_transformers() -> None:
+    """Our own progress bars replace transformers' per-load bars and warnings."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is in the `lab` extra; metrics.jsonl has everything anyway
+        return None
+    return SummaryWriter(log_dir=str(run_dir))
+
+
+class _Progress:
+    """A rich progress bar showing step, reward, entropy and ETA."""
+
+    def __init__(self, cfg: TrainConfig, start: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._p = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("step {task.completed}/{task.total}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        self._p.start()
+        self._task = self._p.add_task(cfg.run_name, total=cfg.steps, completed=start, info="")
+
+    def advance(self, record: dict[str, Any]) -> None:
+        info = f"reward {record.get('reward/mean', float('nan')):.2f}  H {record.get('entropy', float('nan')):.3f}"
+        if "val/acc" in record:
+            info += f"  val {record['val/acc']:.2f}"
+        self._p.update(self._task, completed=record["step"], info=info)
+
+    def close(self) -> None:
+        self._p.stop()
+
+
+def _progress(cfg: TrainConfig, start: int) -> _Progress | None:
+    return _Progress(cfg, start) if cfg.progress else None

@@ -53,7 +53,7 @@ class JsonlWriter:
                 data = f.read()
                 if not data.endswith(b"\n"):
                     f.truncate(data.rfind(b"\n") + 1)
-        self._f = open(path, "a")  # noqa: SIM115  (kept open for the run)
+        self._f = open(path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")

@@ -1,6 +1,17 @@
 """Entropy interventions, registered by name (SPEC §6). Importing this package registers them."""
 
-from entflow.methods import clip  # noqa: F401  (registers grpo and the clip variants)
+from entflow.methods import (  # noqa: F401  (importing a module registers its methods)
+    clip,
+    covariance,
+    forking,
+    opefo,
+    quadrant,
+    regularizers,
+    rewards,
+    shaping,
+    sign,
+    steer,
+)
 from entflow.methods.base import (
     Composite,
     LossContext,

@@ -137,6 +137,9 @@ class Method:
     needs: ClassVar[tuple[str, ...]] = ()  # batch fields beyond logp/old_logp/advantages/mask
     replaces_advantages: ClassVar[bool] = False  # builds A from rewards, discarding its input
     state_fields: ClassVar[tuple[str, ...]] = ()  # attributes saved by state_dict
+    # batch fields ``shape_advantages`` reads (checked there, at ``compute_advantages`` time, so a
+    # mini-batch given to ``policy_loss`` need not carry rewards); for introspection and docs
+    advantage_needs: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -151,6 +154,11 @@ class Method:
 
     def validate(self) -> None:
         """Cross-parameter checks; raise :class:`ParameterError`."""
+
+    def pins_clip(self) -> bool:
+        """True when this method's own clip bounds are part of its formula (KL-Cov: all tokens
+        unclipped), so that a later part of a composition may not override them."""
+        return False
 
     # -- hooks (all optional) -------------------------------------------------------------
     def clip_bounds(self) -> tuple[float, float] | None:
@@ -235,6 +243,13 @@ class Composite(Method):
                 f"method {'+'.join(names)}: {replacers[-1]} builds advantages from rewards and would "
                 "discard the shaping before it; put it first among the advantage shapers, and use at most one"
             )
+        for i, p in enumerate(self._parts):
+            later = [q.name for q in self._parts[i + 1 :] if q.clip_bounds() is not None]
+            if p.pins_clip() and later:
+                raise CompositionError(
+                    f"method {'+'.join(names)}: {p.name} fixes the clip bounds as part of its formula and "
+                    f"{', '.join(later)} (later, so it would win) overrides them; put {p.name} last"
+                )
         replacing_loss = [p.name for p in self._parts if p.overrides("token_loss")]
         if len(replacing_loss) > 1:
             raise CompositionError(
@@ -248,6 +263,10 @@ class Composite(Method):
     @property
     def needs(self) -> tuple[str, ...]:  # type: ignore[override]
         return tuple(dict.fromkeys(n for p in self._parts for n in p.needs))
+
+    @property
+    def advantage_needs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(dict.fromkeys(n for p in self._parts for n in p.advantage_needs))
 
     @property
     def parts(self) -> list[Method]:

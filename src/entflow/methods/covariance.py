@@ -1,0 +1,110 @@
+"""Covariance-based interventions: Clip-Cov and KL-Cov (Cui et al., paper 003 §4, Alg. 1).
+
+Both rank tokens by the centred cross-product ``Cov_t = (log p_t − mean log p)(A_t − mean A)``
+(means over the valid tokens of the batch, paper 003 Eq. 8). A large positive Cov_t marks a
+confident token reinforced (or an unlikely token punished): the updates that drive entropy
+down. Clip-Cov removes a few of them at random from the gradient; KL-Cov puts a KL leash on
+the top ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from entflow.core.estimators import centred_covariance
+from entflow.core.ppo import NO_CLIP
+from entflow.errors import ParameterError
+from entflow.methods._util import pick_random, selection_count
+from entflow.methods.base import (
+    NONNEG,
+    SEED,
+    UNIT,
+    LossContext,
+    Method,
+    interval,
+    one_of,
+    param,
+    register,
+    seeded_generator,
+)
+
+
+@register
+@dataclass(repr=False)
+class ClipCov(Method):
+    """Clip-Cov: zero the loss of ``n = max(⌊ratio·N_valid⌋, 1)`` tokens drawn uniformly at
+    random among the candidates (valid, not already clipped, ``cov_low < Cov_t < cov_high``).
+
+    Fewer candidates than ``n``: all of them. Randomness from a seeded ``torch.Generator`` kept
+    in the state. Zeroed tokens still count in the aggregation denominator (official code).
+    Raises entropy (removes strongly entropy-lowering updates).
+    """
+
+    name = "clip_cov"
+    formula = "w_t = 0 on n = max(⌊ratio·N⌋,1) random tokens with I_t=1, ω_low < Cov_t < ω_high"
+    paper = "paper 003 Eq. 9–10, Alg. 1 (Cui et al., Clip-Cov)"
+    state_fields = ("generator",)
+
+    ratio: float = param(2e-4, UNIT, "fraction of valid tokens to clip")
+    cov_low: float = param(1.0, interval(), "ω_low: candidates have Cov_t > ω_low")
+    cov_high: float = param(5.0, interval(), "ω_high: candidates have Cov_t < ω_high")
+    seed: int = param(0, SEED, "seed of the selection generator")
+
+    def validate(self) -> None:
+        if not self.cov_low < self.cov_high:
+            raise ParameterError(self.name, "cov_low", f"must be < cov_high = {self.cov_high}, got {self.cov_low}")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.generator = seeded_generator(self.seed)
+
+    def token_weights(self, ctx: LossContext) -> torch.Tensor:
+        valid = ctx.valid
+        cov = centred_covariance(ctx.batch.logp, ctx.adv, valid)  # paper 003 Eq. 8
+        cand = valid & (ctx.indicator > 0) & (cov > self.cov_low) & (cov < self.cov_high)  # Eq. 9
+        n = selection_count(self.ratio, int(valid.sum()))
+        sel = pick_random(cand, n, self.generator)
+        ctx.metrics["clip_cov/n_candidates"] = float(cand.sum())
+        ctx.metrics["clip_cov/n_selected"] = float(sel.sum())
+        return (~sel).to(ctx.adv.dtype)  # Eq. 10: selected tokens detached (weight 0)
+
+
+@register
+@dataclass(repr=False)
+class KLCov(Method):
+    """KL-Cov: on the top ``k = max(⌊ratio·N_valid⌋, 1)`` tokens by Cov_t add
+    ``β·|logp_t − old_logp_t|`` to the loss; all tokens use the unclipped ``−A_t·r_t``
+    (Eq. 12) unless ``keep_ppo_clip``.
+
+    The penalty is zero on the first mini-batch after a rollout (logp = old_logp there), so with
+    one update per rollout (strict on-policy) KL-Cov reduces to unclipped policy gradient.
+    """
+
+    name = "kl_cov"
+    formula = "ℓ_t = −A_t·r_t + β·|logp_t − old_logp_t|·[t ∈ top-k Cov],  k = max(⌊ratio·N⌋,1)"
+    paper = "paper 003 Eq. 11–12, Alg. 1 (Cui et al., KL-Cov)"
+
+    ratio: float = param(2e-3, UNIT, "fraction of valid tokens penalised (top by Cov)")
+    beta: float = param(1.0, NONNEG, "KL coefficient β")
+    keep_ppo_clip: bool = param(False, one_of(False, True), "keep the PPO clip instead of Eq. 12's unclipped loss")
+
+    def clip_bounds(self) -> tuple[float, float] | None:
+        return None if self.keep_ppo_clip else (NO_CLIP, NO_CLIP)  # Eq. 12: no clipping at all
+
+    def pins_clip(self) -> bool:
+        return not self.keep_ppo_clip
+
+    def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        b, valid = ctx.batch, ctx.valid
+        cov = centred_covariance(b.logp, ctx.adv, valid).masked_fill(~valid, -torch.inf)
+        k = selection_count(self.ratio, int(valid.sum()))
+        top = torch.topk(cov.reshape(-1), k).indices  # Eq. 11: rank by Cov, keep the top k
+        sel = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+        sel[top] = True
+        sel = sel.view_as(cov) & valid
+        kl = (b.logp - b.old_logp.detach()).masked_fill(~valid, 0).abs()
+        ctx.metrics["kl_cov/n_selected"] = float(sel.sum())
+        ctx.metrics["kl_cov/kl_mean"] = float(kl.detach()[sel].mean()) if bool(sel.any()) else 0.0
+        return loss + self.beta * kl * sel.to(kl.dtype)  # Eq. 12

@@ -1,0 +1,121 @@
+"""Loss-term regularisers: entropy bonus, adaptive entropy bonus, KL to a reference (SPEC §6, §7).
+
+These add a scalar to the loss instead of reweighting tokens. The entropy bonus is the one
+place in entflow that differentiates the entropy: it reads ``batch.entropy`` (with grad).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from entflow.errors import MissingInputError, ParameterError
+from entflow.methods._util import valid_mean
+from entflow.methods.base import NONNEG, LossContext, Method, param, register
+
+
+@register
+@dataclass(repr=False)
+class EntropyBonus(Method):
+    """Entropy regularisation: subtract ``c · mean_t H_t`` from the loss.
+
+    ``H_t`` is ``batch.entropy`` **with grad** (the current policy's full-vocabulary entropy),
+    averaged with the loss's own aggregation. Raises entropy; strength grows with ``c``.
+    """
+
+    name = "entropy_bonus"
+    formula = "loss −= c · mean_t H_t   (H with grad)"
+    paper = "paper 000 Table 6 (entropy regularisation; Schulman et al. 2017)"
+    needs = ("entropy",)
+
+    c: float = param(0.001, NONNEG, "bonus coefficient c")
+
+    def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        H = ctx.batch.require("entropy", "entropy_bonus")
+        mean_H = agg(H)
+        ctx.metrics["entropy_bonus/coef"] = self.c
+        ctx.metrics["entropy_bonus/entropy"] = float(mean_H.detach())
+        return {"entropy_bonus/loss": -self.c * mean_H}  # paper 000 Table 6: L − c·H
+
+
+@register
+@dataclass(repr=False)
+class AdaptiveEntropy(Method):
+    """Entropy bonus whose coefficient is steered toward a target entropy (SPEC §7).
+
+    After each rollout step, with H the batch mean old entropy: if H < target the coefficient
+    grows by ``delta`` (capped at ``c_max``) and the bonus is on; otherwise it shrinks by
+    ``delta`` (floored at ``c_min``) and the bonus is off. The new value applies from the next
+    step. State: ``coef``, ``active``.
+    """
+
+    name = "adaptive_entropy"
+    formula = "loss −= c_k · mean_t H_t if on;  c_{k+1} = clip(c_k ± δ, c_min, c_max), on ⇔ H_k < target"
+    paper = "Skywork-OR1 adaptive entropy control; paper 002 §3.2 / App. E.2"
+    needs = ("entropy",)
+    state_fields = ("coef", "active")
+
+    target: float = param(0.2, NONNEG, "target entropy H* (nats per token)")
+    delta: float = param(1e-4, NONNEG, "coefficient step per rollout step")
+    c_min: float = param(0.0, NONNEG, "lowest coefficient")
+    c_max: float = param(0.005, NONNEG, "highest coefficient")
+    c0: float = param(0.0, NONNEG, "initial coefficient")
+
+    def validate(self) -> None:
+        if self.c_min > self.c_max:
+            raise ParameterError(self.name, "c_min", f"must be <= c_max = {self.c_max}, got {self.c_min}")
+        if not self.c_min <= self.c0 <= self.c_max:
+            raise ParameterError(self.name, "c0", f"must be in [c_min, c_max] = [{self.c_min}, {self.c_max}]")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.coef: float = self.c0
+        self.active: bool = True
+
+    def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        H = ctx.batch.require("entropy", "adaptive_entropy")
+        c = self.coef if self.active else 0.0
+        ctx.metrics["adaptive_entropy/coef"] = float(self.coef)
+        ctx.metrics["adaptive_entropy/active"] = float(self.active)
+        return {"adaptive_entropy/loss": -c * agg(H)}
+
+    def update(self, metrics: dict[str, Any]) -> None:
+        if "entropy" not in metrics:
+            raise MissingInputError("entropy", "adaptive_entropy.update (metrics of the rollout step)")
+        H = float(metrics["entropy"])
+        if H < self.target:  # Skywork-OR1: raise c while below target, bonus on
+            self.coef = min(self.coef + self.delta, self.c_max)
+            self.active = True
+        else:
+            self.coef = max(self.coef - self.delta, self.c_min)
+            self.active = False
+
+
+@register
+@dataclass(repr=False)
+class KLRef(Method):
+    """KL penalty to a frozen reference policy with the k3 estimator (GRPO).
+
+    ``k3_t = exp(ref_t − logp_t) − (ref_t − logp_t) − 1`` ≥ 0, averaged with the loss's
+    aggregation and scaled by ``beta``. Pulls the policy toward the reference (usually keeps
+    entropy nearer the reference's). Needs ``ref_logp`` (one extra forward of the reference).
+    """
+
+    name = "kl_ref"
+    formula = "loss += β · mean_t [exp(ref−logp) − (ref−logp) − 1]"
+    paper = "GRPO (Shao et al. 2024) Eq. 4, k3 estimator"
+    needs = ("ref_logp",)
+
+    beta: float = param(0.001, NONNEG, "KL coefficient β")
+
+    def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        b = ctx.batch
+        valid = ctx.valid
+        ref = b.require("ref_logp", "kl_ref").detach()
+        d = (ref - b.logp).masked_fill(~valid, 0)  # fill padding before exp: no NaN in the gradient
+        k3 = torch.exp(d) - d - 1  # GRPO Eq. 4 (k3)
+        ctx.metrics["kl_ref/kl"] = valid_mean(k3, valid)
+        return {"kl_ref/loss": self.beta * agg(k3)}

@@ -40,7 +40,7 @@ class WReinforce(ReportsShaping, Method):
         require_all(batch, self.advantage_needs, "w_reinforce")
         assert batch.rewards is not None
         correct = batch.rewards > self.threshold
-        a = torch.where(correct, self.lam, -1.0).to(adv.dtype)  # Zhu et al.: λ·PSR + NSR
+        a = torch.where(correct, self.lam, torch.full_like(adv[:, 0], -1.0))  # Zhu et al.: λ·PSR + NSR
         self._report(frac_correct=float(correct.float().mean()))
         return a.unsqueeze(-1).expand_as(adv).clone()
 

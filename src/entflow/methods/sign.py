@@ -86,7 +86,7 @@ class PosAdvReweight(Method):
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         lam = self.current_weight(ctx.batch)
         ctx.metrics["pos_adv/weight"] = float(lam)
-        return torch.where(ctx.adv > 0, lam, 1.0).to(ctx.adv.dtype)
+        return torch.where(ctx.adv > 0, lam, torch.ones_like(ctx.adv))
 
     def update(self, metrics: dict[str, Any]) -> None:
         if self.schedule != "entropy":

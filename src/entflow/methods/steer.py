@@ -74,7 +74,7 @@ class Steer(Method):
             lam = self.lambda_max - (self.lambda_max - self.lambda_min) * frac
         else:
             thr = self._quantiles(omega, valid, ids)
-            lam = torch.where(omega > thr, self.lambda_min, 1.0).to(omega.dtype)  # App. E.3 (binary)
+            lam = torch.where(omega > thr, self.lambda_min, torch.ones_like(omega))  # App. E.3 (binary)
         lam = lam.masked_fill(~valid, 1.0)
         w = lam[valid]
         ctx.metrics["steer/weight_mean"] = float(w.mean()) if w.numel() else 1.0

@@ -32,6 +32,7 @@ __all__ = [
     "AUDIT_ESTIMATORS",
     "METHOD_KEYS",
     "RunDirError",
+    "audit_rich_table",
     "audit_table",
     "load_config",
     "load_metrics",
@@ -39,6 +40,7 @@ __all__ = [
     "series",
     "summarize_run",
     "summary_rich_table",
+    "wall_time",
     "write_plots",
     "write_report",
 ]
@@ -186,7 +188,7 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """One run's headline numbers.
 
     Keys: ``name``, ``method``, ``task``, ``seed``, ``run_dir``, ``steps`` (number of training
-    steps logged), ``n_records``, ``wall_time_s`` (largest ``time/elapsed_s``), ``entropy_initial``
+    steps logged), ``n_records``, ``wall_time_s`` (:func:`wall_time`), ``entropy_initial``
     (mean of the first 5 % of logged entropies), ``entropy_final`` (last 20 %),
     ``entropy_retention`` (final / initial), ``reward_final`` (mean ``reward/mean`` over the last
     20 %), ``val_acc_warm`` / ``val_acc_greedy_warm`` (step-0 line), ``val_acc_best`` /
@@ -210,8 +212,7 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     train_steps = [_num(r.get("step")) for r in records if _is_training_line(r)]
     train_steps = [s for s in train_steps if math.isfinite(s)]
     out["steps"] = len(train_steps)
-    _, t = series(records, "time/elapsed_s")
-    out["wall_time_s"] = float(t.max()) if t.size else math.nan
+    out["wall_time_s"] = wall_time(run_dir, records)
 
     _, H = series(records, "entropy")
     h0, h1 = _head_tail_means(H)
@@ -251,6 +252,45 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     except AnalysisError:
         out.update(law_a=math.nan, law_b=math.nan, law_r2=math.nan, law_ceiling=math.nan)
     return out
+
+
+def _elapsed_total(values: Iterable[float]) -> float:
+    """Total time from a file-ordered ``time/elapsed_s`` column whose clock restarts on resume."""
+    total, seg, prev = 0.0, 0.0, -math.inf
+    seen = False
+    for v in values:
+        if not math.isfinite(v):
+            continue
+        seen = True
+        if v < prev:  # the clock restarted (resumed run): close the segment
+            total += seg
+        seg = v
+        prev = v
+    return total + seg if seen else math.nan
+
+
+def wall_time(run_dir: str | os.PathLike, records: Sequence[dict[str, Any]] | None = None) -> float:
+    """Training wall time in seconds from ``time/elapsed_s``.
+
+    Read from ``metrics.jsonl`` when it carries the key, else from the lab's ``timing.jsonl``
+    (file order, truncated last line skipped). The trainer's clock restarts on ``--resume``; each
+    restart closes a segment and the segments are summed. NaN when neither file has the key.
+    """
+    recs = load_metrics(run_dir) if records is None else records
+    vals = [_num(r.get("time/elapsed_s")) for r in recs if "time/elapsed_s" in r]
+    if vals:
+        return _elapsed_total(vals)
+    path = Path(run_dir) / "timing.jsonl"
+    if not path.is_file():
+        return math.nan
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "time/elapsed_s" in rec:
+            vals.append(_num(rec["time/elapsed_s"]))
+    return _elapsed_total(vals)
 
 
 def _audit_estimators(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -321,29 +361,78 @@ def _fmt(v: Any, spec: str) -> str:
         return str(v)
 
 
-def _spearman_cell(s: dict[str, Any]) -> str:
-    sp = s.get("audit_spearman", {})
-    return " ".join(f"{e}={_fmt(v, '+.2f')}" for e, v in sp.items()) or "–"
+# the terminal table keeps to the headline columns so that it fits an 80-column terminal
+TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("steps", "steps", "d"),
+    ("H init", "entropy_initial", ".3f"),
+    ("H final", "entropy_final", ".3f"),
+    ("H retain", "entropy_retention", ".2f"),
+    ("acc warm", "val_acc_warm", ".3f"),
+    ("acc best", "val_acc_best", ".3f"),
+    ("acc final", "val_acc_final", ".3f"),
+    ("greedy", "val_acc_greedy_final", ".3f"),
+)
 
 
 def summary_rich_table(summaries: Sequence[dict[str, Any]], title: str = "entflow runs") -> Any:
-    """A ``rich.table.Table`` of the summaries (plus mean audit Spearman per estimator)."""
+    """A ``rich.table.Table`` of the headline columns: run (method), ``TERMINAL_COLUMNS``.
+
+    Numbers never wrap or truncate; the run column folds instead, and the headers wrap.
+    """
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
-    for header, _, spec in SUMMARY_COLUMNS:
-        table.add_column(header, justify="left" if spec == "s" else "right")
-    table.add_column("audit Spearman (mean)", justify="left")
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("run (method)", justify="left", overflow="fold", min_width=8)
+    for header, _, _ in TERMINAL_COLUMNS:
+        table.add_column(header, justify="right", no_wrap=False, min_width=5)
     for s in summaries:
-        table.add_row(*[_fmt(s.get(k), spec) for _, k, spec in SUMMARY_COLUMNS], _spearman_cell(s))
+        row = [_fmt(s.get(k), spec) for _, k, spec in TERMINAL_COLUMNS]
+        table.add_row(f"{s['name']} ({s['method']})", *row)
     return table
 
 
-def print_summary(summaries: Sequence[dict[str, Any]], console: Any = None) -> None:
-    """Print :func:`summary_rich_table` to ``console`` (a ``rich.console.Console``; stdout if None)."""
+def audit_rich_table(summaries: Sequence[dict[str, Any]]) -> Any | None:
+    """A ``rich.table.Table``: mean audit Spearman, one row per estimator, one column per run
+    (rank within the run in brackets); None when no run has audit metrics."""
+    from rich.table import Table
+
+    ests: list[str] = []
+    for s in summaries:
+        ests += [e for e in s.get("audit_spearman", {}) if e not in ests]
+    if not ests:
+        return None
+    from rich import box
+
+    ranks = {(r["run"], r["estimator"]): r["rank"] for r in audit_table(summaries)}
+    table = Table(title="estimator audit: mean Spearman vs true ΔH (rank)", box=box.SIMPLE_HEAD)
+    table.add_column("estimator")
+    for s in summaries:
+        table.add_column(s["name"], justify="right", overflow="fold")
+    for e in ests:
+        cells = []
+        for s in summaries:
+            v = s.get("audit_spearman", {}).get(e, math.nan)
+            rank = ranks.get((s["name"], e))
+            cells.append(_fmt(v, "+.3f") + (f" ({rank})" if rank else ""))
+        table.add_row(e, *cells)
+    return table
+
+
+def print_summary(summaries: Sequence[dict[str, Any] | str | os.PathLike], console: Any = None) -> None:
+    """Print the summary table (and the audit table when there are audit metrics) with ``rich``.
+
+    ``summaries``: :func:`summarize_run` dicts, or run directories (summarized here).
+    ``console``: a ``rich.console.Console`` (a new one on stdout if None).
+    """
     from rich.console import Console
 
-    (console or Console()).print(summary_rich_table(summaries))
+    rows = [s if isinstance(s, dict) else summarize_run(s) for s in summaries]
+    console = console or Console()
+    console.print(summary_rich_table(rows))
+    audit = audit_rich_table(rows)
+    if audit is not None:
+        console.print(audit)
 
 
 def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:

@@ -1,0 +1,329 @@
+"""Report layer on synthetic run directories with known values (SPEC §10 layout)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+import yaml
+
+from entflow.analysis.diagnostics import fit_entropy_law
+from entflow.analysis.report import (
+    RunDirError,
+    audit_table,
+    load_config,
+    load_metrics,
+    print_summary,
+    summarize_run,
+    wall_time,
+    write_report,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+N_STEPS = 40
+VAL_STEPS = (10, 20, 30, 40)
+
+
+def _entropy(step: int, offset: float) -> float:
+    # first 5 % of 40 steps = 2 steps: 1.0, 0.8; last 20 % = 8 steps: alternating 0.2 / 0.3
+    if step == 1:
+        return 1.0 + offset
+    if step == 2:
+        return 0.8 + offset
+    if step > 32:
+        return (0.2 if step % 2 else 0.3) + offset
+    return 0.9 - 0.02 * step + offset
+
+
+def make_run(
+    root: Path,
+    name: str,
+    method: str,
+    *,
+    offset: float = 0.0,
+    val_acc: tuple[float, ...] = (0.4, 0.55, 0.5, 0.52),
+    greedy: tuple[float, ...] = (0.45, 0.6, 0.62, 0.61),
+    method_key: str | None = None,
+) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    cfg = {"method": method, "name": name, "task": "countdown", "seed": 3, "steps": N_STEPS, "lr": 1e-3}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    lines = [{"step": 0, "val/acc": 0.3, "val/acc_greedy": 0.35, "val/pass@k": 0.6, "val/entropy": 1.1}]
+    for s in range(1, N_STEPS + 1):
+        rec = {
+            "step": s,
+            "time/elapsed_s": 2.5 * s,
+            "reward/mean": 0.3 + 0.01 * s,
+            "response/len_mean": 12.0 + s % 3,
+            "entropy": _entropy(s, offset),
+            "loss": 0.1,
+            "clip/frac_high": 0.01,
+            "clip/frac_low": 0.005,
+            "flow/lambda_star": 0.1,
+            # steer Spearman: 0.6 on odd steps, 0.7 on even; step 5 is null (NaN), step 6 missing
+            "audit/steer/spearman": None if s == 5 else (0.6 if s % 2 else 0.7),
+            "audit/steer/pearson": 0.5,
+            "audit/cov/spearman": 0.05,
+            "audit/cov/pearson": 0.02,
+            "audit/opefo/spearman": None,  # never defined → NaN mean
+        }
+        if s == 6:
+            del rec["audit/steer/spearman"]
+        if method_key:
+            rec[method_key] = 0.9
+        if s in VAL_STEPS:
+            i = VAL_STEPS.index(s)
+            rec.update({"val/acc": val_acc[i], "val/acc_greedy": greedy[i], "val/pass@k": 0.7 + 0.01 * i})
+        lines.append(rec)
+    text = "".join(json.dumps(r) + "\n" for r in lines)
+    # a crash mid-write: truncated last line that would otherwise set best acc 0.99 and 41 steps
+    text += '{"step": 41, "entropy": 0.01, "val/acc": 0.99, "val/acc_gr'
+    (run / "metrics.jsonl").write_text(text)
+    return run
+
+
+def steer_spearman_mean() -> float:
+    odd = [0.6 for s in range(1, N_STEPS + 1, 2) if s != 5]
+    even = [0.7 for s in range(2, N_STEPS + 1, 2) if s != 6]
+    return float(np.mean(odd + even))
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> list[Path]:
+    root = tmp_path / "COMPARE"
+    a = make_run(root, "grpo-s3", "grpo")
+    b = make_run(
+        root,
+        "steer-s3",
+        "steer",
+        offset=0.1,
+        val_acc=(0.45, 0.5, 0.58, 0.6),
+        greedy=(0.5, 0.55, 0.6, 0.66),
+        method_key="steer/weight_mean",
+    )
+    return [a, b]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_load_metrics_skips_truncated_last_line_and_dedupes_steps(tmp_path: Path):
+    run = make_run(tmp_path, "r", "grpo")
+    recs = load_metrics(run)
+    assert len(recs) == N_STEPS + 1
+    assert [r["step"] for r in recs] == list(range(N_STEPS + 1))
+    assert recs[5]["audit/steer/spearman"] is None
+    # a resumed run (the writer drops the half line, then appends) re-logs step 40: the later
+    # line wins; blank trailing lines are fine
+    path = run / "metrics.jsonl"
+    text = path.read_text()
+    path.write_text(text[: text.rfind("\n") + 1] + json.dumps({"step": 40, "entropy": 0.123}) + "\n\n")
+    recs = load_metrics(run)
+    assert len(recs) == N_STEPS + 1 and recs[-1] == {"step": 40, "entropy": 0.123}
+
+
+def test_load_metrics_errors(tmp_path: Path):
+    with pytest.raises(RunDirError, match=r"metrics\.jsonl"):
+        load_metrics(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, broken\n{"step": 3}\n')
+    with pytest.raises(RunDirError, match="line 2"):
+        load_metrics(tmp_path)
+
+
+def test_load_config(tmp_path: Path):
+    assert load_config(tmp_path) == {}
+    run = make_run(tmp_path, "r", "steer")
+    assert load_config(run)["method"] == "steer"
+    (run / "config.yaml").write_text("- a list\n")
+    with pytest.raises(RunDirError, match="mapping"):
+        load_config(run)
+
+
+# ---------------------------------------------------------------- summary
+
+
+def test_summarize_run_exact_values(tmp_path: Path):
+    s = summarize_run(make_run(tmp_path, "grpo-s3", "grpo"))
+    assert (s["name"], s["method"], s["task"], s["seed"]) == ("grpo-s3", "grpo", "countdown", 3)
+    assert s["steps"] == N_STEPS
+    assert s["wall_time_s"] == pytest.approx(100.0)
+    assert s["entropy_initial"] == pytest.approx(0.9)  # mean(1.0, 0.8)
+    assert s["entropy_final"] == pytest.approx(0.25)  # mean of 0.2/0.3 alternating over 8 steps
+    assert s["entropy_retention"] == pytest.approx(0.25 / 0.9)
+    assert s["reward_final"] == pytest.approx(np.mean([0.3 + 0.01 * k for k in range(33, 41)]))
+    assert s["val_acc_warm"] == 0.3 and s["val_acc_greedy_warm"] == 0.35
+    assert s["val_acc_best"] == 0.55 and s["val_acc_best_step"] == 20
+    assert s["val_acc_final"] == 0.52
+    assert s["val_acc_greedy_best"] == 0.62 and s["val_acc_greedy_final"] == 0.61
+    assert s["val_pass_at_k_final"] == pytest.approx(0.73)
+    assert s["audit_spearman"]["steer"] == pytest.approx(steer_spearman_mean())
+    assert s["audit_spearman"]["cov"] == pytest.approx(0.05)
+    assert math.isnan(s["audit_spearman"]["opefo"])
+    assert list(s["audit_spearman"]) == ["steer", "opefo", "cov"]  # SPEC §5 order
+    assert s["audit_pearson"]["steer"] == pytest.approx(0.5)
+    # law fitted on (rollout entropy, val acc) at the validation steps
+    fit = fit_entropy_law([_entropy(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])
+    assert s["law_a"] == pytest.approx(fit.a) and s["law_b"] == pytest.approx(fit.b)
+    assert s["law_ceiling"] == pytest.approx(fit.ceiling)
+
+
+def test_summarize_run_minimal_and_short(tmp_path: Path):
+    run = tmp_path / "tiny"
+    run.mkdir()
+    # 3 entropy values: first 5 % and last 20 % are each one step; no config, no validation
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": k, "entropy": h}) + "\n" for k, h in enumerate([2, 1, 0.5], 1))
+    )
+    s = summarize_run(run)
+    assert s["name"] == "tiny" and s["method"] == "?"
+    assert s["steps"] == 3
+    assert s["entropy_retention"] == pytest.approx(0.25)
+    assert math.isnan(s["val_acc_best"]) and math.isnan(s["val_acc_warm"]) and s["val_acc_best_step"] is None
+    assert s["audit_spearman"] == {} and math.isnan(s["law_a"]) and math.isnan(s["wall_time_s"])
+
+
+def test_wall_time_from_timing_jsonl_across_a_resume(tmp_path: Path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "entropy": 1.0}) + "\n" for k in range(1, 6)))
+    assert math.isnan(wall_time(run))
+    # the lab writes time/elapsed_s to timing.jsonl; its clock restarts on --resume (after 3.0 s)
+    times = [1.0, 2.0, 3.0, 0.5, 1.5]
+    text = "".join(json.dumps({"step": k, "time/elapsed_s": t}) + "\n" for k, t in enumerate(times, 1))
+    (run / "timing.jsonl").write_text(text + '{"step": 6, "time/ela')
+    assert wall_time(run) == pytest.approx(4.5)
+    assert summarize_run(run)["wall_time_s"] == pytest.approx(4.5)
+
+
+def test_audit_table_ranks_within_run(tmp_path: Path):
+    s = summarize_run(make_run(tmp_path, "r", "grpo"))
+    rows = {r["estimator"]: r for r in audit_table([s])}
+    assert rows["steer"]["rank"] == 1 and rows["cov"]["rank"] == 2 and rows["opefo"]["rank"] is None
+
+
+def test_print_summary_rich(tmp_path: Path):
+    from rich.console import Console
+
+    run = make_run(tmp_path, "grpo-s3", "grpo")
+    console = Console(record=True, width=250)
+    print_summary([summarize_run(run)], console)
+    text = console.export_text()
+    console = Console(record=True, width=250)
+    print_summary([run], console)  # run directories are summarized on the fly
+    assert console.export_text() == text
+    assert "H retain" in text and "grpo-s3" in text and "0.28" in text
+    assert "+0.650 (1)" in text and "+0.050 (2)" in text  # audit table: mean Spearman (rank)
+
+
+# ---------------------------------------------------------------- report
+
+
+EXPECTED_PLOTS = {
+    "entropy.png",
+    "val_acc.png",
+    "reward.png",
+    "response_len.png",
+    "method.png",
+    "clip.png",
+    "flow.png",
+    "audit_spearman.png",
+    "entropy_vs_acc.png",
+}
+
+
+def test_write_report(two_runs: list[Path], tmp_path: Path):
+    out = tmp_path / "report"
+    report = write_report(two_runs, out)
+    assert report == out / "report.html"
+    plots = {p.name for p in (out / "plots").glob("*.png")}
+    assert plots == EXPECTED_PLOTS
+    html = report.read_text()
+    for name in EXPECTED_PLOTS:
+        data = (out / "plots" / name).read_bytes()
+        assert data[:8] == PNG_MAGIC
+        img = mpimg.imread(out / "plots" / name)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+        assert f"src='plots/{name}'" in html
+    assert '<table class="summary">' in html and '<table class="audit">' in html
+    assert "grpo-s3" in html and "steer-s3" in html and "H retention" in html
+    assert "0.28" in html  # grpo retention 0.25/0.9
+    assert "task: countdown" in html  # configs embedded
+    assert "http" not in html.replace("http-equiv", "")  # self-contained: no external resources
+
+    summ = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summ] == ["grpo-s3", "steer-s3"]
+    assert summ[0]["entropy_retention"] == pytest.approx(0.25 / 0.9)
+    assert summ[1]["val_acc_best"] == 0.6
+    assert summ[0]["audit_spearman"]["opefo"] is None  # NaN → null
+    md = (out / "summary.md").read_text()
+    assert md.startswith("| run | method |") and "| steer-s3 | steer |" in md and "| grpo-s3 | steer | +0.650 |" in md
+
+
+def test_write_report_without_optional_metrics(tmp_path: Path):
+    run = tmp_path / "bare"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "entropy": 1.0 / k}) + "\n" for k in range(1, 6)))
+    report = write_report([run], run)
+    assert {p.name for p in (run / "plots").glob("*.png")} == {"entropy.png"}
+    assert "No audit metrics" in report.read_text()
+    with pytest.raises(RunDirError):
+        write_report([], run)
+
+
+def test_duplicate_run_names_get_unique_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import entflow.analysis.report as report_mod
+
+    monkeypatch.setattr(report_mod, "write_plots", lambda runs, plot_dir: [])  # labels only; keep it fast
+    a = make_run(tmp_path / "x", "same", "grpo")
+    b = make_run(tmp_path / "y", "same", "steer")
+    write_report([a, b], tmp_path / "out")
+    names = [s["name"] for s in json.loads((tmp_path / "out" / "summary.json").read_text())]
+    assert names == ["same", "same #2"]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_analyze_end_to_end(two_runs: list[Path], capsys: pytest.CaptureFixture[str]):
+    from entflow.cli.main import main
+
+    assert main(["analyze", *map(str, two_runs)]) == 0
+    root = two_runs[0].parent  # common parent: runs/COMPARE/
+    assert (root / "report.html").is_file()
+    assert {p.name for p in (root / "plots").glob("*.png")} == EXPECTED_PLOTS
+    out = capsys.readouterr().out
+    assert "grpo-s3" in out and "report.html" in out.replace("\n", "")
+
+
+def test_cli_default_out_dir(tmp_path: Path):
+    from entflow.cli.analyze import default_out_dir
+
+    a, b, c = tmp_path / "C" / "a", tmp_path / "C" / "b", tmp_path / "D" / "c"
+    assert default_out_dir([a, b]) == tmp_path / "C"  # shared parent (runs/COMPARE/)
+    assert default_out_dir([a, c]) == a  # no shared parent: the first run
+    assert default_out_dir([a]) == a  # one run: its own directory (runs/NAME/report.html)
+
+
+def test_cli_analyze_single_run_with_out(two_runs: list[Path], tmp_path: Path):
+    from entflow.cli.main import main
+
+    assert main(["analyze", str(two_runs[0]), "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "report.html").is_file()
+    assert not (tmp_path / "o" / "plots" / "method.png").exists()  # grpo logs no method values
+    assert not (two_runs[0] / "report.html").exists()
+
+
+def test_cli_analyze_bad_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from entflow.cli.main import main
+
+    assert main(["analyze", str(tmp_path / "nope")]) == 2
+    assert "metrics.jsonl" in capsys.readouterr().err

@@ -22,6 +22,7 @@ def make_batch(
     group: int = 4,
     vocab: int = 6,
     off_policy: float = 0.3,
+    logit_scale: float = 1.5,
     adv: torch.Tensor | None = None,
     **extra,
 ) -> ef.TokenBatch:
@@ -30,7 +31,7 @@ def make_batch(
     ``logp`` is a leaf with grad; ``entropy`` too (its own leaf). ``advantages`` are the GRPO
     advantages of the rewards unless ``adv`` is given.
     """
-    logits = torch.randn(n, t, vocab, generator=gen, dtype=D) * 1.5
+    logits = torch.randn(n, t, vocab, generator=gen, dtype=D) * logit_scale
     ids = torch.randint(0, vocab, (n, t), generator=gen)
     logpi = torch.log_softmax(logits, -1)
     logp = logpi.gather(-1, ids.unsqueeze(-1)).squeeze(-1)

@@ -9,9 +9,9 @@ import math
 
 import pytest
 import torch
-from _methods_ref import floor_count, loss_grad, make_batch, ppo_grad_weight, ref_cov, ref_indicator, token_adv
 
 import entflow as ef
+from _methods_ref import floor_count, loss_grad, make_batch, ppo_grad_weight, ref_cov, ref_indicator, token_adv
 from entflow.errors import CompositionError
 
 

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 import torch
-from _methods_ref import loss_grad, make_batch, ppo_grad_weight
 
 import entflow as ef
+from _methods_ref import loss_grad, make_batch, ppo_grad_weight
 from entflow.errors import MissingInputError
 
 

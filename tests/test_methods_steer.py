@@ -8,9 +8,9 @@ import math
 
 import pytest
 import torch
-from _methods_ref import loss_grad, make_batch, ppo_grad_weight, ref_estimate
 
 import entflow as ef
+from _methods_ref import loss_grad, make_batch, ppo_grad_weight, ref_estimate
 from entflow.errors import MissingInputError
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("entflow.cli.compare", "train several methods side by side and report"),
     "eval": ("entflow.cli.eval", "evaluate a run's policy on the held-out set"),
     "estimators": ("entflow.cli.estimators", "compare entropy-change estimators on a tabular softmax policy"),
+    "methods": ("entflow.cli.methods", "list every method with its formula, paper and parameters"),
     "analyze": ("entflow.cli.analyze", "summary table, plots and report.html for one or more runs"),
 }
 

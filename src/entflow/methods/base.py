@@ -140,6 +140,7 @@ class Method:
     # batch fields ``shape_advantages`` reads (checked there, at ``compute_advantages`` time, so a
     # mini-batch given to ``policy_loss`` need not carry rewards); for introspection and docs
     advantage_needs: ClassVar[tuple[str, ...]] = ()
+    reads_entropy: ClassVar[bool] = False  # reads H detached: old_entropy, else entropy (SPEC §1)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

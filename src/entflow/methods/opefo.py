@@ -41,6 +41,7 @@ class OPEFO(Method):
     name = "opefo"
     formula = "w_t = 1+λ* if ΔH_t>0, 1−λ* if ΔH_t<0;  λ* = (S− − S+)/(S− + S+)"
     paper = "paper 001 Eq. 7–9, Fig. 3, Table 2 (OPEFO)"
+    reads_entropy = True
 
     variant: str = param("adaptive", one_of("adaptive", "static", "pos_only", "neg_only"), "how λ is applied")
     lam: float = param(0.001, interval(-1, 1), "fixed λ of the static variant")
@@ -74,6 +75,7 @@ class OPEFOTarget(Method):
     name = "opefo_target"
     formula = "λ = clamp(λ* + clamp(k·(H*−H)/H*, ±f_max), ±λ_max); w = 1±λ by sign of ΔH"
     paper = "ours, generalising paper 001 Eq. 8 (OPEFO)"
+    reads_entropy = True
 
     target: float | None = param(None, optional(interval(0, lo_open=True)), "target entropy H* (required)")
     k: float = param(1.0, NONNEG, "gain on the relative entropy error")

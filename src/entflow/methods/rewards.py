@@ -105,13 +105,14 @@ class GTPO(ReportsShaping, Method):
     name = "gtpo"
     formula = "R'_{i,t} = R_i + α·H_{i,t}/mean_{k∈g correct, active at t} H_{k,t} (correct i); A = (R' − μ_g)/(σ_g+ε)"
     paper = "paper 000 Table 6 (GTPO, the form we adopt)"
+    reads_entropy = True
     replaces_advantages = True
-    advantage_needs = ("rewards", "group_index", "old_entropy")
+    advantage_needs = ("rewards", "group_index")
 
     alpha: float = param(0.1, NONNEG, "entropy bonus scale α")
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
-        require_all(batch, ("rewards", "group_index"), "gtpo")
+        require_all(batch, self.advantage_needs, "gtpo")
         assert batch.rewards is not None and batch.group_index is not None
         H = batch.entropy_for_reading("gtpo").to(torch.float64)
         R = batch.rewards.to(torch.float64)

@@ -31,7 +31,7 @@ class EntropyAdvantage(ReportsShaping, Method):
     name = "entropy_advantage"
     formula = "A'_t = A_t + min(α·H_t, |A_t|/κ)"
     paper = "Cheng et al. 2025 (entropy advantage); paper 000 Table 6"
-    advantage_needs = ("old_entropy",)
+    reads_entropy = True
 
     alpha: float = param(0.4, NONNEG, "entropy scale α")
     kappa: float = param(2.0, interval(0, lo_open=True), "cap divisor κ (> 0)")
@@ -57,7 +57,8 @@ class EdgeGRPO(ReportsShaping, Method):
     name = "edge_grpo"
     formula = "Â_i = A_i · mean_g P / P_i,  P_i = mean_t H_{i,t}"
     paper = "paper 000 Table 6 (EDGE-GRPO; group mean and detach are our reading)"
-    advantage_needs = ("group_index", "old_entropy")
+    reads_entropy = True
+    advantage_needs = ("group_index",)
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         g = batch.require("group_index", "edge_grpo")

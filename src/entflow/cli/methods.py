@@ -1,0 +1,75 @@
+"""``entflow methods``: every registered entropy intervention with its formula, paper and
+parameters; ``entflow methods NAME`` shows one in full."""
+
+from __future__ import annotations
+
+import argparse
+
+HOOKS = ("clip_bounds", "shape_advantages", "token_weights", "token_loss", "loss_terms", "update")
+HOOK_WHERE = {
+    "clip_bounds": "sets the PPO clip bounds",
+    "shape_advantages": "shapes advantages in compute_advantages",
+    "token_weights": "multiplies the per-token loss by a detached weight",
+    "token_loss": "replaces the per-token loss",
+    "loss_terms": "adds terms to the loss (or reports shaping metrics)",
+    "update": "updates controller state once per rollout step",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", default=None, help="show one method in full (default: list them all)")
+
+
+def _default(v: object) -> str:
+    return repr(v)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import inspect
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from entflow.methods.base import Method, iter_registered, method_class
+
+    console = Console()
+    if args.name is None:
+        table = Table(title="entflow methods (SPEC §6) — compose with '+', e.g. clip_higher+steer", show_lines=True)
+        for col in ("name", "formula", "paper", "parameters (default)"):
+            table.add_column(col, overflow="fold")
+        for cls in iter_registered():
+            params = ", ".join(f"{f.name}={_default(f.default)}" for f in dataclasses.fields(cls)) or "—"
+            table.add_row(cls.name, cls.formula, cls.paper, params)
+        console.print(table)
+        return 0
+
+    cls = method_class(args.name)  # raises UnknownMethodError listing the known names
+    console.print(f"[bold]{cls.name}[/bold] — {cls.formula}")
+    console.print(f"paper: {cls.paper}\n")
+    console.print(inspect.cleandoc(cls.__doc__ or ""))
+    table = Table(title="parameters", show_lines=False)
+    for col in ("name", "default", "allowed", "help"):
+        table.add_column(col, overflow="fold")
+    for f in dataclasses.fields(cls):
+        check = f.metadata.get("check")
+        table.add_row(f.name, _default(f.default), check.describe if check else "any", f.metadata.get("help", ""))
+    if dataclasses.fields(cls):
+        console.print(table)
+    else:
+        console.print("parameters: none")
+    hooks = [h for h in HOOKS if getattr(cls, h) is not getattr(Method, h)]
+    console.print("hooks: " + ("; ".join(f"{h} ({HOOK_WHERE[h]})" for h in hooks) or "none (plain PPO-clip)"))
+    needs = list(cls.needs)
+    console.print(
+        "batch fields needed by policy_loss: " + (", ".join(needs) or "none beyond logp/old_logp/advantages/mask")
+    )
+    if cls.reads_entropy:
+        console.print("reads the entropy H (detached): old_entropy, else entropy")
+    if cls.advantage_needs:
+        console.print("batch fields read by compute_advantages: " + ", ".join(cls.advantage_needs))
+    if cls.state_fields:
+        console.print("state (state_dict): " + ", ".join(cls.state_fields))
+    if cls.replaces_advantages:
+        console.print("builds advantages from rewards (put it first among advantage shapers)")
+    return 0

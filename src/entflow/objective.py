@@ -14,7 +14,8 @@ import torch
 from entflow.core.advantages import group_advantages
 from entflow.core.batch import TokenBatch
 from entflow.core.flow import update_statistics
-from entflow.core.ppo import aggregate, check_clip_bounds, clip_indicator, ppo_clip_loss
+from entflow.core.ppo import AGG_MODES, aggregate, check_clip_bounds, clip_indicator, ppo_clip_loss
+from entflow.errors import ParameterError
 from entflow.methods.base import LossContext, Method, resolve_method
 
 
@@ -73,6 +74,8 @@ def policy_loss(
     """
     method = resolve_method(method)
     check_clip_bounds("policy_loss", clip_low, clip_high, dual_clip)
+    if agg not in AGG_MODES:  # checked up front so that an empty batch does not skip it
+        raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
     clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
     for name in method.needs:
         batch.require(name, f"method {method.name!r}")

@@ -47,22 +47,49 @@ def _row_stats(z: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return logp, entropy, p2.sum(-1), (p2 * logpi).sum(-1)
 
 
-def _row_grads(z: torch.Tensor, ids: torch.Tensor, g: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """Gradient w.r.t. ``z`` [R, V] of Σ g·stats, written out (π = softmax z, H = entropy).
+@torch.no_grad()
+def _row_stats_lean(rows: torch.Tensor, ids: torch.Tensor, inv_temp: float) -> tuple[torch.Tensor, ...]:
+    """:func:`_row_stats` of ``rows`` [R, V] · ``inv_temp`` (same elementwise ops, same values),
+    without autograd and with at most three ``[R, V]`` buffers alive. Used by the chunked forward."""
+    z = rows.to(_compute_dtype(rows.dtype)) * inv_temp
+    logpi = torch.log_softmax(z, dim=-1)
+    del z
+    pi = logpi.exp()
+    logp = logpi.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    tmp = torch.mul(pi, logpi)
+    entropy = -tmp.sum(-1)
+    torch.mul(pi, pi, out=tmp)
+    del pi
+    s2 = tmp.sum(-1)
+    s2l = tmp.mul_(logpi).sum(-1)
+    return logp, entropy, s2, s2l
+
+
+@torch.no_grad()
+def _row_grads(rows: torch.Tensor, ids: torch.Tensor, g: tuple[torch.Tensor, ...], inv_temp: float) -> torch.Tensor:
+    """Gradient w.r.t. ``z = rows · inv_temp`` [R, V] of Σ g·stats, written out (π = softmax z, H = entropy).
 
     ∂logp/∂z_b = δ_bk − π_b ;  ∂H/∂z_b = −π_b (log π_b + H) ;
     ∂S2/∂z_b = 2π_b (π_b − S2) ;  ∂S2L/∂z_b = π_b (2π_b log π_b + π_b − 2·S2L − S2).
+
+    Collected per row as π_b · (c0 + c1 log π_b + π_b (c2 + c3 log π_b)) + g_logp δ_bk and
+    evaluated in place, so at most three ``[R, V]`` buffers are alive.
     """
     g_logp, g_h, g_s2, g_s2l = (x.unsqueeze(-1) for x in g)
+    z = rows.to(_compute_dtype(rows.dtype)) * inv_temp
     logpi = torch.log_softmax(z, dim=-1)
+    del z
     pi = logpi.exp()
-    h = -(pi * logpi).sum(-1, keepdim=True)
-    s2 = (pi * pi).sum(-1, keepdim=True)
-    s2l = (pi * pi * logpi).sum(-1, keepdim=True)
-    grad = -g_logp * pi
-    grad -= g_h * pi * (logpi + h)
-    grad += g_s2 * 2 * pi * (pi - s2)
-    grad += g_s2l * pi * (2 * pi * logpi + pi - 2 * s2l - s2)
+    buf = torch.mul(pi, logpi)
+    h = -buf.sum(-1, keepdim=True)
+    s2l = buf.mul_(pi).sum(-1, keepdim=True)
+    s2 = torch.mul(pi, pi, out=buf).sum(-1, keepdim=True)
+    c0 = -g_logp - g_h * h - 2 * g_s2 * s2 - g_s2l * (2 * s2l + s2)
+    c1 = -g_h
+    c2 = 2 * g_s2 + g_s2l
+    c3 = 2 * g_s2l
+    grad = torch.mul(logpi, c3, out=buf).add_(c2).mul_(pi)  # π (c2 + c3 log π)
+    grad.addcmul_(logpi, c1.expand_as(logpi)).add_(c0).mul_(pi)
     grad.scatter_add_(-1, ids.unsqueeze(-1), g_logp)
     return grad
 
@@ -75,8 +102,7 @@ class _ChunkedTokenStats(torch.autograd.Function):
         cdt = _compute_dtype(logits.dtype)
         out = [torch.empty(logits.shape[0], dtype=cdt, device=logits.device) for _ in range(4)]
         for s in range(0, logits.shape[0], chunk):
-            z = logits[s : s + chunk].to(cdt) * inv_temp
-            for o, v in zip(out, _row_stats(z, ids[s : s + chunk]), strict=True):
+            for o, v in zip(out, _row_stats_lean(logits[s : s + chunk], ids[s : s + chunk], inv_temp), strict=True):
                 o[s : s + chunk] = v
         ctx.save_for_backward(logits, ids)
         ctx.inv_temp, ctx.chunk = inv_temp, chunk
@@ -86,12 +112,12 @@ class _ChunkedTokenStats(torch.autograd.Function):
     def backward(ctx, *grads):
         logits, ids = ctx.saved_tensors
         cdt = _compute_dtype(logits.dtype)
-        grads = tuple(torch.zeros(logits.shape[0], dtype=cdt) if g is None else g for g in grads)
+        grads = tuple(torch.zeros(logits.shape[0], dtype=cdt, device=logits.device) if g is None else g for g in grads)
         grad_logits = torch.empty_like(logits)
         for s in range(0, logits.shape[0], ctx.chunk):
-            z = logits[s : s + ctx.chunk].to(cdt) * ctx.inv_temp
-            gz = _row_grads(z, ids[s : s + ctx.chunk], tuple(g[s : s + ctx.chunk] for g in grads))
-            grad_logits[s : s + ctx.chunk] = (gz * ctx.inv_temp).to(logits.dtype)
+            rows, row_ids = logits[s : s + ctx.chunk], ids[s : s + ctx.chunk]
+            gz = _row_grads(rows, row_ids, tuple(g[s : s + ctx.chunk] for g in grads), ctx.inv_temp)
+            grad_logits[s : s + ctx.chunk].copy_(gz.mul_(ctx.inv_temp))
         return grad_logits, None, None, None
 
 

@@ -1,0 +1,168 @@
+"""Benchmark: chunked ``ef.token_stats`` vs a naive full-softmax computation (SPEC §3).
+
+Both compute the same four per-token statistics (logp, entropy, Σπ², Σπ² log π) of
+``[tokens, vocab]`` float32 logits. Every measurement runs in a fresh subprocess, so memory is
+measured robustly: peak extra memory = peak RSS of the process (``ru_maxrss``) minus its RSS
+just after the logits were allocated (and a small warm-up call ran). Variants are interleaved
+(order alternating per repetition) and the median of ``--runs`` repetitions is reported.
+
+    python benchmarks/token_stats.py                      # V = 151,936, 2,048 tokens, K = 128, 5 runs
+    python benchmarks/token_stats.py --tokens 256 --runs 2  # quick smoke run
+
+Variants: ``naive`` (forward), ``chunked`` (forward), ``chunked_fwd_bwd`` (forward + backward of
+a random linear combination of the four outputs; its figure includes the [tokens, vocab]
+gradient itself, which any backward must allocate). ``--naive-backward`` adds
+``naive_fwd_bwd`` (needs several GiB more memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+MIB = 1024 * 1024
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _naive(logits, ids):
+    import torch
+
+    logpi = torch.log_softmax(logits.float(), dim=-1)
+    pi = logpi.exp()
+    logp = logpi.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    entropy = -(pi * logpi).sum(-1)
+    p2 = pi * pi
+    return logp, entropy, p2.sum(-1), (p2 * logpi).sum(-1)
+
+
+def worker(variant: str, tokens: int, vocab: int, chunk: int, seed: int) -> dict:
+    import torch
+
+    import entflow as ef
+
+    torch.manual_seed(seed)
+    logits = torch.randn(tokens, vocab)  # allocated in place: no temporary copy
+    logits.mul_(2.0)
+    ids = torch.randint(0, vocab, (tokens,))
+    coef = torch.randn(4, dtype=torch.float64)
+    backward = variant.endswith("fwd_bwd")
+    if backward:
+        logits.requires_grad_(True)
+
+    def call(x, i):
+        if variant.startswith("naive"):
+            return _naive(x, i)
+        return tuple(ef.token_stats(x, i, chunk_size=chunk))
+
+    # warm-up on a small slice (kernel/thread-pool initialisation), outside the measured window
+    small = logits.detach()[: min(8, tokens)].clone().requires_grad_(backward)
+    out = call(small, ids[: small.shape[0]])
+    if backward:
+        sum(c * o.sum() for c, o in zip(coef.tolist(), out, strict=True)).backward()
+    del small, out
+
+    base = _rss_bytes()
+    t0 = time.perf_counter()
+    out = call(logits, ids)
+    if backward:
+        sum(c * o.sum() for c, o in zip(coef.tolist(), out, strict=True)).backward()
+    elapsed = time.perf_counter() - t0
+    peak = _peak_rss_bytes()
+    check = float(sum(float(o.double().sum()) for o in out))
+    return {"variant": variant, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB, "check": check}
+
+
+def run_variant(variant: str, args: argparse.Namespace, seed: int) -> dict:
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        variant,
+        "--tokens",
+        str(args.tokens),
+        "--vocab",
+        str(args.vocab),
+        "--chunk",
+        str(args.chunk),
+        "--seed",
+        str(seed),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--chunk", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-backward", action="store_true", help="skip chunked forward+backward")
+    ap.add_argument("--naive-backward", action="store_true", help="also naive forward+backward (memory-hungry)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.tokens, args.vocab, args.chunk, args.seed)))
+        return
+
+    variants = ["naive", "chunked"]
+    if not args.no_backward:
+        variants.append("chunked_fwd_bwd")
+    if args.naive_backward:
+        variants.append("naive_fwd_bwd")
+    results: dict[str, list[dict]] = {v: [] for v in variants}
+    for rep in range(args.runs):
+        order = variants if rep % 2 == 0 else variants[::-1]
+        for v in order:
+            r = run_variant(v, args, args.seed)
+            results[v].append(r)
+            print(f"run {rep + 1}/{args.runs} {v:16s} {r['time_s']:7.3f} s  {r['peak_extra_mib']:9.1f} MiB", flush=True)
+
+    checks = {v: results[v][0]["check"] for v in variants}
+    fwd = [checks[v] for v in ("naive", "chunked")]
+    rel = abs(fwd[0] - fwd[1]) / max(abs(fwd[0]), 1e-12)
+    logits_mib = args.tokens * args.vocab * 4 / MIB
+    print()
+    print(
+        f"tokens={args.tokens}, vocab={args.vocab}, float32, chunk_size={args.chunk}, "
+        f"runs={args.runs} (median; min–max), logits = {logits_mib:.0f} MiB; "
+        f"torch threads = {__import__('torch').get_num_threads()}"
+    )
+    print()
+    print("| variant | median time (s) | time min–max (s) | median peak extra memory (MiB) | memory min–max (MiB) |")
+    print("|---|---:|---:|---:|---:|")
+    med = {}
+    for v in variants:
+        ts = [r["time_s"] for r in results[v]]
+        ms = [r["peak_extra_mib"] for r in results[v]]
+        med[v] = (statistics.median(ts), statistics.median(ms))
+        print(
+            f"| {v} | {med[v][0]:.3f} | {min(ts):.3f}–{max(ts):.3f} | {med[v][1]:.0f} | {min(ms):.0f}–{max(ms):.0f} |"
+        )
+    print()
+    t_ratio = med["chunked"][0] / med["naive"][0]
+    m_ratio = med["chunked"][1] / max(med["naive"][1], 1e-9)
+    print(f"chunked / naive: time {t_ratio:.2f}×, peak extra memory {m_ratio:.3f}× (1/{1 / max(m_ratio, 1e-9):.1f})")
+    print(f"sum of all outputs, naive vs chunked: relative difference {rel:.2e}")
+    ok = m_ratio <= 1 / 8 and t_ratio <= 1.2
+    print(f"acceptance (memory ≤ 1/8 of naive at ≤ 1.2× naive time): {'PASS' if ok else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()

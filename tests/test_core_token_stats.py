@@ -1,0 +1,155 @@
+"""token_stats / entropy_from_logits against an independent float64 explicit-softmax reference (SPEC §3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import entflow as ef
+from _core_ref import ref_softmax_stats
+
+V = 37  # vocabulary of the test logits
+SHAPE = (3, 5)  # N, T → N·T = 15 rows
+
+
+def _logits(gen, dtype=torch.float32, scale=3.0, shape=SHAPE, vocab=V):
+    return (torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def _ids(gen, shape=SHAPE, vocab=V):
+    return torch.randint(0, vocab, shape, generator=gen)
+
+
+def _assert_close(got, want, tol, what):
+    assert got.shape == want.shape, what
+    err = (got.double() - want.double()).abs().max().item()
+    assert err <= tol, f"{what}: max abs error {err:.3e} > {tol:.0e}"
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.6])
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_values_match_float64_reference(gen, temperature, chunk_size):
+    logits, ids = _logits(gen), _ids(gen)
+    got = ef.token_stats(logits, ids, temperature=temperature, chunk_size=chunk_size)
+    want = ref_softmax_stats(logits, ids, temperature)
+    for name, g, w in zip(got._fields, got, want, strict=True):
+        assert g.dtype == torch.float32
+        # float32 evaluation of O(1) quantities over V=37 terms: 1e-4 absolute (SPEC §3 round-off)
+        _assert_close(g, w, 1e-4, name)
+    # sanity of the reference itself: entropy in [0, log V], sum_p2 in (0, 1]
+    assert bool((want[1] >= -1e-12).all()) and bool((want[1] <= torch.log(torch.tensor(float(V))) + 1e-9).all())
+    assert bool((want[2] > 0).all()) and bool((want[2] <= 1 + 1e-12).all())
+
+
+def test_temperature_changes_the_result(gen):
+    """The temperature is actually applied (otherwise the test above could pass by accident at T≈1)."""
+    logits, ids = _logits(gen), _ids(gen)
+    a = ef.token_stats(logits, ids, temperature=1.0).entropy
+    b = ef.token_stats(logits, ids, temperature=2.0).entropy
+    assert (a - b).abs().max().item() > 0.05
+    _assert_close(b, ref_softmax_stats(logits / 2.0, ids)[1], 1e-4, "entropy at T=2 vs logits/2")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chunk_size", [None, 6])
+def test_half_precision_input_returns_float32(gen, dtype, chunk_size):
+    logits, ids = _logits(gen, dtype=dtype), _ids(gen)
+    got = ef.token_stats(logits, ids, temperature=0.9, chunk_size=chunk_size)
+    want = ref_softmax_stats(logits, ids, 0.9)  # reference of the same (already rounded) logits
+    for name, g, w in zip(got._fields, got, want, strict=True):
+        assert g.dtype == torch.float32, name
+        _assert_close(g, w, 1e-4, f"{dtype} {name}")  # computed in float32 → float32 round-off, 1e-4
+    ent = ef.entropy_from_logits(logits, chunk_size=chunk_size)
+    assert ent.dtype == torch.float32
+    _assert_close(ent, ref_softmax_stats(logits, ids)[1], 1e-4, f"{dtype} entropy_from_logits")
+
+
+def test_float64_input_stays_float64(gen):
+    logits, ids = _logits(gen, dtype=torch.float64), _ids(gen)
+    got = ef.token_stats(logits, ids, chunk_size=4)
+    for g, w in zip(got, ref_softmax_stats(logits, ids), strict=True):
+        assert g.dtype == torch.float64
+        _assert_close(g, w, 1e-12, "float64")  # float64 round-off
+
+
+def _grads(logits, ids, coef, chunk_size, temperature=1.0):
+    x = logits.clone().requires_grad_(True)
+    out = ef.token_stats(x, ids, temperature=temperature, chunk_size=chunk_size)
+    obj = sum((c * o).sum() for c, o in zip(coef, out, strict=True))
+    (g,) = torch.autograd.grad(obj, x)
+    return out, g
+
+
+# 15 rows: 1, 2, 4, 7 and 14 do not divide 15; 5 does; 15 and 100 cover "one chunk" and "chunk > rows"
+@pytest.mark.parametrize("chunk_size", [1, 2, 4, 5, 7, 14, 15, 100])
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_chunked_equals_unchunked_values_and_gradients(gen, chunk_size, temperature):
+    logits, ids = _logits(gen), _ids(gen)
+    coef = [torch.randn(SHAPE, generator=gen) for _ in range(4)]  # random linear combination of all four
+    ref_out, ref_g = _grads(logits, ids, coef, None, temperature)
+    out, g = _grads(logits, ids, coef, chunk_size, temperature)
+    for name, a, b in zip(out._fields, out, ref_out, strict=True):
+        _assert_close(a, b, 1e-5, f"chunk={chunk_size} {name}")  # float32 round-off: 1e-5
+    _assert_close(g, ref_g, 1e-5, f"chunk={chunk_size} gradient")
+    assert g.abs().max().item() > 1e-3  # the gradient is not trivially zero
+
+
+@pytest.mark.parametrize("chunk_size", [None, 3, 7])
+@pytest.mark.parametrize("which", [0, 1, 2, 3, None])
+def test_gradients_match_float64_autograd_of_reference(gen, chunk_size, which):
+    """Each output alone (which=0..3) and all four combined (None), vs float64 autograd."""
+    logits, ids = _logits(gen), _ids(gen)
+    coef = [torch.randn(SHAPE, generator=gen) for _ in range(4)]
+    if which is not None:
+        coef = [c if i == which else torch.zeros_like(c) for i, c in enumerate(coef)]
+    _, g = _grads(logits, ids, coef, chunk_size, temperature=1.3)
+    x64 = logits.double().requires_grad_(True)
+    ref = ref_softmax_stats(x64, ids, 1.3)
+    obj = sum((c.double() * o).sum() for c, o in zip(coef, ref, strict=True))
+    (g64,) = torch.autograd.grad(obj, x64)
+    assert g.dtype == torch.float32
+    _assert_close(g, g64, 2e-5, f"gradient of output {which}")  # float32 vs float64: 2e-5 absolute
+
+
+def test_only_some_outputs_used_in_backward(gen):
+    """Backward through a chunked call where only ``logp`` is used (other grads are None)."""
+    logits, ids = _logits(gen), _ids(gen)
+    x = logits.clone().requires_grad_(True)
+    ef.token_stats(x, ids, chunk_size=4).logp.sum().backward()
+    x64 = logits.double().requires_grad_(True)
+    ref_softmax_stats(x64, ids)[0].sum().backward()
+    _assert_close(x.grad, x64.grad, 1e-5, "logp-only gradient")
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1, 4, 7])
+def test_entropy_from_logits(gen, chunk_size):
+    logits = _logits(gen, shape=(2, 3, 5))  # 3-D leading shape
+    ids = torch.zeros(2, 3, 5, dtype=torch.long)
+    x = logits.clone().requires_grad_(True)
+    ent = ef.entropy_from_logits(x, chunk_size=chunk_size)
+    assert ent.shape == (2, 3, 5) and ent.dtype == torch.float32
+    x64 = logits.double().requires_grad_(True)
+    ref = ref_softmax_stats(x64, ids)[1]
+    _assert_close(ent, ref, 1e-4, "entropy_from_logits")  # 1e-4 as above
+    c = torch.randn(2, 3, 5, generator=gen)
+    (g,) = torch.autograd.grad((c * ent).sum(), x)
+    (g64,) = torch.autograd.grad((c.double() * ref).sum(), x64)
+    _assert_close(g, g64, 2e-5, "entropy_from_logits gradient")
+
+
+def test_extreme_logits_are_finite(gen):
+    """Very peaked rows (p ≈ 1) and very large logits do not produce NaN/inf values or gradients."""
+    logits = _logits(gen, scale=1.0)
+    logits[0, 0, 3] = 80.0  # p ≈ 1 on token 3
+    logits[1] *= 1e3  # huge spread
+    ids = _ids(gen)
+    ids[0, 0] = 3
+    coef = [torch.randn(SHAPE, generator=gen) for _ in range(4)]
+    for chunk in (None, 4):
+        out, g = _grads(logits, ids, coef, chunk)
+        assert all(bool(torch.isfinite(o).all()) for o in out)
+        assert bool(torch.isfinite(g).all())
+        assert abs(out.logp[0, 0].item()) < 1e-6 and out.entropy[0, 0].item() < 1e-6
+        want = ref_softmax_stats(logits, ids)
+        for name, a, b in zip(out._fields, out, want, strict=True):
+            _assert_close(a, b, 1e-4, f"extreme {name}")

@@ -18,6 +18,7 @@ import yaml
 from entflow.analysis.diagnostics import fit_entropy_law
 from entflow.analysis.report import (
     RunDirError,
+    audit_ranking,
     audit_table,
     load_config,
     load_metrics,
@@ -174,6 +175,9 @@ def test_summarize_run_exact_values(tmp_path: Path):
     fit = fit_entropy_law([_entropy(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])
     assert s["law_a"] == pytest.approx(fit.a) and s["law_b"] == pytest.approx(fit.b)
     assert s["law_ceiling"] == pytest.approx(fit.ceiling)
+    assert math.isnan(s["law_predict_rmse"])  # 4 evaluations: too few for the 15 % early fit
+    # rising → plateau: slope over (10, 20, 30) is 0.005/step, over (20, 30, 40) it is negative
+    assert s["plateau_step"] == 20
 
 
 def test_summarize_run_minimal_and_short(tmp_path: Path):
@@ -204,10 +208,36 @@ def test_wall_time_from_timing_jsonl_across_a_resume(tmp_path: Path):
     assert summarize_run(run)["wall_time_s"] == pytest.approx(4.5)
 
 
+def test_summary_law_early_prediction(tmp_path: Path):
+    run = tmp_path / "law"
+    run.mkdir()
+    H = np.linspace(1.2, 0.2, 20)
+    acc = -0.2 * np.exp(H) + 0.9
+    acc[3:] += 0.01  # held-out points sit 0.01 above the law fitted on the first 3 (= ceil(15 % of 20))
+    lines = [{"step": k + 1, "entropy": h, "val/acc": a} for k, (h, a) in enumerate(zip(H, acc, strict=True))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    s = summarize_run(run)
+    assert s["law_predict_rmse"] == pytest.approx(0.01, abs=1e-9)
+    assert s["law_r2"] > 0.9
+
+
 def test_audit_table_ranks_within_run(tmp_path: Path):
     s = summarize_run(make_run(tmp_path, "r", "grpo"))
     rows = {r["estimator"]: r for r in audit_table([s])}
     assert rows["steer"]["rank"] == 1 and rows["cov"]["rank"] == 2 and rows["opefo"]["rank"] is None
+    assert rows["steer"]["spearman"] == pytest.approx(0.65) and rows["cov"]["pearson"] == pytest.approx(0.02)
+
+
+def test_audit_ranking_across_runs():
+    runs = [
+        {"audit_spearman": {"steer": 0.6, "cov": 0.1, "opefo": math.nan}, "audit_pearson": {"steer": 0.5}},
+        {"audit_spearman": {"steer": 0.4, "cov": 0.3, "tabular": 0.9}, "audit_pearson": {"steer": 0.3}},
+    ]
+    ranking = audit_ranking(runs)
+    assert [r["estimator"] for r in ranking] == ["tabular", "steer", "cov", "opefo"]
+    assert [r["rank"] for r in ranking] == [1, 2, 3, None]
+    assert ranking[1]["spearman"] == pytest.approx(0.5) and ranking[1]["pearson"] == pytest.approx(0.4)
+    assert ranking[0]["n_runs"] == 1 and ranking[1]["n_runs"] == 2
 
 
 def test_print_summary_rich(tmp_path: Path):
@@ -254,6 +284,7 @@ def test_write_report(two_runs: list[Path], tmp_path: Path):
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
         assert f"src='plots/{name}'" in html
     assert '<table class="summary">' in html and '<table class="audit">' in html
+    assert '<table class="ranking">' in html  # across-run estimator ranking (2 runs)
     assert "grpo-s3" in html and "steer-s3" in html and "H retention" in html
     assert "0.28" in html  # grpo retention 0.25/0.9
     assert "task: countdown" in html  # configs embedded

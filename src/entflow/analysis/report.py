@@ -25,13 +25,20 @@ from typing import Any
 import numpy as np
 import yaml
 
-from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law
+from entflow.analysis.diagnostics import (
+    AnalysisError,
+    detect_stage_transition,
+    ema,
+    fit_entropy_law,
+    predict_entropy_law,
+)
 from entflow.errors import EntflowError
 
 __all__ = [
     "AUDIT_ESTIMATORS",
     "METHOD_KEYS",
     "RunDirError",
+    "audit_ranking",
     "audit_rich_table",
     "audit_table",
     "load_config",
@@ -48,6 +55,9 @@ __all__ = [
 AUDIT_ESTIMATORS = ("steer", "sampled_logit", "opefo", "tabular", "cov")
 METHOD_KEYS = ("steer/weight_mean", "steer/weight_min", "opefo/lambda", "adaptive_entropy/coef", "pos_adv/weight")
 INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
+# early law prediction fits on the first 15 % of the evaluations: with fewer than 14 of them the
+# fit would rest on the 2-point minimum, so it is not reported
+MIN_POINTS_EARLY_PREDICTION = 14
 
 
 class RunDirError(EntflowError, ValueError):
@@ -195,7 +205,10 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     ``val_acc_best_step`` / ``val_acc_greedy_best`` (evaluations after step 0), ``val_acc_final``
     / ``val_acc_greedy_final`` / ``val_pass_at_k_final`` (last evaluation), ``audit_spearman``,
     ``audit_pearson``, ``audit_mse`` (estimator → nan-aware mean over steps), and the law fit
-    ``law_a``, ``law_b``, ``law_r2``, ``law_ceiling`` (NaN when it cannot be fitted).
+    ``law_a``, ``law_b``, ``law_r2``, ``law_ceiling`` (NaN when it cannot be fitted),
+    ``law_predict_rmse`` (paper 003 App. B.3: fit on the first 15 % of the evaluations, RMSE on the
+    rest; NaN with fewer than 14 evaluations) and ``plateau_step`` (rising → plateau, paper 004,
+    :func:`~entflow.analysis.diagnostics.detect_stage_transition` on ``val/acc``; None if none).
     Missing quantities are NaN (``None`` for the warm-start step when there is no step-0 line).
     """
     run_dir = Path(run_dir)
@@ -251,6 +264,17 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         out.update(law_a=fit.a, law_b=fit.b, law_r2=fit.r2, law_ceiling=fit.ceiling)
     except AnalysisError:
         out.update(law_a=math.nan, law_b=math.nan, law_r2=math.nan, law_ceiling=math.nan)
+    out["law_predict_rmse"] = math.nan
+    if lh.size >= MIN_POINTS_EARLY_PREDICTION:
+        try:
+            out["law_predict_rmse"] = predict_entropy_law(lh, lr, fit_frac=0.15).rmse
+        except AnalysisError:
+            pass
+    vs, va = series(records, "val/acc")
+    try:
+        out["plateau_step"] = detect_stage_transition(vs, va).step
+    except AnalysisError:
+        out["plateau_step"] = None
     return out
 
 
@@ -326,6 +350,26 @@ def audit_table(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def audit_ranking(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Estimators ranked across runs: ``{estimator, spearman, pearson, n_runs, rank}`` where
+    spearman/pearson are the means over runs of each run's mean (NaN-aware), best first."""
+    ests: list[str] = []
+    for s in summaries:
+        ests += [e for e in s.get("audit_spearman", {}) if e not in ests]
+    rows = []
+    for e in ests:
+        sp = [s.get("audit_spearman", {}).get(e, math.nan) for s in summaries]
+        pe = [s.get("audit_pearson", {}).get(e, math.nan) for s in summaries]
+        rows.append(
+            {"estimator": e, "spearman": _nanmean(sp), "pearson": _nanmean(pe), "n_runs": sum(map(math.isfinite, sp))}
+        )
+    rows.sort(key=lambda r: -r["spearman"] if math.isfinite(r["spearman"]) else math.inf)
+    rank = 0
+    for r in rows:
+        r["rank"] = (rank := rank + 1) if math.isfinite(r["spearman"]) else None
+    return rows
+
+
 # --------------------------------------------------------------------------------------------
 # Formatting
 # --------------------------------------------------------------------------------------------
@@ -346,6 +390,9 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pass@k final", "val_pass_at_k_final", ".3f"),
     ("reward final", "reward_final", ".3f"),
     ("law ceiling", "law_ceiling", ".3f"),
+    ("law R²", "law_r2", ".2f"),
+    ("law early-pred. RMSE", "law_predict_rmse", ".3f"),
+    ("plateau step", "plateau_step", ".0f"),
     ("wall s", "wall_time_s", ".0f"),
 )
 
@@ -405,7 +452,7 @@ def audit_rich_table(summaries: Sequence[dict[str, Any]]) -> Any | None:
     from rich import box
 
     ranks = {(r["run"], r["estimator"]): r["rank"] for r in audit_table(summaries)}
-    table = Table(title="estimator audit: mean Spearman vs true ΔH (rank)", box=box.SIMPLE_HEAD)
+    table = Table(title="audit: mean Spearman (rank)", box=box.SIMPLE_HEAD)
     table.add_column("estimator")
     for s in summaries:
         table.add_column(s["name"], justify="right", overflow="fold")
@@ -489,14 +536,14 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
     ``entropy.png``, ``val_acc.png``, ``reward.png``, ``response_len.png``, ``method.png``,
     ``clip.png``, ``flow.png``, ``audit_spearman.png``, ``entropy_vs_acc.png``.
     """
+    # Figure objects without pyplot: no global backend switch, no figure registry (safe to call
+    # from a notebook or a GUI session); savefig renders PNG through Agg.
     import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     plot_dir = Path(plot_dir)
     plot_dir.mkdir(parents=True, exist_ok=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     color = {label: colors[i % len(colors)] for i, (label, _) in enumerate(runs)}
     written: list[Path] = []
 
@@ -507,7 +554,6 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
         fig.tight_layout()
         path = plot_dir / name
         fig.savefig(path, dpi=100)
-        plt.close(fig)
         written.append(path)
 
     def line_panel(ax: Any, keys: Sequence[tuple[str, str]], ylabel: str, title: str, smooth: bool = False) -> bool:
@@ -543,7 +589,8 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
     def simple_plot(name: str, keys: Sequence[tuple[str, str]], ylabel: str, title: str, smooth: bool) -> None:
         if not any(has(k) for k, _ in keys):
             return
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig = Figure(figsize=(7, 4))
+        ax = fig.subplots()
         line_panel(ax, keys, ylabel, title, smooth)
         save(fig, name)
 
@@ -560,7 +607,8 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
     simple_plot("response_len.png", [("response/len_mean", "-")], "tokens", "Mean response length", False)
     present = [k for k in METHOD_KEYS if has(k)]
     if present:
-        fig, axes = plt.subplots(len(present), 1, figsize=(7, 2.6 * len(present)), squeeze=False)
+        fig = Figure(figsize=(7, 2.6 * len(present)))
+        axes = fig.subplots(len(present), 1, squeeze=False)
         for ax, key in zip(axes[:, 0], present, strict=True):
             line_panel(ax, [(key, "-")], key, f"method value {key}")
         save(fig, "method.png")
@@ -584,14 +632,16 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
         ests += [e for e in _audit_estimators(recs) if e not in ests]
     ests = [e for e in ests if has(f"audit/{e}/spearman")]
     if ests:
-        fig, axes = plt.subplots(len(ests), 1, figsize=(7, 2.4 * len(ests)), squeeze=False, sharex=True)
+        fig = Figure(figsize=(7, 2.4 * len(ests)))
+        axes = fig.subplots(len(ests), 1, squeeze=False, sharex=True)
         for ax, est in zip(axes[:, 0], ests, strict=True):
             line_panel(ax, [(f"audit/{est}/spearman", "-")], "Spearman", f"estimator {est}: Spearman vs true ΔH")
             ax.axhline(0, color="k", lw=0.5)
         save(fig, "audit_spearman.png")
 
     if has("val/acc"):
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig = Figure(figsize=(6, 4.5))
+        ax = fig.subplots()
         drawn = False
         for label, recs in runs:
             _, h, r, src = law_points(recs)
@@ -610,7 +660,8 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
                 "--",
                 color=color[label],
                 lw=1.2,
-                label=f"{label}: R=−{fit.a:.3g}·e^H+{fit.b:.3g} (R²={_fmt(fit.r2, '.2f')}, ceiling {fit.ceiling:.3f})",
+                label=f"{label}: R = {-fit.a:+.3g}·e^H {fit.b:+.3g} "
+                f"(R²={_fmt(fit.r2, '.2f')}, ceiling {fit.ceiling:.3f})",
             )
         if drawn:
             ax.set_xlabel("policy entropy H (nats)")
@@ -619,8 +670,6 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
             save(fig, "entropy_vs_acc.png")
-        else:
-            plt.close(fig)
     return written
 
 
@@ -694,6 +743,25 @@ def _render_html(
                 cls="audit",
             )
         )
+        if len(summaries) > 1:
+            parts.append("<h3>Ranking across runs</h3>")
+            parts.append(
+                _html_table(
+                    ["rank", "estimator", "mean Spearman (over runs)", "mean Pearson (over runs)", "runs with data"],
+                    [
+                        [
+                            _fmt(r["rank"], "d"),
+                            r["estimator"],
+                            _fmt(r["spearman"], "+.3f"),
+                            _fmt(r["pearson"], "+.3f"),
+                            str(r["n_runs"]),
+                        ]
+                        for r in audit_ranking(summaries)
+                    ],
+                    left=2,
+                    cls="ranking",
+                )
+            )
     else:
         parts.append("<p class='note'>No audit metrics in these runs.</p>")
     parts.append("<h2>Plots</h2>")

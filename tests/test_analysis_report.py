@@ -303,8 +303,11 @@ def test_write_report_without_optional_metrics(tmp_path: Path):
     run = tmp_path / "bare"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "entropy": 1.0 / k}) + "\n" for k in range(1, 6)))
+    (run / "plots").mkdir()
+    (run / "plots" / "clip.png").write_bytes(b"stale")  # ours, from an earlier report: removed
+    (run / "plots" / "mine.png").write_bytes(b"user")  # not ours: kept
     report = write_report([run], run)
-    assert {p.name for p in (run / "plots").glob("*.png")} == {"entropy.png"}
+    assert {p.name for p in (run / "plots").glob("*.png")} == {"entropy.png", "mine.png"}
     assert "No audit metrics" in report.read_text()
     with pytest.raises(RunDirError):
         write_report([], run)

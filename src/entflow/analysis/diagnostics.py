@@ -1,18 +1,15 @@
 """Diagnostics of SPEC §9 as pure functions: no trainer, no I/O, no global state.
 
-=============================  ==========================================================
-function                       source
-=============================  ==========================================================
-:func:`fit_entropy_law`        paper 003 (Cui et al.) §2, Eq. R = −a·exp(H) + b
-:func:`predict_entropy_law`    paper 003 App. B.3 (fit on the first 15 % of steps)
-:func:`ngram_diversity`        paper 002 (Jin et al.) App. C.1, Eq. 8 (Li et al., 2016)
-:func:`self_bleu`, :func:`bleu`  paper 002 App. C.1 (Zhu et al., 2018); BLEU: Papineni et al., 2002
-:func:`calibration`            paper 002 §5.3 (mean token log-prob, correct vs incorrect)
-:func:`ema`                    paper 002 App. D.3 (β = 0.6)
-:func:`positional_entropy`     paper 004 (Deng et al.) Fig. 6a
-:func:`grad_norm_proxy`        paper 004 Eq. 4 / Eq. 12
-:func:`detect_stage_transition`  paper 004 §"Stage-level dynamics" (rising → plateau)
-=============================  ==========================================================
+* :func:`fit_entropy_law` — paper 003 (Cui et al.) §2: R = −a·exp(H) + b, ceiling −a + b
+* :func:`predict_entropy_law` — paper 003 App. B.3: fit on the first 15 % of steps, RMSE on the rest
+* :func:`ngram_diversity`, :func:`ngram_diversity_per_n` — paper 002 (Jin et al.) App. C.1, Eq. 8
+  (Li et al., 2016)
+* :func:`self_bleu`, :func:`bleu` — paper 002 App. C.1 (Zhu et al., 2018); BLEU of Papineni et al.
+* :func:`calibration` — paper 002 §5.3: mean token log-prob of correct vs incorrect responses
+* :func:`ema` — paper 002 App. D.3 (β = 0.6)
+* :func:`positional_entropy` — paper 004 (Deng et al.) Fig. 6a
+* :func:`grad_norm_proxy` — paper 004 Eq. 4
+* :func:`detect_stage_transition` — paper 004, rising → plateau stage
 
 Array inputs may be Python sequences, NumPy arrays or (detached) torch tensors, except
 :func:`grad_norm_proxy`, which is a tensor function.

@@ -55,6 +55,17 @@ __all__ = [
 AUDIT_ESTIMATORS = ("steer", "sampled_logit", "opefo", "tabular", "cov")
 METHOD_KEYS = ("steer/weight_mean", "steer/weight_min", "opefo/lambda", "adaptive_entropy/coef", "pos_adv/weight")
 INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
+PLOT_NAMES = (
+    "entropy.png",
+    "val_acc.png",
+    "reward.png",
+    "response_len.png",
+    "method.png",
+    "clip.png",
+    "flow.png",
+    "audit_spearman.png",
+    "entropy_vs_acc.png",
+)
 # early law prediction fits on the first 15 % of the evaluations: with fewer than 14 of them the
 # fit would rest on the 2-point minimum, so it is not reported
 MIN_POINTS_EARLY_PREDICTION = 14
@@ -797,8 +808,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     for s, label in zip(summaries, labels, strict=True):
         s["name"] = label
     plot_dir = out / "plots"
-    for old in plot_dir.glob("*.png") if plot_dir.is_dir() else []:
-        old.unlink()  # a plot that no longer applies must not linger next to a fresh report
+    for name in PLOT_NAMES:  # a plot of ours that no longer applies must not linger (others' files stay)
+        (plot_dir / name).unlink(missing_ok=True)
     plots = write_plots([(label, load_metrics(d)) for label, d in zip(labels, dirs, strict=True)], plot_dir)
     (out / "summary.md").write_text(summary_markdown(summaries), encoding="utf-8")
     (out / "summary.json").write_text(

@@ -137,6 +137,11 @@ def test_bleu_clipping_closest_ref_length_and_smoothing():
     # the only reference longer: BP = exp(1 − 4/3)
     assert bleu("abc", ["abcd"], max_n=1) == pytest.approx(math.exp(1 - 4 / 3))
     assert bleu("", ["abc"]) == 0.0
+    assert bleu("abcabc", ["xyz"]) == 0.0  # no token in common: 0 even when smoothed (NLTK)
+    # shorter than max_n: geometric mean over the orders that exist (1 and 2): p1 = 1, p2 = 1/2
+    assert bleu("ab", ["ab", "ba"], smoothing=None) == pytest.approx(1.0)
+    # "aba" vs "abab": p1 = p2 = p3 = 1, no 4-gram (not a zero precision); BP = exp(1 − 4/3)
+    assert bleu("aba", ["abab"], max_n=4, smoothing=None) == pytest.approx(math.exp(1 - 4 / 3))
     with pytest.raises(AnalysisError):
         bleu("abc", [])
 

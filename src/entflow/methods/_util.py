@@ -53,12 +53,16 @@ def group_inverse(group_index: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
     """The ``q`` quantile of a 1-D tensor with linear interpolation (as ``torch.quantile``,
-    without its 16M-element limit). Returns a 0-d tensor."""
-    s = values.sort().values
-    pos = q * (s.numel() - 1)
+    without its 16M-element limit), by two O(n) selections instead of a sort. 0-d tensor."""
+    n = values.numel()
+    pos = q * (n - 1)
     lo = math.floor(pos)
-    hi = min(lo + 1, s.numel() - 1)
-    return s[lo] + (pos - lo) * (s[hi] - s[lo])
+    hi = min(lo + 1, n - 1)
+    v_lo = values.kthvalue(lo + 1).values
+    if pos == lo:
+        return v_lo
+    v_hi = values.kthvalue(hi + 1).values
+    return v_lo + (pos - lo) * (v_hi - v_lo)
 
 
 def masked_extreme(x: torch.Tensor, valid: torch.Tensor, ids: torch.Tensor | None, largest: bool) -> torch.Tensor:

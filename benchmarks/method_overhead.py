@@ -1,0 +1,251 @@
+"""Per-method overhead of ``compute_advantages`` + ``policy_loss`` + backward, relative to grpo.
+
+Two cases, every method interleaved with grpo in the same loop (one step of each method per
+round, the order reshuffled every round with a fixed seed), median over rounds:
+
+(a) tensors: ``[N, T]`` float32 token statistics, ``logp`` (and ``entropy``) leaves with grad.
+(b) model: a small Llama (built in-process from ``LlamaConfig``, no hub) forward →
+    ``ef.token_stats`` → ``compute_advantages`` + ``policy_loss`` → backward on an ``[N, T]``
+    batch. Rollout-time fields (old_logp, old_entropy, rewards, groups) are precomputed, as a
+    trainer has them. ``kl_ref`` is timed twice: with ``ref_logp`` precomputed, and with the
+    extra no-grad forward of a reference model inside the step ("kl_ref+ref_fwd"), which is
+    what it costs in a trainer that does not cache reference log-probs.
+
+Usage::
+
+    python benchmarks/method_overhead.py                       # both cases, defaults below
+    python benchmarks/method_overhead.py --case a --rounds 15
+    python benchmarks/method_overhead.py --t-model 128 --wall --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import entflow as ef
+
+CLOCK = time.process_time
+PARAMS = {"opefo_target": {"target": 1.0}, "quadrant": {"preset": "uplift"}, "pos_adv_reweight": {}}
+# the work each method adds, for the acceptance rule (token weighting / advantage shaping ≤ 1.05×)
+KIND = {
+    "grpo": "baseline",
+    "entropy_bonus": "loss term (entropy with grad)",
+    "adaptive_entropy": "loss term (entropy with grad)",
+    "kl_ref": "loss term (ref_logp)",
+    "kl_ref+ref_fwd": "loss term + reference forward",
+    "kl_cov": "per-token loss",
+}
+
+
+def kind_of(name: str) -> str:
+    if name in KIND:
+        return KIND[name]
+    if name.startswith("clip_") and name not in ("clip_cov",):
+        return "clip bounds"
+    m = ef.get_method(name, **PARAMS.get(name, {}))
+    return "advantage shaping" if m.overrides("shape_advantages") else "token weighting"
+
+
+def method_names() -> list[str]:
+    return ef.list_methods()
+
+
+def build(name: str) -> ef.Method:
+    return ef.get_method(name, **PARAMS.get(name, {}))
+
+
+def interleave(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2, seed: int = 0) -> dict[str, float]:
+    """Median seconds per step of each callable, run round-robin in a shuffled order.
+
+    Time is this process's CPU time (``time.process_time``) by default — on a shared machine
+    wall-clock time mostly measures the neighbours; ``CLOCK = time.perf_counter`` for wall time.
+    """
+    rng = random.Random(seed)
+    names = list(steps)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(warmup + rounds):
+        rng.shuffle(names)
+        for n in names:
+            t0 = CLOCK()
+            steps[n]()
+            dt = CLOCK() - t0
+            if r >= warmup:
+                times[n].append(dt)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def rollout_fields(n: int, t: int, group: int, gen: torch.Generator) -> dict:
+    lengths = torch.randint(t // 4, t + 1, (n,), generator=gen)
+    mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    return dict(
+        mask=mask,
+        rewards=torch.randint(0, 2, (n,), generator=gen).float(),
+        group_index=torch.arange(n) // group,
+        step=3,
+        total_steps=10,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# (a) tensors
+# ------------------------------------------------------------------------------------------
+
+
+def case_tensors(n: int, t: int, rounds: int) -> dict[str, float]:
+    gen = torch.Generator().manual_seed(0)
+    f = rollout_fields(n, t, 8, gen)
+    base_logp = -torch.rand(n, t, generator=gen) * 3
+    old_logp = base_logp + 0.05 * torch.randn(n, t, generator=gen)
+    old_entropy = torch.rand(n, t, generator=gen) * 2
+    ref_logp = base_logp + 0.1 * torch.randn(n, t, generator=gen)
+    steps = {}
+    for name in method_names():
+        method = build(name)
+
+        def step(method: ef.Method = method) -> None:
+            logp = base_logp.clone().requires_grad_(True)
+            entropy = old_entropy.clone().requires_grad_(True)
+            b = ef.TokenBatch(logp, old_logp, None, f["mask"], entropy=entropy, old_entropy=old_entropy,
+                              ref_logp=ref_logp, rewards=f["rewards"], group_index=f["group_index"],
+                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+            adv = ef.compute_advantages(b, method)
+            b = ef.TokenBatch(logp, old_logp, adv, f["mask"], entropy=entropy, old_entropy=old_entropy,
+                              ref_logp=ref_logp, group_index=f["group_index"],
+                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+            ef.policy_loss(b, method).loss.backward()
+
+        steps[name] = step
+    return interleave(steps, rounds)
+
+
+# ------------------------------------------------------------------------------------------
+# (b) a small transformer
+# ------------------------------------------------------------------------------------------
+
+
+def tiny_llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+    )
+    return LlamaForCausalLM(cfg).float()
+
+
+def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int) -> tuple[dict[str, float], dict]:
+    gen = torch.Generator().manual_seed(1)
+    policy = tiny_llama(vocab, hidden, layers, seed=0)
+    ref = tiny_llama(vocab, hidden, layers, seed=1).eval()
+    ids = torch.randint(0, vocab, (n, t + 1), generator=gen)
+    f = rollout_fields(n, t, 8, gen)
+
+    def stats(model: torch.nn.Module) -> ef.TokenStats:
+        logits = model(input_ids=ids[:, :-1]).logits
+        return ef.token_stats(logits, ids[:, 1:])
+
+    with torch.no_grad():
+        old = stats(policy)
+        ref_logp = stats(ref).logp
+    old_logp, old_entropy = old.logp.detach(), old.entropy.detach()
+
+    def make_step(method: ef.Method, ref_forward: bool = False) -> Callable[[], None]:
+        def step() -> None:
+            policy.zero_grad(set_to_none=True)
+            if ref_forward:
+                with torch.no_grad():
+                    rl = stats(ref).logp
+            else:
+                rl = ref_logp
+            s = stats(policy)
+            b = ef.TokenBatch(s.logp, old_logp, None, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
+                              ref_logp=rl, rewards=f["rewards"], group_index=f["group_index"],
+                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+            adv = ef.compute_advantages(b, method)
+            b = ef.TokenBatch(s.logp, old_logp, adv, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
+                              ref_logp=rl, group_index=f["group_index"],
+                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+            ef.policy_loss(b, method).loss.backward()
+
+        return step
+
+    steps = {name: make_step(build(name)) for name in method_names()}
+    steps["kl_ref+ref_fwd"] = make_step(build("kl_ref"), ref_forward=True)
+    n_params = sum(p.numel() for p in policy.parameters())
+    return interleave(steps, rounds, warmup=1), {"params": n_params}
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    cols = list(results)
+    names = sorted({n for r in results.values() for n in r}, key=lambda n: (n != "grpo", n))
+    head = "| method | work | " + " | ".join(f"{c}: ms | {c}: × grpo" for c in cols) + " |"
+    sep = "|---|---|" + "---:|---:|" * len(cols)
+    rows = [head, sep]
+    for n in names:
+        cells = []
+        for c in cols:
+            r = results[c]
+            if n in r:
+                cells += [f"{1e3 * r[n]:.1f}", f"{r[n] / r['grpo']:.3f}"]
+            else:
+                cells += ["—", "—"]
+        rows.append(f"| {n} | {kind_of(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=["a", "b", "both"], default="both")
+    ap.add_argument("--n", type=int, default=64, help="responses per batch [64]")
+    ap.add_argument("--t", type=int, default=1024, help="tokens per response, case (a) [1024]")
+    ap.add_argument("--t-model", type=int, default=128, help="tokens per response, case (b) [128]")
+    ap.add_argument("--rounds", type=int, default=15, help="timed rounds per case [15]")
+    ap.add_argument("--rounds-model", type=int, default=7, help="timed rounds, case (b) [7]")
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads [1: CPU time = work]")
+    ap.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter if args.wall else time.process_time
+    torch.set_num_threads(args.threads)
+
+    results: dict[str, dict[str, float]] = {}
+    info = [
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
+    ]
+    if args.case in ("a", "both"):
+        t0 = time.perf_counter()
+        results[f"(a) [{args.n},{args.t}]"] = case_tensors(args.n, args.t, args.rounds)
+        info.append(f"(a) tensors [{args.n}, {args.t}] float32, {args.rounds} rounds, {time.perf_counter() - t0:.0f}s")
+    if args.case in ("b", "both"):
+        t0 = time.perf_counter()
+        res, meta = case_model(args.n, args.t_model, args.rounds_model, args.vocab, args.hidden, args.layers)
+        results[f"(b) model [{args.n},{args.t_model}]"] = res
+        info.append(
+            f"(b) Llama {args.layers} layers, hidden {args.hidden}, vocab {args.vocab} ({meta['params'] / 1e6:.2f} M "
+            f"params), batch [{args.n}, {args.t_model}], {args.rounds_model} rounds, {time.perf_counter() - t0:.0f}s"
+        )
+    print("\n".join(info))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -65,7 +65,7 @@ class Unlikeliness(ReportsShaping, Method):
         assert batch.rewards is not None and batch.group_index is not None
         R = batch.rewards.to(torch.float64)
         g = batch.group_index
-        inv, _ = group_inverse(g)
+        inv, _ = group_inverse(g.to(R.device))
         score = response_mean(batch.old_logp.detach().to(torch.float64), batch.valid)
         rank, size = _rank_in_group(score, inv)
         R2 = R * (1 - self.beta * rank / size)  # He et al.: unlikeliness reward
@@ -117,7 +117,7 @@ class GTPO(ReportsShaping, Method):
         H = batch.entropy_for_reading("gtpo").to(torch.float64)
         R = batch.rewards.to(torch.float64)
         valid = batch.valid
-        inv, k = group_inverse(batch.group_index)
+        inv, k = group_inverse(batch.group_index.to(H.device))
         mean, std = group_stats(R, batch.group_index)
         active = (R > CORRECT).unsqueeze(-1) & valid  # correct responses' tokens
         Hm = H.masked_fill(~active, 0)

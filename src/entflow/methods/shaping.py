@@ -66,7 +66,7 @@ class EdgeGRPO(ReportsShaping, Method):
         H = batch.entropy_for_reading("edge_grpo").to(torch.float64)
         P = response_mean(H, valid)
         nonempty = valid.any(-1).to(torch.float64)
-        inv, k = group_inverse(g)
+        inv, k = group_inverse(g.to(P.device))
         tot = torch.zeros(k, dtype=P.dtype, device=P.device).index_add_(0, inv, P * nonempty)
         cnt = torch.zeros(k, dtype=P.dtype, device=P.device).index_add_(0, inv, nonempty)
         Pbar = (tot / cnt.clamp(min=1))[inv]

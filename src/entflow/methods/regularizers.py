@@ -80,7 +80,7 @@ class AdaptiveEntropy(Method):
         c = self.coef if self.active else 0.0
         ctx.metrics["adaptive_entropy/coef"] = float(self.coef)
         ctx.metrics["adaptive_entropy/active"] = float(self.active)
-        return {"adaptive_entropy/loss": -c * agg(H)}
+        return {"adaptive_entropy/loss": -c * agg(H)}  # Skywork-OR1 / paper 002 §3.2: −c_k·H when on
 
     def update(self, metrics: dict[str, Any]) -> None:
         if "entropy" not in metrics:

@@ -86,7 +86,7 @@ class PosAdvReweight(Method):
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         lam = self.current_weight(ctx.batch)
         ctx.metrics["pos_adv/weight"] = float(lam)
-        return torch.where(ctx.adv > 0, lam, torch.ones_like(ctx.adv))
+        return torch.where(ctx.adv > 0, lam, torch.ones_like(ctx.adv))  # paper 002 §7.3: λ on A>0 tokens
 
     def update(self, metrics: dict[str, Any]) -> None:
         if self.schedule != "entropy":
@@ -111,7 +111,7 @@ class PositiveOnly(Method):
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         zero = (ctx.adv < 0) & ctx.valid
         ctx.metrics["positive_only/n_zeroed"] = float(zero.sum())
-        return (~zero).to(ctx.adv.dtype)
+        return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A<0 tokens
 
 
 @register
@@ -126,7 +126,7 @@ class NegativeOnly(Method):
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         zero = (ctx.adv > 0) & ctx.valid
         ctx.metrics["negative_only/n_zeroed"] = float(zero.sum())
-        return (~zero).to(ctx.adv.dtype)
+        return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A>0 tokens
 
 
 @register
@@ -156,4 +156,4 @@ class RandPosClip(Method):
         cand = valid & (ctx.adv > 0)
         sel = pick_random(cand, selection_count(self.ratio, int(valid.sum())), self.generator)
         ctx.metrics["rand_pos_clip/n_selected"] = float(sel.sum())
-        return (~sel).to(ctx.adv.dtype)
+        return (~sel).to(ctx.adv.dtype)  # paper 002 App. E.2: zero a random subset of A>0 tokens

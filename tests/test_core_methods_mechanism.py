@@ -327,3 +327,25 @@ def test_clip_free_cuts_nothing():
     assert (-1, 0.75) not in _zero_grad_tokens("clip_lower") and (-1, 0.75) in _zero_grad_tokens("grpo")
     assert (-1, 0.85) in _zero_grad_tokens("clip_tighter")
     assert (1, 5.5) not in _zero_grad_tokens("clip_extreme") and (1, 7.0) in _zero_grad_tokens("clip_extreme")
+
+
+@dataclass(repr=False)
+class ZeroFirstToken(Method):
+    name = "tst_zero_first"
+
+    def token_weights(self, ctx):
+        w = torch.ones_like(ctx.adv)
+        w[:, 0] = 0.0
+        return w
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_zeroed_tokens_still_count_in_the_denominator(gen, agg):
+    """SPEC §4: a token a method zeroes keeps its place in the denominator (Clip-Cov, forking)."""
+    batch = _batch(gen)
+    (g0,) = torch.autograd.grad(ef.policy_loss(batch, agg=agg).loss, batch.logp)
+    out = ef.policy_loss(batch, method=ZeroFirstToken(), agg=agg)
+    (g,) = torch.autograd.grad(out.loss, batch.logp)
+    assert bool((g[:, 0] == 0).all())
+    # every other token's gradient is unchanged: same denominator as without the method
+    assert torch.allclose(g[:, 1:], g0[:, 1:], rtol=0, atol=1e-15)

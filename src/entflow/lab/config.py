@@ -25,8 +25,9 @@ class TrainConfig:
     seed: int = 0
     # task and policy
     task: str = "countdown"
+    task_params: dict[str, Any] = field(default_factory=dict)  # e.g. {validation_size: 32}
     policy_path: str | None = None  # a saved policy; None = the cached warm start (pretrained if missing)
-    pretrain_steps: int | None = None  # override the warm start's step count (None = its default)
+    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides for the warm start
     # method
     method: str = "grpo"  # any registered name or composition "a+b"
     method_params: dict[str, Any] = field(default_factory=dict)
@@ -103,11 +104,20 @@ class TrainConfig:
         need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
         need(self.threads >= 1, "threads", "must be >= 1")
         need(self.chunk_size is None or self.chunk_size >= 1, "chunk_size", "must be >= 1 or null")
-        need(self.pretrain_steps is None or self.pretrain_steps >= 1, "pretrain_steps", "must be >= 1 or null")
+        try:
+            self.pretrain_config().validate()
+        except (EntflowError, TypeError) as e:
+            raise ConfigError("pretrain", str(e)) from e
         need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")
         from entflow.lab.tasks import TASKS
 
         need(self.task in TASKS, "task", f"must be one of {sorted(TASKS)}")
+        try:
+            from entflow.lab.tasks import get_task
+
+            get_task(self.task, **self.task_params)
+        except (EntflowError, TypeError) as e:
+            raise ConfigError("task_params", str(e)) from e
         if self.strict_on_policy:
             need(self.ppo_epochs == 1, "ppo_epochs", "must be 1 when strict_on_policy is true")
             need(self.mini_batches == 1, "mini_batches", "must be 1 when strict_on_policy is true")
@@ -116,6 +126,12 @@ class TrainConfig:
         except EntflowError as e:
             key = "method" if "param" not in type(e).__name__.lower() else "method_params"
             raise ConfigError(key, str(e)) from e
+
+    def pretrain_config(self):
+        """The warm start this run uses when ``policy_path`` is not given."""
+        from entflow.lab.pretrain import PretrainConfig
+
+        return PretrainConfig(**({"task": self.task, "task_params": self.task_params} | self.pretrain))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -147,7 +163,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(text, "overrides are written key=value")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    raw = raw.strip()
+    for number in (int, float):  # YAML 1.1 reads "3e-4" as a string; a user means a number
+        try:
+            return key.strip(), number(raw)
+        except ValueError:
+            pass
+    return key.strip(), yaml.safe_load(raw) if raw else None
 
 
 def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:

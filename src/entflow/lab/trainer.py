@@ -294,18 +294,27 @@ def resolve_policy(cfg: TrainConfig) -> Path:
     """The warm-started policy this run starts from (pretrained and cached on first use)."""
     if cfg.policy_path:
         return Path(cfg.policy_path)
-    from entflow.lab.pretrain import PretrainConfig, pretrain
+    from entflow.lab.pretrain import pretrain
 
-    overrides = {"steps": cfg.pretrain_steps} if cfg.pretrain_steps else {}
-    return pretrain(PretrainConfig(task=cfg.task, **overrides), progress=cfg.progress)
+    return pretrain(cfg.pretrain_config(), progress=cfg.progress)
 
 
 def validate_policy(model, tokenizer, task, cfg: TrainConfig, step: int) -> dict[str, float]:
+    """Held-out accuracy at temperature 1 over ``eval_k`` samples (avg@k, pass@k), greedy
+    accuracy, entropy and distinct correct answers, as ``val/*`` metrics."""
     from entflow.lab.pretrain import evaluate
 
-    torch.manual_seed(step_seed(cfg.seed + 1, step))
-    res = evaluate(model, tokenizer, task, task.validation_set(), k=cfg.eval_k, temperature=cfg.temperature)
-    return {f"val/{k}": float(v) for k, v in res.items()}
+    res = evaluate(
+        model,
+        tokenizer,
+        task,
+        task.validation_set(),
+        k=cfg.eval_k,
+        temperature=cfg.temperature,
+        greedy=True,
+        seed=step_seed(cfg.seed + 1, step),
+    )
+    return {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
 
 
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
@@ -338,7 +347,7 @@ def train(
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    task = get_task(cfg.task)
+    task = get_task(cfg.task, **cfg.task_params)
     policy_path = resolve_policy(cfg)
     model, tokenizer = load_policy(policy_path)
     method = get_method(cfg.method, **cfg.method_params)

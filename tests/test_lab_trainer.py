@@ -106,15 +106,15 @@ def test_resume_is_bit_identical(tmp_path, micro_policy):
     kw = {"name": "r", "method": "adaptive_entropy", "method_params": {"target": 10.0, "delta": 0.01}}
     full = train(micro_config(tmp_path / "a", micro_policy, **kw))
 
-    class Stop(Exception):
+    class StopError(Exception):
         pass
 
     def stop_at_2(record):
         if record["step"] == 2:
-            raise Stop  # after step 2's metrics are written, before its checkpoint
+            raise StopError  # after step 2's metrics are written, before its checkpoint
 
     cfg = micro_config(tmp_path / "b", micro_policy, **kw)
-    with pytest.raises(Stop):
+    with pytest.raises(StopError):
         train(cfg, on_step=stop_at_2)
     assert [r["step"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [0, 1, 2]
     resumed = train(micro_config(tmp_path / "b", micro_policy, **kw), resume=True)

@@ -1,0 +1,398 @@
+"""Warm start (SPEC §10): a short supervised phase on a task's solution traces, cached on disk.
+
+``pretrain(cfg)`` trains the tiny policy on ``[<bos> prompt | response <eos>]`` sequences with
+the loss on response tokens (and the final ``<eos>``) only. Each training problem gets a trace
+drawn at random from *all* its correct answers, so the warm policy spreads probability over
+several solutions (entropy GRPO can collapse). The result — model, tokenizer and
+``entflow_pretrain.json`` (the config, its hash, the warm-start evaluation, timing) — is written
+atomically to ``cache_dir/<task>-<hash>``; an existing directory is reused without training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from entflow.errors import ParameterError
+from entflow.lab.policy import (
+    PolicyConfig,
+    build_policy,
+    build_tokenizer,
+    count_parameters,
+    decode_responses,
+    encode_prompts,
+    response_mask,
+)
+from entflow.lab.tasks import Problem, Task, get_task
+
+#: bump when the trace format, tokenizer layout or training recipe changes: old caches become stale
+FORMAT_VERSION = 1
+INFO_FILE = "entflow_pretrain.json"
+# fields that do not change what is trained, so they are left out of the cache key
+_NOT_HASHED = ("threads",)
+
+
+@dataclass
+class PretrainConfig:
+    """Supervised warm start. The defaults finish in about a minute on 2 CPU cores and leave the
+    countdown policy at roughly 30–35 % validation accuracy (temperature 1, seeds 0 and 1) with
+    mean token entropy ≈ 0.5 nats — room for GRPO to gain accuracy and to collapse entropy."""
+
+    task: str = "countdown"
+    task_params: dict[str, Any] = field(default_factory=dict)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_k: int = 4  # samples per validation problem in the warm-start evaluation
+    threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
+
+    def validate(self) -> None:
+        def need(ok: bool, param: str, what: str) -> None:
+            if not ok:
+                raise ParameterError("PretrainConfig", param, f"{what}, got {getattr(self, param)!r}")
+
+        need(self.steps >= 1, "steps", "must be >= 1")
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a finite number > 0")
+        need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
+        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(self.grad_clip > 0, "grad_clip", "must be > 0")
+        need(self.eval_k >= 1, "eval_k", "must be >= 1")
+        need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
+        if isinstance(self.policy, dict):
+            self.policy = PolicyConfig(**self.policy)
+        self.policy.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PretrainConfig:
+        d = dict(d)
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ParameterError("PretrainConfig", unknown[0], "is not a PretrainConfig field")
+        if isinstance(d.get("policy"), dict):
+            d["policy"] = PolicyConfig(**d["policy"])
+        return cls(**d)
+
+    def key(self) -> str:
+        """Hash of everything that changes the trained policy (12 hex digits)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        blob = json.dumps({"format": FORMAT_VERSION, "config": d}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ENTFLOW_CACHE") or Path.home() / ".cache" / "entflow")
+
+
+def cache_path(cfg: PretrainConfig, cache_dir: str | Path | None = None) -> Path:
+    """Where ``pretrain(cfg, cache_dir)`` puts (or finds) its policy."""
+    return Path(cache_dir if cache_dir is not None else default_cache_dir()) / f"{cfg.task}-{cfg.key()}"
+
+
+# --------------------------------------------------------------------------------------------
+# data
+
+
+def _char_ids(tokenizer) -> dict[str, int]:
+    table = getattr(tokenizer, "_entflow_char_to_id", None)
+    if table is None:
+        table = {t: i for t, i in tokenizer.get_vocab().items() if len(t) == 1}
+        tokenizer._entflow_char_to_id = table
+    return table
+
+
+def make_sft_batch(tokenizer, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
+    """Left-padded ``[<bos> prompt response <eos>]``: ``input_ids``, ``attention_mask`` and
+    ``loss_mask`` (1 on the response characters and the ``<eos>``)."""
+    c2i = _char_ids(tokenizer)
+    unk, bos, eos, pad = tokenizer.unk_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    rows, masks = [], []
+    for p, r in zip(prompts, responses, strict=True):
+        ids = [bos] + [c2i.get(c, unk) for c in p] + [c2i.get(c, unk) for c in r] + [eos]
+        rows.append(ids)
+        masks.append([0] * (1 + len(p)) + [1] * (len(r) + 1))
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, (ids, m) in enumerate(zip(rows, masks, strict=True)):
+        n = len(ids)
+        input_ids[i, width - n :] = torch.tensor(ids)
+        attention[i, width - n :] = 1
+        loss_mask[i, width - n :] = torch.tensor(m, dtype=torch.float32)
+    return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the loss-masked (response) tokens."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = batch["input_ids"][:, 1:]
+    mask = batch["loss_mask"][:, 1:]
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+    return (nll * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# evaluation
+
+
+def _pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+@torch.no_grad()
+def generate_responses(
+    model,
+    tokenizer,
+    task: Task,
+    prompts: list[str],
+    k: int = 1,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """Sample ``k`` responses per prompt (grouped: prompt i's samples are rows i*k … i*k+k-1).
+    Returns (texts, response ids [N, T], per-token entropy [N, T] of the sampling distribution,
+    0 after the first ``<eos>``)."""
+    enc = encode_prompts(tokenizer, prompts)
+    kwargs: dict[str, Any] = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
+    out = model.generate(
+        **enc,
+        **kwargs,
+        top_k=None,
+        top_p=None,
+        num_return_sequences=1 if greedy else k,
+        max_new_tokens=task.max_response_len,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    resp = out.sequences[:, enc["input_ids"].shape[1] :]
+    logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
+    logp = torch.log_softmax(logits, dim=-1)
+    ent = -(logp.exp() * logp).sum(-1) * response_mask(tokenizer, resp)
+    if greedy and k > 1:
+        resp, ent = resp.repeat_interleave(k, 0), ent.repeat_interleave(k, 0)
+    return decode_responses(tokenizer, resp), resp, ent
+
+
+def evaluate(
+    model,
+    tokenizer,
+    task: Task,
+    problems: list[Problem],
+    k: int = 4,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    seed: int | None = None,
+    max_batch: int = 512,
+) -> dict[str, float | None]:
+    """Validation metrics from ``k`` samples per problem at ``temperature``:
+
+    - ``acc``: mean reward over all samples (avg@k); ``pass@k``: unbiased pass@k (= any correct);
+    - ``entropy``: mean full-vocabulary token entropy (nats) over sampled response tokens,
+      ``<eos>`` included; ``response_len``: mean response length in tokens (``<eos>`` included);
+    - ``distinct_correct``: mean number of *different* correct responses per problem among its k
+      samples (a diversity measure that falls when the policy settles on one solution);
+    - ``acc_greedy``: greedy-decoding accuracy when ``greedy=True``, else ``None``.
+
+    ``seed`` makes the sampling reproducible without touching the global torch RNG."""
+    if k < 1:
+        raise ParameterError("evaluate", "k", f"must be >= 1, got {k}")
+    if temperature <= 0:
+        raise ParameterError("evaluate", "temperature", f"must be > 0, got {temperature}")
+    if not problems:
+        raise ParameterError("evaluate", "problems", "must not be empty")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            per = max(1, max_batch // k)
+            rewards: list[float] = []
+            ent_sum, tok_sum = 0.0, 0.0
+            pass_k, distinct = [], []
+            for s in range(0, len(problems), per):
+                chunk = problems[s : s + per]
+                texts, resp, ent = generate_responses(
+                    model, tokenizer, task, [p.prompt for p in chunk], k=k, temperature=temperature
+                )
+                mask = response_mask(tokenizer, resp)
+                ent_sum += float(ent.sum())
+                tok_sum += float(mask.sum())
+                for i, p in enumerate(chunk):
+                    rs = [task.reward(p, t) for t in texts[i * k : (i + 1) * k]]
+                    rewards.extend(rs)
+                    pass_k.append(_pass_at_k(k, int(sum(r > 0 for r in rs)), k))
+                    distinct.append(len({t for t, r in zip(texts[i * k : (i + 1) * k], rs, strict=True) if r > 0}))
+            acc_greedy = None
+            if greedy:
+                g = []
+                for s in range(0, len(problems), max_batch):
+                    chunk = problems[s : s + max_batch]
+                    texts, _, _ = generate_responses(model, tokenizer, task, [p.prompt for p in chunk], greedy=True)
+                    g.extend(task.reward(p, t) for p, t in zip(chunk, texts, strict=True))
+                acc_greedy = sum(g) / len(g)
+    finally:
+        model.train(was_training)
+    return {
+        "acc": sum(rewards) / len(rewards),
+        "acc_greedy": acc_greedy,
+        "entropy": ent_sum / max(tok_sum, 1.0),
+        "pass@k": sum(pass_k) / len(pass_k),
+        "distinct_correct": sum(distinct) / len(distinct),
+        "response_len": tok_sum / len(rewards),
+        "k": k,
+        "n_problems": len(problems),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# training and cache
+
+
+def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
+    task = get_task(cfg.task, **cfg.task_params)
+    tokenizer = build_tokenizer(task.alphabet, model_max_length=cfg.policy.max_positions)
+    model = build_policy(tokenizer, cfg.policy, seed=cfg.seed)
+    model.train()
+    rng = random.Random(cfg.seed)
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (no_decay if p.dim() < 2 else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.98),
+    )
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, desc=f"pretrain {cfg.task}", unit="step", leave=False)
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        for step in range(cfg.steps):
+            problems = task.sample_problems(cfg.batch_size, rng)
+            responses = [task.solution_traces(p, rng, 1)[0] for p in problems]
+            batch = make_sft_batch(tokenizer, [p.prompt for p in problems], responses)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            loss = sft_loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            losses.append(loss.item())
+            if bar is not None:
+                bar.update(1)
+                if step % 10 == 0:
+                    bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if bar is not None:
+            bar.close()
+        train_s = time.perf_counter() - t0
+        model.eval()
+        t1 = time.perf_counter()
+        ev = evaluate(model, tokenizer, task, task.validation_set(), k=cfg.eval_k, greedy=True, seed=cfg.seed)
+        eval_s = time.perf_counter() - t1
+    tail = losses[-max(1, len(losses) // 10) :]
+    info = {
+        "format_version": FORMAT_VERSION,
+        "key": cfg.key(),
+        "config": cfg.to_dict(),
+        "task": repr(task),
+        "n_params": count_parameters(model),
+        "final_loss": sum(tail) / len(tail),
+        "train_seconds": round(train_s, 2),
+        "eval_seconds": round(eval_s, 2),
+        "eval": ev,
+    }
+    return model, tokenizer, info
+
+
+def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = None, progress: bool = True) -> Path:
+    """Return the directory of the warm-started policy for ``cfg``, training it first unless
+    ``cache_dir/<task>-<hash>`` exists already. Written atomically (temporary directory, then
+    rename), so an interrupted run never leaves a half-written cache entry."""
+    cfg = cfg or PretrainConfig()
+    cfg.validate()
+    final = cache_path(cfg, cache_dir)
+    if (final / INFO_FILE).is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    try:
+        t0 = time.perf_counter()
+        model, tokenizer, info = _train(cfg, progress=progress)
+        info["seconds"] = round(time.perf_counter() - t0, 2)
+        info["threads"] = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / INFO_FILE).is_file():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_info(path: str | Path) -> dict[str, Any]:
+    """The ``entflow_pretrain.json`` of a saved policy (config, warm-start eval, timing)."""
+    return json.loads((Path(path) / INFO_FILE).read_text())
+
+
+def load_policy(path: str | Path) -> tuple[Any, Any]:
+    """(model, tokenizer) saved by :func:`pretrain` (or any ``save_pretrained`` of the lab policy)."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ParameterError("load_policy", "path", f"has no saved model (config.json): {str(path)!r}")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,151 @@
+"""Lab warm start: SFT batches, cache (atomic, reused), load, evaluate (SPEC §10)."""
+
+import math
+
+import pytest
+import torch
+
+import entflow.lab.pretrain as pt
+from entflow.errors import ParameterError
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from entflow.lab.pretrain import (
+    INFO_FILE,
+    PretrainConfig,
+    cache_path,
+    evaluate,
+    load_policy,
+    make_sft_batch,
+    pretrain,
+    read_info,
+)
+from entflow.lab.tasks import LAB_ALPHABET, get_task
+
+TINY = PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=32)
+
+
+def micro(**kw) -> PretrainConfig:
+    base = dict(policy=TINY, steps=3, batch_size=8, warmup_steps=1, eval_k=1, threads=1)
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+def test_sft_batch_masks_response_and_eos_only():
+    tok = build_tokenizer(LAB_ALPHABET)
+    b = make_sft_batch(tok, ["3 5 7>15:", "1 2>3:"], ["3*5", "1+2"])
+    ids, att, lm = b["input_ids"], b["attention_mask"], b["loss_mask"]
+    assert ids.shape == (2, 1 + 9 + 3 + 1)
+    assert ids[0, 0] == tok.bos_token_id and ids[0, -1] == tok.eos_token_id
+    assert lm[0].tolist() == [0.0] * 10 + [1.0] * 4
+    assert att[1, :3].sum() == 0 and ids[1, 3] == tok.bos_token_id  # left padding
+    assert lm[1].sum() == 4 and lm[1, -4:].sum() == 4
+    assert tok.decode(ids[1][lm[1].bool()]) == "1+2" + tok.eos_token
+
+
+def test_cache_key():
+    a = micro()
+    assert a.key() == micro().key()
+    assert a.key() != micro(steps=4).key() != micro(seed=1).key()
+    assert a.key() != micro(policy=PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)).key()
+    assert a.key() == micro(threads=2).key()  # threads do not change what is trained
+    assert cache_path(a, "/x").name == f"countdown-{a.key()}"
+
+
+def test_config_errors():
+    with pytest.raises(ParameterError, match="steps"):
+        micro(steps=0).validate()
+    with pytest.raises(ParameterError, match="lr"):
+        micro(lr=float("nan")).validate()
+    with pytest.raises(ParameterError, match="bogus"):
+        PretrainConfig.from_dict({"bogus": 1})
+    d = micro().to_dict()
+    assert PretrainConfig.from_dict(d).key() == micro().key()
+
+
+def test_pretrain_writes_then_reuses_cache_and_loads_same_model(tmp_path, monkeypatch):
+    trained = {}
+    real_train = pt._train
+
+    def spy(cfg, progress=True):
+        model, tok, info = real_train(cfg, progress=progress)
+        trained["model"] = model
+        return model, tok, info
+
+    monkeypatch.setattr(pt, "_train", spy)
+    cfg = micro()
+    path = pretrain(cfg, cache_dir=tmp_path, progress=False)
+    assert path == tmp_path / f"countdown-{cfg.key()}" and path.is_dir()
+    assert (path / INFO_FILE).is_file() and (path / "config.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary directory left
+    info = read_info(path)
+    assert info["config"]["steps"] == 3 and info["key"] == cfg.key()
+    ev = info["eval"]
+    assert 0 <= ev["acc"] <= 1 and 0 <= ev["entropy"] and info["n_params"] > 0
+    mtime = (path / INFO_FILE).stat().st_mtime_ns
+
+    def boom(*a, **k):
+        raise AssertionError("the cache was not reused")
+
+    monkeypatch.setattr(pt, "_train", boom)
+    assert pretrain(micro(), cache_dir=tmp_path, progress=False) == path
+    assert (path / INFO_FILE).stat().st_mtime_ns == mtime
+
+    model, tok = load_policy(path)
+    assert tok.padding_side == "left" and len(tok) == 4 + len(LAB_ALPHABET)
+    ids = make_sft_batch(tok, ["3 5 7>15:", "1 2>3:"], ["3*5", "1+2"])
+    with torch.no_grad():
+        a = model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits
+        b = trained["model"].eval()(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits
+    assert torch.equal(a, b)
+    assert model.generation_config.eos_token_id == tok.eos_token_id
+
+
+def test_env_cache_dir_and_atomic_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "env"))
+    cfg = micro(steps=1)
+    assert cache_path(cfg) == tmp_path / "env" / f"countdown-{cfg.key()}"
+
+    def fail_save(self, *a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(build_policy(build_tokenizer(LAB_ALPHABET), TINY)), "save_pretrained", fail_save)
+    with pytest.raises(OSError, match="disk full"):
+        pretrain(cfg, progress=False)
+    assert list((tmp_path / "env").iterdir()) == []  # nothing half-written
+
+
+def test_evaluate_ranges_and_seed():
+    task = get_task("countdown")
+    tok = build_tokenizer(task.alphabet)
+    model = build_policy(tok, TINY, seed=0)
+    model.train()
+    probs = task.validation_set()[:8]
+    r = evaluate(model, tok, task, probs, k=3, greedy=True, seed=0)
+    assert model.training  # mode restored
+    assert 0 <= r["acc"] <= r["pass@k"] <= 1
+    assert r["acc_greedy"] is not None and 0 <= r["acc_greedy"] <= 1
+    assert 0 < r["entropy"] <= math.log(len(tok)) + 1e-5  # random init: near uniform
+    assert 1 <= r["response_len"] <= task.max_response_len
+    assert 0 <= r["distinct_correct"] <= 3
+    assert evaluate(model, tok, task, probs, k=3, seed=0)["entropy"] == r["entropy"]
+    assert evaluate(model, tok, task, probs, k=3)["acc_greedy"] is None
+    with pytest.raises(ParameterError):
+        evaluate(model, tok, task, probs, k=0)
+
+
+def test_evaluate_counts_a_perfect_policy_as_perfect(monkeypatch):
+    """Feed evaluate a policy that always answers a known solution: acc = pass@k = 1."""
+    task = get_task("countdown")
+    tok = build_tokenizer(task.alphabet)
+    model = build_policy(tok, TINY, seed=0)
+    probs = task.validation_set()[:4]
+    sols = [task.solutions(p)[0] for p in probs]
+
+    def fake(model, tok, task, prompts, k=1, temperature=1.0, greedy=False):
+        texts = [sols[[p.prompt for p in probs].index(q)] for q in prompts for _ in range(1 if greedy else k)]
+        ids = torch.zeros(len(texts), 3, dtype=torch.long)
+        ids[:, 0] = tok.eos_token_id
+        return texts, ids, torch.zeros(len(texts), 3)
+
+    monkeypatch.setattr(pt, "generate_responses", fake)
+    r = evaluate(model, tok, task, probs, k=2, greedy=True)
+    assert r["acc"] == r["pass@k"] == r["acc_greedy"] == 1.0 and r["distinct_correct"] == 1.0

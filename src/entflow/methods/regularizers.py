@@ -49,7 +49,7 @@ class AdaptiveEntropy(Method):
     After each rollout step, with H the batch mean old entropy: if H < target the coefficient
     grows by ``delta`` (capped at ``c_max``) and the bonus is on; otherwise it shrinks by
     ``delta`` (floored at ``c_min``) and the bonus is off. The new value applies from the next
-    step. State: ``coef``, ``active``.
+    step. State: ``coef``, ``active`` (starts on, at ``c0``).
     """
 
     name = "adaptive_entropy"

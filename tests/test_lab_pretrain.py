@@ -1,6 +1,8 @@
 """Lab warm start: SFT batches, cache (atomic, reused), load, evaluate (SPEC §10)."""
 
 import math
+import os
+import time
 
 import pytest
 import torch
@@ -149,3 +151,24 @@ def test_evaluate_counts_a_perfect_policy_as_perfect(monkeypatch):
     monkeypatch.setattr(pt, "generate_responses", fake)
     r = evaluate(model, tok, task, probs, k=2, greedy=True)
     assert r["acc"] == r["pass@k"] == r["acc_greedy"] == 1.0 and r["distinct_correct"] == 1.0
+
+
+def test_refuses_a_foreign_directory_at_the_cache_path(tmp_path):
+    cfg = micro()
+    target = cache_path(cfg, tmp_path)
+    target.mkdir(parents=True)
+    (target / "stray.txt").write_text("x")
+    with pytest.raises(ParameterError, match="cache_dir"):
+        pretrain(cfg, cache_dir=tmp_path, progress=False)
+
+
+@pytest.mark.skipif(not os.environ.get("ENTFLOW_SLOW"), reason="about a minute of CPU; set ENTFLOW_SLOW=1")
+def test_default_warm_start_leaves_room_for_rl(tmp_path):
+    """The product's demo relies on this: ≤ 90 s, accuracy well below 100 %, entropy well above 0."""
+    t0 = time.perf_counter()
+    info = read_info(pretrain(PretrainConfig(), cache_dir=tmp_path, progress=False))
+    assert time.perf_counter() - t0 <= 90
+    ev = info["eval"]
+    assert 0.2 <= ev["acc"] <= 0.6 and ev["pass@k"] >= ev["acc"] + 0.15
+    assert ev["entropy"] >= 0.4
+    assert 1_000_000 <= info["n_params"] <= 5_000_000

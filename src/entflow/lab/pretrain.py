@@ -10,6 +10,7 @@ atomically to ``cache_dir/<task>-<hash>``; an existing directory is reused witho
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -275,6 +276,20 @@ def evaluate(
 # training and cache
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' own progress bars (weight loading/saving) for a moment."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
     task = get_task(cfg.task, **cfg.task_params)
     tokenizer = build_tokenizer(task.alphabet, model_max_length=cfg.policy.max_positions)
@@ -352,6 +367,8 @@ def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = N
     final = cache_path(cfg, cache_dir)
     if (final / INFO_FILE).is_file():
         return final
+    if final.exists() and any(final.iterdir()):
+        raise ParameterError("pretrain", "cache_dir", f"{str(final)!r} exists but holds no {INFO_FILE}; remove it")
     final.parent.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     if cfg.threads is not None:
@@ -365,8 +382,9 @@ def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = N
         torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with _quiet_transformers():
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
         try:
             os.rename(tmp, final)
@@ -393,6 +411,7 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
         raise ParameterError("load_policy", "path", f"has no saved model (config.json): {str(path)!r}")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with _quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, tokenizer

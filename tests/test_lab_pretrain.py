@@ -10,6 +10,7 @@ import torch
 import entflow.lab.pretrain as pt
 from entflow.errors import ParameterError
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from entflow.lab.policy import load_policy as load_policy_from_policy
 from entflow.lab.pretrain import (
     INFO_FILE,
     PretrainConfig,
@@ -91,6 +92,7 @@ def test_pretrain_writes_then_reuses_cache_and_loads_same_model(tmp_path, monkey
     assert pretrain(micro(), cache_dir=tmp_path, progress=False) == path
     assert (path / INFO_FILE).stat().st_mtime_ns == mtime
 
+    assert load_policy is load_policy_from_policy  # importable from both modules
     model, tok = load_policy(path)
     assert tok.padding_side == "left" and len(tok) == 4 + len(LAB_ALPHABET)
     ids = make_sft_batch(tok, ["3 5 7>15:", "1 2>3:"], ["3*5", "1+2"])
@@ -124,12 +126,13 @@ def test_evaluate_ranges_and_seed():
     r = evaluate(model, tok, task, probs, k=3, greedy=True, seed=0)
     assert model.training  # mode restored
     assert 0 <= r["acc"] <= r["pass@k"] <= 1
-    assert r["acc_greedy"] is not None and 0 <= r["acc_greedy"] <= 1
+    assert 0 <= r["acc_greedy"] <= 1
+    assert all(isinstance(v, (int, float)) for v in r.values())
     assert 0 < r["entropy"] <= math.log(len(tok)) + 1e-5  # random init: near uniform
     assert 1 <= r["response_len"] <= task.max_response_len
     assert 0 <= r["distinct_correct"] <= 3
     assert evaluate(model, tok, task, probs, k=3, seed=0)["entropy"] == r["entropy"]
-    assert evaluate(model, tok, task, probs, k=3)["acc_greedy"] is None
+    assert evaluate(model, tok, task, probs, k=3, seed=0)["acc_greedy"] == r["acc_greedy"]  # always computed
     with pytest.raises(ParameterError):
         evaluate(model, tok, task, probs, k=0)
 

@@ -13,7 +13,10 @@ logits seen while sampling.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -188,3 +191,33 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     left-padded input; padding positions get 0."""
     pos = attention_mask.long().cumsum(dim=1) - 1
     return pos.clamp_min(0)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' own progress bars (weight loading/saving) for a moment."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def load_policy(path: str | Path) -> tuple[Any, Any]:
+    """(model, tokenizer) saved by :func:`entflow.lab.pretrain.pretrain` or by ``save_pretrained``
+    of a lab policy (a trainer checkpoint). Also importable from ``entflow.lab.pretrain``."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ParameterError("load_policy", "path", f"has no saved model (config.json): {str(path)!r}")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    with _quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model, tokenizer

@@ -4,13 +4,12 @@
 the loss on response tokens (and the final ``<eos>``) only. Each training problem gets a trace
 drawn at random from *all* its correct answers, so the warm policy spreads probability over
 several solutions (entropy GRPO can collapse). The result — model, tokenizer and
-``entflow_pretrain.json`` (the config, its hash, the warm-start evaluation, timing) — is written
+``warmstart.json`` (the config, its hash, the warm-start evaluation, timing) — is written
 atomically to ``cache_dir/<task>-<hash>``; an existing directory is reused without training.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -29,18 +28,34 @@ import torch
 from entflow.errors import ParameterError
 from entflow.lab.policy import (
     PolicyConfig,
+    _quiet_transformers,
     build_policy,
     build_tokenizer,
     count_parameters,
     decode_responses,
     encode_prompts,
+    load_policy,  # re-exported: part of this module's interface
     response_mask,
 )
 from entflow.lab.tasks import Problem, Task, get_task
 
+__all__ = [
+    "INFO_FILE",
+    "PretrainConfig",
+    "cache_path",
+    "default_cache_dir",
+    "evaluate",
+    "generate_responses",
+    "load_policy",
+    "make_sft_batch",
+    "pretrain",
+    "read_info",
+    "sft_loss",
+]
+
 #: bump when the trace format, tokenizer layout or training recipe changes: old caches become stale
 FORMAT_VERSION = 1
-INFO_FILE = "entflow_pretrain.json"
+INFO_FILE = "warmstart.json"
 # fields that do not change what is trained, so they are left out of the cache key
 _NOT_HASHED = ("threads",)
 
@@ -210,7 +225,7 @@ def evaluate(
     greedy: bool = False,
     seed: int | None = None,
     max_batch: int = 512,
-) -> dict[str, float | None]:
+) -> dict[str, float]:
     """Validation metrics from ``k`` samples per problem at ``temperature``:
 
     - ``acc``: mean reward over all samples (avg@k); ``pass@k``: unbiased pass@k (= any correct);
@@ -218,7 +233,9 @@ def evaluate(
       ``<eos>`` included; ``response_len``: mean response length in tokens (``<eos>`` included);
     - ``distinct_correct``: mean number of *different* correct responses per problem among its k
       samples (a diversity measure that falls when the policy settles on one solution);
-    - ``acc_greedy``: greedy-decoding accuracy when ``greedy=True``, else ``None``.
+    - ``acc_greedy``: greedy-decoding accuracy. Always computed (one greedy pass over the
+      problems costs little next to the k samples), so every key is always a float; ``greedy`` is
+      accepted for interface compatibility and changes nothing.
 
     ``seed`` makes the sampling reproducible without touching the global torch RNG."""
     if k < 1:
@@ -250,14 +267,12 @@ def evaluate(
                     rewards.extend(rs)
                     pass_k.append(_pass_at_k(k, int(sum(r > 0 for r in rs)), k))
                     distinct.append(len({t for t, r in zip(texts[i * k : (i + 1) * k], rs, strict=True) if r > 0}))
-            acc_greedy = None
-            if greedy:
-                g = []
-                for s in range(0, len(problems), max_batch):
-                    chunk = problems[s : s + max_batch]
-                    texts, _, _ = generate_responses(model, tokenizer, task, [p.prompt for p in chunk], greedy=True)
-                    g.extend(task.reward(p, t) for p, t in zip(chunk, texts, strict=True))
-                acc_greedy = sum(g) / len(g)
+            g: list[float] = []  # the greedy pass (see docstring)
+            for s in range(0, len(problems), max_batch):
+                chunk = problems[s : s + max_batch]
+                texts, _, _ = generate_responses(model, tokenizer, task, [p.prompt for p in chunk], greedy=True)
+                g.extend(task.reward(p, t) for p, t in zip(chunk, texts, strict=True))
+            acc_greedy = sum(g) / len(g)
     finally:
         model.train(was_training)
     return {
@@ -274,20 +289,6 @@ def evaluate(
 
 # --------------------------------------------------------------------------------------------
 # training and cache
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """Silence transformers' own progress bars (weight loading/saving) for a moment."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
@@ -398,20 +399,5 @@ def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = N
 
 
 def read_info(path: str | Path) -> dict[str, Any]:
-    """The ``entflow_pretrain.json`` of a saved policy (config, warm-start eval, timing)."""
+    """The ``warmstart.json`` of a saved policy (config, warm-start eval, timing)."""
     return json.loads((Path(path) / INFO_FILE).read_text())
-
-
-def load_policy(path: str | Path) -> tuple[Any, Any]:
-    """(model, tokenizer) saved by :func:`pretrain` (or any ``save_pretrained`` of the lab policy)."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ParameterError("load_policy", "path", f"has no saved model (config.json): {str(path)!r}")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    with _quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model.eval()
-    return model, tokenizer

@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: bump when the trace format, tokenizer layout or training recipe changes: old caches become stale
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INFO_FILE = "warmstart.json"
 # fields that do not change what is trained, so they are left out of the cache key
 _NOT_HASHED = ("threads",)

@@ -60,6 +60,11 @@ def test_config_errors():
         micro(lr=float("nan")).validate()
     with pytest.raises(ParameterError, match="bogus"):
         PretrainConfig.from_dict({"bogus": 1})
+    with pytest.raises(ParameterError, match=r"policy\.width"):
+        PretrainConfig(policy={"width": 3})
+    with pytest.raises(ParameterError, match="n_numbers"):
+        micro(task_params={"n_numbers": 99}).validate()
+    assert PretrainConfig(policy={"hidden_size": 64}).policy == PolicyConfig(hidden_size=64)
     d = micro().to_dict()
     assert PretrainConfig.from_dict(d).key() == micro().key()
 
@@ -168,9 +173,9 @@ def test_refuses_a_foreign_directory_at_the_cache_path(tmp_path):
 @pytest.mark.skipif(not os.environ.get("ENTFLOW_SLOW"), reason="about a minute of CPU; set ENTFLOW_SLOW=1")
 def test_default_warm_start_leaves_room_for_rl(tmp_path):
     """The product's demo relies on this: ≤ 90 s, accuracy well below 100 %, entropy well above 0."""
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds (all threads): the wall time on an idle machine, at most
     info = read_info(pretrain(PretrainConfig(), cache_dir=tmp_path, progress=False))
-    assert time.perf_counter() - t0 <= 90
+    assert time.process_time() - t0 <= 90
     ev = info["eval"]
     assert 0.2 <= ev["acc"] <= 0.6 and ev["pass@k"] >= ev["acc"] + 0.15
     assert ev["entropy"] >= 0.4

@@ -104,10 +104,6 @@ class TrainConfig:
         need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
         need(self.threads >= 1, "threads", "must be >= 1")
         need(self.chunk_size is None or self.chunk_size >= 1, "chunk_size", "must be >= 1 or null")
-        try:
-            self.pretrain_config().validate()
-        except (EntflowError, TypeError) as e:
-            raise ConfigError("pretrain", str(e)) from e
         need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")
         from entflow.lab.tasks import TASKS
 
@@ -118,6 +114,10 @@ class TrainConfig:
             get_task(self.task, **self.task_params)
         except (EntflowError, TypeError) as e:
             raise ConfigError("task_params", str(e)) from e
+        try:
+            self.pretrain_config().validate()
+        except (EntflowError, TypeError) as e:
+            raise ConfigError("pretrain", str(e)) from e
         if self.strict_on_policy:
             need(self.ppo_epochs == 1, "ppo_epochs", "must be 1 when strict_on_policy is true")
             need(self.mini_batches == 1, "mini_batches", "must be 1 when strict_on_policy is true")

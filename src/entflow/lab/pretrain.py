@@ -80,6 +80,14 @@ class PretrainConfig:
     eval_k: int = 4  # samples per validation problem in the warm-start evaluation
     threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
 
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, dict):
+            known = {f.name for f in dataclasses.fields(PolicyConfig)}
+            unknown = sorted(set(self.policy) - known)
+            if unknown:
+                raise ParameterError("PretrainConfig", f"policy.{unknown[0]}", "is not a PolicyConfig field")
+            self.policy = PolicyConfig(**self.policy)
+
     def validate(self) -> None:
         def need(ok: bool, param: str, what: str) -> None:
             if not ok:
@@ -94,9 +102,8 @@ class PretrainConfig:
         need(self.grad_clip > 0, "grad_clip", "must be > 0")
         need(self.eval_k >= 1, "eval_k", "must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
-        if isinstance(self.policy, dict):
-            self.policy = PolicyConfig(**self.policy)
         self.policy.validate()
+        get_task(self.task, **self.task_params)  # unknown task / task parameter: fail before any work
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,8 +114,6 @@ class PretrainConfig:
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ParameterError("PretrainConfig", unknown[0], "is not a PretrainConfig field")
-        if isinstance(d.get("policy"), dict):
-            d["policy"] = PolicyConfig(**d["policy"])
         return cls(**d)
 
     def key(self) -> str:

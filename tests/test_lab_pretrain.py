@@ -173,8 +173,10 @@ def test_refuses_a_foreign_directory_at_the_cache_path(tmp_path):
 @pytest.mark.skipif(not os.environ.get("ENTFLOW_SLOW"), reason="about a minute of CPU; set ENTFLOW_SLOW=1")
 def test_default_warm_start_leaves_room_for_rl(tmp_path):
     """The product's demo relies on this: ≤ 90 s, accuracy well below 100 %, entropy well above 0."""
-    t0 = time.process_time()  # CPU seconds (all threads): the wall time on an idle machine, at most
-    info = read_info(pretrain(PretrainConfig(), cache_dir=tmp_path, progress=False))
+    # one thread, timed in CPU seconds: what an idle core takes, whatever else runs here (a second
+    # thread only makes it faster; threads are not part of the cache key)
+    t0 = time.process_time()
+    info = read_info(pretrain(PretrainConfig(threads=1), cache_dir=tmp_path, progress=False))
     assert time.process_time() - t0 <= 90
     ev = info["eval"]
     assert 0.2 <= ev["acc"] <= 0.6 and ev["pass@k"] >= ev["acc"] + 0.15

@@ -12,7 +12,8 @@ cross-checks our verifier against reasoning-gym's scorer on answers that use eve
 - ``countdown`` (default): ``n_numbers`` digits and a target; the response is an expression with
   ``+ - *`` and parentheses over some of the numbers (each at most once) that evaluates to the
   target. Targets are chosen to have at least ``min_solutions`` distinct solution strings.
-- ``arithmetic``: ``a+b=`` / ``a-b=`` / ``a*b=``; the response is the integer, one correct answer.
+- ``arithmetic``: ``a+b=`` / ``a-b=`` / ``a*b=`` (operands 0–19, multiplier 0–9 by default); the
+  response is the integer, one correct answer per prompt (the contrast to countdown).
 """
 
 from __future__ import annotations
@@ -315,11 +316,13 @@ class CountdownTask(Task):
 
 
 class ArithmeticTask(Task):
-    """``"47+38="`` → ``"85"``: one correct answer per prompt (exact match after stripping spaces)."""
+    """``"17+8="`` → ``"25"``: one correct answer per prompt (exact match after stripping spaces)."""
 
     name = "arithmetic"
 
-    def __init__(self, max_value: int = 99, ops: str = "+-*", max_multiplier: int = 9, validation_size: int = 64):
+    # max_value 19 (not 99): with 0–99 operands the default warm start reaches only ~7 % accuracy
+    # (too little reward signal for GRPO); with 0–19 it reaches ~21 % with entropy ~0.74 nats.
+    def __init__(self, max_value: int = 19, ops: str = "+-*", max_multiplier: int = 9, validation_size: int = 64):
         if not (1 <= max_value <= 999):
             raise ParameterError("arithmetic", "max_value", f"must be in [1, 999], got {max_value!r}")
         if not ops or any(o not in "+-*" for o in ops):

@@ -215,3 +215,14 @@ def test_degenerate_batches_are_counted_and_give_zero_gradient(tmp_path, micro_p
     start = load_file(str(Path(micro_policy) / "model.safetensors"))
     end = final_weights(run_dir)
     assert all(torch.equal(start[k], end[k]) for k in start)
+
+
+def test_resume_refuses_a_changed_config(tmp_path, micro_policy):
+    cfg = micro_config(tmp_path, micro_policy, name="c", steps=2)
+    train(cfg)
+    with pytest.raises(ConfigError) as e:
+        train(micro_config(tmp_path, micro_policy, name="c", steps=3, lr=1e-2), resume=True)
+    assert e.value.key == "lr" and "lr" in str(e.value)
+    # extending a finished run is allowed: steps may change on resume
+    run_dir = train(micro_config(tmp_path, micro_policy, name="c", steps=3), resume=True)
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]

@@ -366,6 +366,8 @@ def train(
         set_rng_state(ck["rng"])
         start = int(ck["step"])
     resolved = cfg.to_dict() | {"policy_path": str(policy_path)}
+    if resume:
+        _check_resumable(run_dir, resolved)
     write_config(run_dir, resolved)
     done_steps = {int(r["step"]) for r in read_jsonl(metrics_path) if "step" in r}
     metrics_log, samples_log, timing_log = (
@@ -434,6 +436,24 @@ def train(
     model.save_pretrained(run_dir / "checkpoints" / "final")
     tokenizer.save_pretrained(run_dir / "checkpoints" / "final")
     return run_dir
+
+
+# keys a resumed run may change: they do not alter what the finished steps computed
+RESUME_MAY_CHANGE = ("steps", "progress", "eval_every", "checkpoint_every", "samples_logged", "out_dir", "name")
+
+
+def _check_resumable(run_dir: Path, resolved: dict[str, Any]) -> None:
+    """Refuse to resume a run under a config that would not reproduce its finished steps."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return
+    old = yaml.safe_load(path.read_text()) or {}
+    changed = sorted(k for k in resolved if k not in RESUME_MAY_CHANGE and old.get(k) != resolved[k])
+    if changed:
+        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {resolved[k]!r}" for k in changed)
+        raise ConfigError(changed[0], f"differs from the run being resumed in {run_dir} ({diffs}); start a fresh run")
 
 
 def _quiet_transformers() -> None:

@@ -32,6 +32,7 @@ from entflow.analysis.diagnostics import (
     fit_entropy_law,
     predict_entropy_law,
 )
+from entflow.core.estimators import ESTIMATORS
 from entflow.errors import EntflowError
 
 __all__ = [
@@ -52,7 +53,7 @@ __all__ = [
     "write_report",
 ]
 
-AUDIT_ESTIMATORS = ("steer", "sampled_logit", "opefo", "tabular", "cov")
+AUDIT_ESTIMATORS = ESTIMATORS  # the SPEC §5 estimators the lab audits
 METHOD_KEYS = ("steer/weight_mean", "steer/weight_min", "opefo/lambda", "adaptive_entropy/coef", "pos_adv/weight")
 INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
 PLOT_NAMES = (

@@ -12,6 +12,7 @@ Layout of ``runs/NAME/``::
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -94,19 +95,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: Path, **state: Any) -> None:
-    """``torch.save`` to a temp file in the same directory, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` the state so that ``path`` holds the old checkpoint or the new one, never half."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -226,3 +226,16 @@ def test_resume_refuses_a_changed_config(tmp_path, micro_policy):
     # extending a finished run is allowed: steps may change on resume
     run_dir = train(micro_config(tmp_path, micro_policy, name="c", steps=3), resume=True)
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_overrides_parse_numbers_and_method_params(tmp_path):
+    cfg = build_config(
+        {"out_dir": str(tmp_path), "method": "adaptive_entropy"},
+        ["lr=3e-4", "method_params={target: 0.5}", "method.c_max=0.05", "eval_k=8", "grad_clip=null"],
+    )
+    assert cfg.lr == 3e-4 and isinstance(cfg.lr, float)
+    assert cfg.method_params == {"target": 0.5, "c_max": 0.05}
+    assert cfg.eval_k == 8 and cfg.grad_clip is None
+    with pytest.raises(ConfigError) as e:
+        build_config({"out_dir": str(tmp_path)}, ["method_params=3"])
+    assert e.value.key == "method_params"

@@ -186,6 +186,11 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
             params[key.removeprefix("method.")] = value
         else:
             values[key] = value
+    if "method_params" in values:  # given as an override: method_params={a: 1}
+        extra = values.pop("method_params")
+        if not isinstance(extra, dict):
+            raise ConfigError("method_params", f"expected a mapping, got {extra!r}")
+        params |= extra
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     for key in values:
         if key not in known:

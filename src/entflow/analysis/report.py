@@ -54,7 +54,16 @@ __all__ = [
 ]
 
 AUDIT_ESTIMATORS = ESTIMATORS  # the SPEC §5 estimators the lab audits
-METHOD_KEYS = ("steer/weight_mean", "steer/weight_min", "opefo/lambda", "adaptive_entropy/coef", "pos_adv/weight")
+METHOD_KEYS = (
+    "steer/weight_mean",
+    "steer/weight_min",
+    "opefo/lambda",
+    "opefo_target/lambda",
+    "adaptive_entropy/coef",
+    "pos_adv/weight",
+    "kl_cov/n_selected",
+    "clip_cov/n_selected",
+)
 INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
 PLOT_NAMES = (
     "entropy.png",

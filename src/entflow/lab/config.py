@@ -32,16 +32,16 @@ class TrainConfig:
     method: str = "grpo"  # any registered name or composition "a+b"
     method_params: dict[str, Any] = field(default_factory=dict)
     # rollout
-    steps: int = 60
+    steps: int = 140
     prompts_per_step: int = 16
-    group_size: int = 8  # G responses per prompt
+    group_size: int = 16  # G responses per prompt
     temperature: float = 1.0
     # update
     ppo_epochs: int = 1
-    mini_batches: int = 2
+    mini_batches: int = 4  # optimizer steps per rollout batch (per epoch)
     strict_on_policy: bool = False  # one optimizer step per rollout batch (r ≡ 1)
     optimizer: str = "adamw"  # adamw | sgd
-    lr: float = 1e-4
+    lr: float = 2e-4
     weight_decay: float = 0.0
     grad_clip: float | None = 1.0
     clip_low: float = 0.2
@@ -51,8 +51,8 @@ class TrainConfig:
     adv_scale: str = "group"  # group | batch | none
     # diagnostics
     audit: bool = True  # true entropy change vs every estimator, each step
-    eval_every: int = 5
-    eval_k: int = 4  # samples per validation prompt at temperature 1
+    eval_every: int = 10
+    eval_k: int = 8  # samples per validation prompt at temperature 1
     samples_logged: int = 4  # responses written to samples.jsonl per step
     # machinery
     checkpoint_every: int = 1

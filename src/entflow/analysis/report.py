@@ -18,6 +18,7 @@ import html
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -456,7 +457,8 @@ def summary_rich_table(summaries: Sequence[dict[str, Any]], title: str = "entflo
         table.add_column(header, justify="right", no_wrap=False, min_width=5)
     for s in summaries:
         row = [_fmt(s.get(k), spec) for _, k, spec in TERMINAL_COLUMNS]
-        table.add_row(f"{s['name']} ({s['method']})", *row)
+        label = s["name"] if s["name"] == str(s["method"]).replace("+", "_") else f"{s['name']} ({s['method']})"
+        table.add_row(label, *row)
     return table
 
 
@@ -496,7 +498,8 @@ def print_summary(summaries: Sequence[dict[str, Any] | str | os.PathLike], conso
     from rich.console import Console
 
     rows = [s if isinstance(s, dict) else summarize_run(s) for s in summaries]
-    console = console or Console()
+    # a pipe or CI log gets 120 columns rather than rich's 80, so the table does not wrap
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
     console.print(summary_rich_table(rows))
     audit = audit_rich_table(rows)
     if audit is not None:

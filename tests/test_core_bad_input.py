@@ -134,7 +134,9 @@ def test_group_advantages_shape_errors():
 def test_empty_mask_gives_zero_loss_with_grad(gen, agg, method):
     f = _fields(gen)
     f["mask"] = torch.zeros(N, T)
-    f["logp"] = f["logp"].clone().requires_grad_(True)
+    logp = f["logp"].clone()
+    logp[0, 0] = -float("inf")  # padding may hold anything; it must not turn the 0 into NaN
+    f["logp"] = logp.requires_grad_(True)
     out = ef.policy_loss(ef.TokenBatch(**f), method=method, agg=agg)
     assert out.loss.item() == 0.0 and out.loss.requires_grad
     out.loss.backward()

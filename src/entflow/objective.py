@@ -7,7 +7,7 @@ bounds, token weights, per-token loss and extra terms, and reports the §8 stati
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -81,7 +81,7 @@ def policy_loss(
         batch.require(name, f"method {method.name!r}")
     valid = batch.valid
     if not bool(valid.any()):
-        zero = (batch.logp * 0).sum()
+        zero = batch.logp.masked_fill(~valid, 0).sum()  # 0 with a graph, even if padding holds inf
         return LossOutput(zero, torch.zeros_like(batch.logp).detach(), {"empty_batch": 1.0, "n_tokens": 0.0})
 
     adv = batch.token_advantages().to(batch.logp.dtype)
@@ -116,8 +116,3 @@ def policy_loss(
     metrics.update(update_statistics(batch, clip_low, clip_high, dual_clip))
     metrics.update(ctx.metrics)
     return LossOutput(loss, weights, metrics)
-
-
-def with_advantages(batch: TokenBatch, advantages: torch.Tensor) -> TokenBatch:
-    """A copy of ``batch`` with new advantages (validated again)."""
-    return replace(batch, advantages=advantages)

@@ -38,10 +38,14 @@ def run(args: argparse.Namespace) -> int:
     model, tok = load_policy(path)
     torch.manual_seed(args.seed)
     res = evaluate(model, tok, task, task.validation_set(), k=args.k)
-    table = Table(title=f"{path} on {task.name} ({len(task.validation_set())} held-out prompts, k={args.k})")
+    console = Console()
+    console.print(f"{path}: {task.name}, {len(task.validation_set())} held-out prompts, k={args.k}, temperature 1")
+    names = {"acc": f"avg@{args.k}", "pass@k": f"pass@{args.k} (unbiased)", "acc_greedy": "greedy accuracy"}
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in res.items():
-        table.add_row(k, f"{v:.4f}")
-    Console().print(table)
+        if k not in ("k", "n_problems"):
+            table.add_row(names.get(k, k), f"{v:.4f}")
+    console.print(table)
     return 0

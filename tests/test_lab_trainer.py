@@ -239,3 +239,16 @@ def test_overrides_parse_numbers_and_method_params(tmp_path):
     with pytest.raises(ConfigError) as e:
         build_config({"out_dir": str(tmp_path)}, ["method_params=3"])
     assert e.value.key == "method_params"
+
+
+def test_eval_command_reports_avg_and_pass_at_k(tmp_path, micro_policy, capsys):
+    from entflow.cli.main import main
+
+    run_dir = train(micro_config(tmp_path, micro_policy, name="e", steps=1))
+    assert main(["eval", str(run_dir), "--k", "4"]) == 0
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2 and cells[1].replace(".", "").isdigit():
+            rows[cells[0]] = float(cells[1])
+    assert 0 <= rows["avg@4"] <= rows["pass@4 (unbiased)"] <= 1  # pass@k can never be below avg@k

@@ -17,7 +17,7 @@ import torch
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
 from entflow.lab.rundir import read_jsonl
-from entflow.lab.trainer import response_mask, train
+from entflow.lab.trainer import train
 
 MICRO_PRETRAIN = {
     "policy": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
@@ -190,13 +190,6 @@ def test_cli_bad_override_names_the_key(tmp_path, capsys):
     assert "group_size" in capsys.readouterr().err
     assert main(["train", "--method", "nope", f"out_dir={tmp_path}"]) == 2
     assert "nope" in capsys.readouterr().err
-
-
-def test_response_mask_counts_up_to_first_eos():
-    eos, pad = 2, 0
-    ids = torch.tensor([[5, 6, eos, pad], [eos, pad, pad, pad], [5, 5, 5, 5]])
-    expected = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float)
-    assert torch.equal(response_mask(ids, eos), expected)
 
 
 def test_degenerate_batches_are_counted_and_give_zero_gradient(tmp_path, micro_policy, monkeypatch):

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from entflow.core.token_stats import entropy_from_logits
 from entflow.errors import ParameterError
 from entflow.lab.policy import (
     PolicyConfig,
@@ -212,9 +213,8 @@ def generate_responses(
         return_dict_in_generate=True,
     )
     resp = out.sequences[:, enc["input_ids"].shape[1] :]
-    logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
-    logp = torch.log_softmax(logits, dim=-1)
-    ent = -(logp.exp() * logp).sum(-1) * response_mask(tokenizer, resp)
+    logits = torch.stack(out.logits, dim=1) / (1.0 if greedy else temperature)
+    ent = entropy_from_logits(logits) * response_mask(tokenizer, resp)
     if greedy and k > 1:
         resp, ent = resp.repeat_interleave(k, 0), ent.repeat_interleave(k, 0)
     return decode_responses(tokenizer, resp), resp, ent

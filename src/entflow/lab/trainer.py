@@ -28,6 +28,7 @@ from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.errors import ConfigError
 from entflow.lab.config import TrainConfig
+from entflow.lab.policy import position_ids_from_mask
 from entflow.lab.rundir import (
     JsonlWriter,
     load_checkpoint,
@@ -71,13 +72,6 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7_919) % (2**63 - 1)
 
 
-def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """``[N, T]`` float mask: 1 up to and including the first eos, 0 after it."""
-    is_eos = (response_ids == eos_id).long()
-    after_eos = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first eos
-    return (~after_eos).float()
-
-
 def response_token_stats(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,
@@ -93,8 +87,7 @@ def response_token_stats(
     """
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids_from_mask(attention)).logits
     lp = prompt_ids.shape[1]
     return token_stats(logits[:, lp - 1 : -1], response_ids, temperature=temperature, chunk_size=chunk_size)
 
@@ -102,7 +95,7 @@ def response_token_stats(
 @torch.no_grad()
 def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollout:
     """Draw P prompts (seeded by step) and G responses each at ``cfg.temperature``."""
-    from entflow.lab.policy import decode_responses, encode_prompts
+    from entflow.lab.policy import decode_responses, encode_prompts, response_mask
 
     problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
     prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
@@ -122,7 +115,7 @@ def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollo
     response_ids = seq[:, enc["input_ids"].shape[1] :]
     if response_ids.shape[1] == 0:  # nothing generated at all: one eos column keeps shapes valid
         response_ids = torch.full((seq.shape[0], 1), tokenizer.eos_token_id, dtype=seq.dtype)
-    mask = response_mask(response_ids, tokenizer.eos_token_id)
+    mask = response_mask(tokenizer, response_ids)
     response_ids = response_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
     texts = decode_responses(tokenizer, response_ids)
     rewards = torch.tensor(

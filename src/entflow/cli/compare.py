@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from entflow.cli._common import add_config_arguments, base_config, config_keys_help
 
@@ -23,7 +24,16 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def compare_and_report(base, methods_arg, name, overrides, jobs, resume, overwrite) -> int:
+def compare_and_report(
+    base: dict[str, Any],
+    methods_arg: str | None,
+    name: str,
+    overrides: list[str],
+    jobs: int,
+    resume: bool,
+    overwrite: bool,
+) -> int:
+    """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report."""
     from pathlib import Path
 
     from entflow.errors import ConfigError

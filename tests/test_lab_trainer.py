@@ -245,3 +245,35 @@ def test_eval_command_reports_avg_and_pass_at_k(tmp_path, micro_policy, capsys):
         if len(cells) == 2 and cells[1].replace(".", "").isdigit():
             rows[cells[0]] = float(cells[1])
     assert 0 <= rows["avg@4"] <= rows["pass@4 (unbiased)"] <= 1  # pass@k can never be below avg@k
+
+
+def test_compare_runs_methods_in_parallel_and_writes_one_report(tmp_path, micro_policy):
+    from entflow.cli.main import main
+
+    args = [
+        "compare",
+        "--methods",
+        "grpo,clip_higher+steer",
+        "--name",
+        "cmp",
+        "--jobs",
+        "2",
+        f"out_dir={tmp_path}",
+        f"policy_path={micro_policy}",
+        "task_params={validation_size: 8}",
+        "steps=2",
+        "prompts_per_step=4",
+        "group_size=4",
+        "eval_k=1",
+    ]
+    assert main(args) == 0
+    out = tmp_path / "cmp"
+    for run in ("grpo", "clip_higher_steer"):
+        rows = read_jsonl(out / run / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [0, 1, 2]
+    # same seed and step → same prompts for every method
+    prompts = [[s["prompt"] for s in read_jsonl(out / run / "samples.jsonl")] for run in ("grpo", "clip_higher_steer")]
+    assert prompts[0] == prompts[1] and prompts[0]
+    assert (out / "report.html").exists() and (out / "plots" / "entropy.png").exists()
+    html = (out / "report.html").read_text()
+    assert "grpo" in html and "clip_higher_steer" in html

@@ -38,12 +38,23 @@ def compare_and_report(
 
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs, run_compare
+    from entflow.lab.config import parse_override
 
     methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
     base.pop("methods", None)
     if not methods:
         raise ConfigError("methods", "give --methods a,b,c or a `methods:` list in --config")
     out_dir = base.pop("out_dir", "runs")
+    rest = []
+    for text in overrides:  # out_dir is the comparison's folder; name is per run
+        key, value = parse_override(text)
+        if key == "out_dir":
+            out_dir = str(value)
+        elif key == "name":
+            raise ConfigError("name", "each run is named after its method; use --name for the comparison")
+        else:
+            rest.append(text)
+    overrides = rest
     configs = compare_configs(name, methods, base, overrides, out_dir=out_dir)
     if jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {jobs}")

@@ -1,0 +1,30 @@
+"""verl plugin entry point: importing this module registers entflow with verl.
+
+verl's ``__init__`` imports every module named in the ``verl.plugins`` entry-point group
+(unless ``VERL_USE_EXTERNAL_PLUGINS=none``); entflow's ``pyproject.toml`` names this one. It
+registers entflow's policy losses (``entflow`` and ``entflow.<name>``) and the ``entflow``
+trainer mode (``trainer.v1.trainer_mode=entflow``).
+
+verl's v1 trainer needs its rollout stack (``transfer_queue``, an HTTP server, vLLM or SGLang);
+where that stack is not installed verl's own trainer cannot start either, and only the losses are
+registered. Any other failure to register the trainer is logged as a warning: verl hides a
+plugin's import errors at debug level, and the losses stay registered.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from entflow.integrations.verl.losses import register_all
+
+LOSS_MODES = register_all()
+TRAINER_REGISTERED = False
+
+try:
+    from entflow.integrations.verl import trainer as _trainer  # noqa: F401  (registers the "entflow" trainer)
+
+    TRAINER_REGISTERED = True
+except ModuleNotFoundError as e:  # verl's v1 trainer stack is not installed
+    logging.getLogger(__name__).debug("entflow: verl's v1 trainer is not importable (%r); losses only", e)
+except Exception as e:  # pragma: no cover - a real failure of the trainer module
+    logging.getLogger(__name__).warning("entflow: could not register the verl trainer mode 'entflow': %r", e)

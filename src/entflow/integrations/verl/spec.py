@@ -1,0 +1,233 @@
+"""Which entflow method a verl config selects, and what that method needs from verl.
+
+Nothing here imports verl: the functions read verl's config through the mapping interface
+that both its dataclasses and OmegaConf nodes offer (``.get``), so they are testable and
+usable without verl installed.
+
+verl names a policy loss by ``actor_rollout_ref.actor.policy_loss.loss_mode``. entflow
+registers one loss mode per method, ``entflow.<name>`` (e.g. ``entflow.clip_cov``), and the
+generic ``entflow``, whose method (any composition ``"a+b"``) comes from the
+``policy_loss.method`` key. The method's parameters come from ``policy_loss.params``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from entflow.errors import CompositionError, ConfigError, ParameterError, UnknownMethodError
+from entflow.methods import Method, get_method, list_methods
+
+GENERIC_MODE = "entflow"
+MODE_PREFIX = "entflow."
+KEY = "actor_rollout_ref.actor.policy_loss"  # where the policy-loss settings live in verl's Hydra config
+STATISTICS = ("micro_batch", "global")
+
+
+def loss_mode_for(method_name: str) -> str:
+    """verl's ``loss_mode`` of one registered entflow method: ``entflow.<name>``."""
+    return MODE_PREFIX + method_name
+
+
+def is_entflow_mode(loss_mode: Any) -> bool:
+    return isinstance(loss_mode, str) and (loss_mode == GENERIC_MODE or loss_mode.startswith(MODE_PREFIX))
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers → plain hashable Python values (lists → tuples)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """The entflow part of a verl policy-loss config: hashable, so workers cache one method per spec.
+
+    ``name``: a method or composition; ``params``: sorted ``(key, value)`` pairs;
+    ``statistics``: ``"micro_batch"`` (batch statistics per micro-batch, as verl's own Clip-Cov /
+    KL-Cov) or ``"global"`` (over the data-parallel group); ``dual_clip``: apply verl's
+    ``clip_ratio_c`` dual clip (as verl's ``vanilla`` loss does) unless the method fixes its clip.
+    """
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    statistics: str = "micro_batch"
+    dual_clip: bool = True
+
+    def build(self, key: str = KEY) -> Method:
+        """A fresh method object; any entflow error becomes a :class:`ConfigError` naming the config key."""
+        params = dict(self.params)
+        try:
+            return get_method(self.name, **params)
+        except UnknownMethodError as e:
+            raise ConfigError(f"{key}.method", str(e)) from e
+        except ParameterError as e:
+            raise ConfigError(f"{key}.params.{e.param}", str(e)) from e
+        except CompositionError as e:
+            raise ConfigError(f"{key}.method", str(e)) from e
+
+
+def spec_from_policy_loss(policy_loss: Any, key: str = KEY) -> MethodSpec | None:
+    """The :class:`MethodSpec` of verl's ``policy_loss`` config, or None if its loss mode is not entflow's.
+
+    Raises :class:`ConfigError` naming the key when the entflow keys contradict each other.
+    """
+    loss_mode = policy_loss.get("loss_mode")
+    if not is_entflow_mode(loss_mode):
+        return None
+    method = policy_loss.get("method")
+    if loss_mode == GENERIC_MODE:
+        if not method:
+            raise ConfigError(
+                f"{key}.method",
+                f"loss_mode={GENERIC_MODE!r} takes its method from this key (e.g. 'clip_higher+steer'); it is not set",
+            )
+        name = str(method)
+    else:
+        name = loss_mode[len(MODE_PREFIX) :]
+        if name not in list_methods():
+            raise ConfigError(f"{key}.loss_mode", str(UnknownMethodError(name, list_methods())))
+        if method and str(method) != name:
+            raise ConfigError(
+                f"{key}.method",
+                f"is {method!r} but loss_mode={loss_mode!r} selects {name!r}; "
+                f"set loss_mode={GENERIC_MODE!r} to take the method from this key",
+            )
+    params = policy_loss.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{key}.params", f"must be a mapping of the method's parameters, got {params!r}")
+    statistics = policy_loss.get("statistics") or "micro_batch"
+    if statistics not in STATISTICS:
+        raise ConfigError(f"{key}.statistics", f"must be one of {STATISTICS}, got {statistics!r}")
+    dual_clip = policy_loss.get("dual_clip")
+    return MethodSpec(name, _plain(params), statistics, True if dual_clip is None else bool(dual_clip))
+
+
+# --------------------------------------------------------------------------------------------
+# What a method needs from verl
+# --------------------------------------------------------------------------------------------
+
+
+def registry_blockers(method: Method) -> list[str]:
+    """Why ``method`` cannot run as a registered verl policy loss (empty: it can).
+
+    A registered loss receives only ``old_log_prob, log_prob, advantages, response_mask`` (and
+    rollout importance weights): no entropy, no reference log-probs, no training step, and no
+    hook after the step for controllers or before it for advantage shaping.
+    """
+    reasons = []
+    for p in method.parts:
+        if p.overrides("shape_advantages"):
+            reasons.append(f"{p.name} shapes advantages (run by the entflow trainer where verl computes them)")
+        elif p.reads_entropy:
+            reasons.append(f"{p.name} reads the old-policy entropy, which a registered loss does not receive")
+        if "entropy" in p.needs:
+            reasons.append(f"{p.name} differentiates the current entropy, which a registered loss does not receive")
+        if "ref_logp" in p.needs:
+            reasons.append(f"{p.name} needs reference log-probs, which a registered loss does not receive")
+        schedule = getattr(p, "schedule", None)
+        if p.overrides("update") and schedule in (None, "entropy"):
+            reasons.append(f"{p.name} is a controller that the entflow trainer advances once per step")
+        if schedule in ("stage", "epoch"):
+            reasons.append(f"{p.name} (schedule={schedule!r}) reads the training step, which a registered loss lacks")
+    return reasons
+
+
+def verl_blockers(method: Method) -> list[str]:
+    """Why ``method`` cannot run inside verl at all (empty: it can)."""
+    reasons = []
+    for p in method.parts:
+        if getattr(p, "estimator", None) == "tabular":
+            reasons.append(
+                f"{p.name}(estimator='tabular') needs sum_p2_logp = Σπ²·log π per token, which verl's forward "
+                "pass does not compute; use estimator='steer' or 'opefo'"
+            )
+    return reasons
+
+
+def needs_model_entropy(method: Method) -> bool:
+    """True when the loss differentiates the current entropy (set ``actor.calculate_entropy=True``)."""
+    return any("entropy" in p.needs for p in method.parts)
+
+
+def needs_ref_logp(method: Method) -> bool:
+    return any("ref_logp" in p.needs for p in method.parts)
+
+
+def shapes_advantages(method: Method) -> bool:
+    return any(p.overrides("shape_advantages") for p in method.parts)
+
+
+def controller_state(method: Method) -> dict[str, dict[str, Any]]:
+    """State of the parts that advance in ``update`` (controllers), keyed by part name."""
+    return {p.name: p.state_dict() for p in method.parts if p.overrides("update")}
+
+
+def load_controller_state(method: Method, state: Mapping[str, Mapping[str, Any]]) -> None:
+    for p in method.parts:
+        if p.name in state:
+            p.load_state_dict(dict(state[p.name]))
+
+
+def stream_seed(seed: int, step: int | None, rank: int) -> int:
+    """Seed of a stochastic part's generator: ``seed + rank`` without a step (each rank its own
+    stream, rank 0 the method's own); with a step, a deterministic mix of (seed, step, rank), so a
+    resumed run redraws exactly what an uninterrupted one would."""
+    if step is None:
+        return seed + rank
+    return ((seed * 1_000_003 + step) * 10_007 + rank) % (2**63)
+
+
+def reseed(method: Method, step: int | None, rank: int) -> None:
+    """Point every stochastic part's generator at :func:`stream_seed` (through its state dict)."""
+    for p in method.parts:
+        if "generator" in p.state_fields and hasattr(p, "seed"):
+            state = p.state_dict()
+            state["generator"] = torch.Generator().manual_seed(stream_seed(int(p.seed), step, rank)).get_state()
+            p.load_state_dict(state)
+
+
+class WorkerMethods:
+    """The method objects of one process (one verl worker), one per :class:`MethodSpec`.
+
+    A method keeps its state here across micro-batches and steps. When the entflow trainer sends a
+    step number with the batch, the first micro-batch of a new step reseeds stochastic parts
+    (:func:`reseed`) and loads the controllers' state that the trainer advanced on the driver.
+    """
+
+    def __init__(self) -> None:
+        self._methods: dict[MethodSpec, Method] = {}
+        self._step: dict[MethodSpec, int | None] = {}
+
+    def get(
+        self,
+        spec: MethodSpec,
+        rank: int = 0,
+        step: int | None = None,
+        state: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Method:
+        if spec not in self._methods:
+            method = spec.build()
+            reseed(method, None, rank)
+            self._methods[spec] = method
+            self._step[spec] = None
+        method = self._methods[spec]
+        if step is not None and step != self._step[spec]:
+            reseed(method, step, 0 if spec.statistics == "global" else rank)
+            if state:
+                load_controller_state(method, state)
+            self._step[spec] = step
+        return method
+
+    def clear(self) -> None:
+        self._methods.clear()
+        self._step.clear()
+
+
+WORKER_METHODS = WorkerMethods()

@@ -1,8 +1,8 @@
 """``python -m entflow.integrations.verl.check [hydra overrides...]``: validate a verl launch command.
 
 Composes verl's own ``ppo_trainer`` config (from the installed verl package) with the given
-overrides, converts the actor config through verl's dataclasses (as ``verl.trainer.main_ppo``
-does before it starts Ray) and runs :func:`entflow.integrations.verl.config.check_config`.
+overrides, runs verl's own ``validate_config`` (as ``verl.trainer.main_ppo`` does before it
+starts Ray; it converts the actor config through verl's dataclasses) and runs :func:`entflow.integrations.verl.config.check_config`.
 Needs no GPU, no Ray and no model. Exit code 0 and one line on success; 2 and the error naming
 the key otherwise.
 """
@@ -28,12 +28,15 @@ def compose(overrides: list[str], config_name: str = "ppo_trainer") -> Any:
 def validate(overrides: list[str]) -> Any:
     """Compose, convert the actor config through verl's dataclasses, check entflow's settings.
     Returns the entflow method (None when the loss is not entflow's)."""
-    from verl.utils.config import omega_conf_to_dataclass
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
 
     from entflow.integrations.verl.config import check_config
 
     config = compose(overrides)
-    omega_conf_to_dataclass(config.actor_rollout_ref.actor)  # what verl's validate_config does first
+    # what verl.trainer.main_ppo does before it starts Ray (converts the actor config through
+    # verl's dataclasses, so EntflowPolicyLossConfig validates the method and its parameters)
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return check_config(config)
 
 

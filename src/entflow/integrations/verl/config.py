@@ -84,7 +84,9 @@ def check_config(config: Any) -> Any:
     spec = spec_from_policy_loss(actor.policy_loss)
     if spec is None:
         if OmegaConf.select(config, "trainer.v1.trainer_mode") == "entflow":
-            raise ConfigError(f"{KEY}.loss_mode", "trainer_mode 'entflow' needs loss_mode 'entflow' or 'entflow.<name>'")
+            raise ConfigError(
+                f"{KEY}.loss_mode", "trainer_mode 'entflow' needs loss_mode 'entflow' or 'entflow.<name>'"
+            )
         return None
     method = spec.build()
     blockers = verl_blockers(method)
@@ -120,5 +122,7 @@ def check_config(config: Any) -> Any:
             "old-log-prob pass that bypass mode skips",
         )
     if entflow_trainer and OmegaConf.select(config, "distillation.enabled", default=False):
-        raise ConfigError("distillation.enabled", "the entflow trainer replaces the actor loss; distillation is not supported")
+        raise ConfigError(
+            "distillation.enabled", "the entflow trainer replaces the actor loss; distillation is not supported"
+        )
     return method

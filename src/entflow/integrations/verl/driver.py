@@ -83,7 +83,11 @@ class Driver:
 
     def extra_info(self, step: int, total_steps: int | None) -> dict[str, Any]:
         """Non-tensor data sent with each update batch (read by ``entflow_ppo_loss``)."""
-        return {"entflow_step": step, "entflow_total_steps": total_steps, "entflow_state": controller_state(self.method)}
+        return {
+            "entflow_step": step,
+            "entflow_total_steps": total_steps,
+            "entflow_state": controller_state(self.method),
+        }
 
     def after_update(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
         """Advance the controllers once for this step.

@@ -84,7 +84,9 @@ def verl_scale(loss_agg_mode: str, mask: torch.Tensor, global_batch_info: Mappin
         if loss_agg_mode == "seq-mean-token-sum-norm":
             lsf = float(info.get("loss_scale_factor") or horizon)
         return ratio(n_rows * horizon, info.get("global_batch_size"), n_seq) / lsf * dp
-    raise ConfigError("actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}")
+    raise ConfigError(
+        "actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}"
+    )
 
 
 class RolloutWeights(Method):

@@ -106,7 +106,21 @@ def spec_from_policy_loss(policy_loss: Any, key: str = KEY) -> MethodSpec | None
     if statistics not in STATISTICS:
         raise ConfigError(f"{key}.statistics", f"must be one of {STATISTICS}, got {statistics!r}")
     dual_clip = policy_loss.get("dual_clip")
-    return MethodSpec(name, _plain(params), statistics, True if dual_clip is None else bool(dual_clip))
+    flat = _flatten(params)
+    return MethodSpec(name, tuple(sorted((k, _plain(v)) for k, v in flat.items())), statistics, dual_clip is not False)
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"steer": {"lambda_min": 0.5}}`` → ``{"steer.lambda_min": 0.5}``: Hydra turns the dotted
+    override ``params.steer.lambda_min=0.5`` into a nested node, entflow names a composition's part
+    parameter ``"steer.lambda_min"`` (no method parameter is itself a mapping)."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 # --------------------------------------------------------------------------------------------

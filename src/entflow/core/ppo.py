@@ -70,7 +70,7 @@ def aggregation_count(mask: torch.Tensor, agg: str, max_len: int | None = None) 
     if agg == "seq-mean-token-mean":
         return (m.sum(-1) > 0).to(torch.float64).sum()
     if agg == "seq-mean-token-sum-norm":
-        return torch.tensor(float(mask.shape[0]), dtype=torch.float64, device=mask.device)
+        return torch.full((), float(mask.shape[0]), dtype=torch.float64, device=mask.device)  # a fill: no copy
     raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
 
 

@@ -24,10 +24,8 @@ def flow_weights(
 ) -> torch.Tensor:
     """``[N, T]`` weights ``1 + lam_pos`` where ΔH > 0, ``1 − lam_neg`` where ΔH < 0, else 1."""
     w = torch.ones_like(dH)
-    lp = torch.as_tensor(lam_pos, device=dH.device).to(dH.dtype)
-    ln = torch.as_tensor(lam_neg, device=dH.device).to(dH.dtype)
-    w = torch.where((dH > 0) & valid, 1.0 + lp, w)  # paper 001 Eq. 7, S+ term
-    return torch.where((dH < 0) & valid, 1.0 - ln, w)  # Eq. 7, S− term
+    w = torch.where((dH > 0) & valid, 1.0 + lam_pos, w)  # paper 001 Eq. 7, S+ term
+    return torch.where((dH < 0) & valid, 1.0 - lam_neg, w)  # Eq. 7, S− term
 
 
 def global_flow(ctxs: list[LossContext], reducer: Reducer, estimator: str) -> list[dict[str, torch.Tensor]]:

@@ -69,7 +69,7 @@ class Unlikeliness(ReportsShaping, Method):
         score = response_mean(batch.old_logp.detach().to(torch.float64), batch.valid)
         rank, size = _rank_in_group(score, inv)
         R2 = R * (1 - self.beta * rank / size)  # He et al.: unlikeliness reward
-        a = group_advantages(R2, g, scale="group", eps=STD_EPS)
+        a = group_advantages(R2, g, scale="group", eps=STD_EPS, validate=batch.validate)
         self._report(reward_mean=R2.mean())
         return a.to(adv.dtype).unsqueeze(-1).expand_as(adv).clone()
 

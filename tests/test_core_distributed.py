@@ -79,9 +79,13 @@ def grads(data, rows_per_mb, method, agg, group=None, trim=False):
         else:
             lp = lp.detach()
         b = ef.TokenBatch(
-            lp, data["old_logp"][s], data["adv"][s[0]], data["mask"][s],
-            old_entropy=data["old_entropy"][s], group_index=data["group_index"][s[0]],
-        )  # fmt: skip
+            lp,
+            data["old_logp"][s],
+            data["adv"][s[0]],
+            data["mask"][s],
+            old_entropy=data["old_entropy"][s],
+            group_index=data["group_index"][s[0]],
+        )
         return b, lp
 
     if rows_per_mb is None:
@@ -197,7 +201,9 @@ def test_per_call_default_takes_statistics_over_the_call_only():
     g_global = grads(data, [slice(0, 8), slice(8, N)], m, "token-mean")[1]
     logp = data["base"].clone().requires_grad_(True)
     for s in (slice(0, 8), slice(8, N)):  # no stats: max/min |Ω| of each micro-batch, its own token count
-        b = ef.TokenBatch(logp[s], data["old_logp"][s], data["adv"][s], data["mask"][s], old_entropy=data["old_entropy"][s])
+        b = ef.TokenBatch(
+            logp[s], data["old_logp"][s], data["adv"][s], data["mask"][s], old_entropy=data["old_entropy"][s]
+        )
         ef.policy_loss(b, m).loss.backward()
     assert float((logp.grad - g_global).abs().max()) > 1e-3
 

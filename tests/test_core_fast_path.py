@@ -71,7 +71,16 @@ def test_the_counter_sees_each_kind_of_sync():
         x.nonzero()
         torch.unique(x)
         x.repeat_interleave(torch.tensor([1] * 6))
-    assert c.hits == ["__float__", "__bool__", "item", "tolist", "__getitem__[bool mask]", "nonzero", "unique", "repeat_interleave"]
+    assert c.hits == [
+        "__float__",
+        "__bool__",
+        "item",
+        "tolist",
+        "__getitem__[bool mask]",
+        "nonzero",
+        "unique",
+        "repeat_interleave",
+    ]
 
 
 def fast_batch(gen: torch.Generator) -> ef.TokenBatch:
@@ -81,9 +90,15 @@ def fast_batch(gen: torch.Generator) -> ef.TokenBatch:
     f["mask"][5] = 0  # an empty response
     p = f["old_logp"].exp()
     return ef.TokenBatch(
-        **f, sum_p2=p**2 + 0.05, sum_p2_logp=-(p**2) * 0.5, rewards=b.rewards, group_index=b.group_index * 7 + 3,
-        step=2, total_steps=10, validate=False,
-    )  # fmt: skip
+        **f,
+        sum_p2=p**2 + 0.05,
+        sum_p2_logp=-(p**2) * 0.5,
+        rewards=b.rewards,
+        group_index=b.group_index * 7 + 3,
+        step=2,
+        total_steps=10,
+        validate=False,
+    )
 
 
 def test_validation_is_what_syncs_and_validate_false_skips_it(gen):
@@ -100,27 +115,51 @@ def test_validation_is_what_syncs_and_validate_false_skips_it(gen):
     assert c.hits == ["cpu", "tolist"]
 
 
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=[f"{n}{'-' + '-'.join(map(str, p.values())) if p else ''}" for n, p in VARIANTS])
+IDS = [n + "".join(f"-{v}" for v in p.values()) for n, p in VARIANTS]
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
 def test_fast_path_makes_no_host_sync(gen, name, params):
     b = fast_batch(gen)
     method = ef.get_method(name, **params)
     with SyncCounter() as c:
         adv = ef.compute_advantages(b, method)
         batch = ef.TokenBatch(
-            b.logp, b.old_logp, adv, b.mask, entropy=b.entropy, old_entropy=b.old_entropy, ref_logp=b.ref_logp,
-            sum_p2=b.sum_p2, sum_p2_logp=b.sum_p2_logp, group_index=b.group_index, step=2, total_steps=10,
+            b.logp,
+            b.old_logp,
+            adv,
+            b.mask,
+            entropy=b.entropy,
+            old_entropy=b.old_entropy,
+            ref_logp=b.ref_logp,
+            sum_p2=b.sum_p2,
+            sum_p2_logp=b.sum_p2_logp,
+            group_index=b.group_index,
+            step=2,
+            total_steps=10,
             validate=False,
-        )  # fmt: skip
+        )
         out = ef.policy_loss(batch, method, metrics="tensor")
         out.loss.backward()
         ef.policy_loss(batch, method, metrics="none")
         halves = [
-            ef.TokenBatch(batch.logp.detach()[s], batch.old_logp[s], adv[s], batch.mask[s],
-                          entropy=batch.entropy.detach()[s], old_entropy=batch.old_entropy[s], ref_logp=batch.ref_logp[s],
-                          sum_p2=batch.sum_p2[s], sum_p2_logp=batch.sum_p2_logp[s], group_index=batch.group_index[s],
-                          step=2, total_steps=10, validate=False)
+            ef.TokenBatch(
+                batch.logp.detach()[s],
+                batch.old_logp[s],
+                adv[s],
+                batch.mask[s],
+                entropy=batch.entropy.detach()[s],
+                old_entropy=batch.old_entropy[s],
+                ref_logp=batch.ref_logp[s],
+                sum_p2=batch.sum_p2[s],
+                sum_p2_logp=batch.sum_p2_logp[s],
+                group_index=batch.group_index[s],
+                step=2,
+                total_steps=10,
+                validate=False,
+            )
             for s in (slice(0, 3), slice(3, 8))
-        ]  # fmt: skip
+        ]
         stats = ef.prepare_statistics(halves, method)
         for h, s in zip(halves, stats, strict=True):
             ef.policy_loss(h, method, metrics="tensor", stats=s)

@@ -68,7 +68,7 @@ def _padded(batch_t: int, gen: torch.Generator):
     adv = torch.randn(n, generator=gen, dtype=D)
     mask = (torch.arange(t) < torch.tensor([5, 3, 2, 4])[:, None]).to(D)
     pad = batch_t - t
-    return tuple(torch.nn.functional.pad(x, (0, pad)) for x in (logp, old, mask)) + (adv,)
+    return (*tuple(torch.nn.functional.pad(x, (0, pad)) for x in (logp, old, mask)), adv)
 
 
 def test_sum_norm_with_max_len_does_not_depend_on_padding(gen):

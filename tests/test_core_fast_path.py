@@ -168,3 +168,13 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
     # and the tensors read once give the same numbers as the float path
     floats = ef.read_metrics(out.metrics)
     assert set(floats) == set(out.metrics) and all(isinstance(v, float) for v in floats.values())
+
+
+def test_read_metrics_averages_micro_batches_with_one_host_copy():
+    a = {"x": torch.tensor(1.0), "n": torch.tensor(4, dtype=torch.float64), "c": 0.5}
+    b = {"x": torch.tensor(3.0), "n": torch.tensor(2, dtype=torch.float64), "only_b": torch.tensor(7.0)}
+    with SyncCounter() as c:
+        out = ef.read_metrics([a, b])
+    assert c.hits == ["cpu", "tolist"]
+    assert out == {"x": 2.0, "n": 3.0, "c": 0.5, "only_b": 7.0}
+    assert ef.average_metrics(a) == {"x": 1.0, "n": 4.0, "c": 0.5}  # no process group: this process's values

@@ -266,11 +266,14 @@ class Stochastic:
         key = "shared" if shared else "per_call"
         device = torch.device(device)
         g = gens.get(key)
-        if g is None or g.device.type != device.type:
-            if g is not None:
-                raise ParameterError(
-                    self.name, "generator", f"lives on {g.device} but the batch is on {device}; keep one device per run"
-                )
+        moved = g is not None and (
+            g.device.type != device.type or (device.index is not None and g.device.index != device.index)
+        )
+        if moved:
+            raise ParameterError(
+                self.name, "generator", f"lives on {g.device} but the batch is on {device}; keep one device per run"
+            )
+        if g is None:
             rank = getattr(self, "_dp_rank", None)
             seed = self.seed if shared else self.seed + (default_rank() if rank is None else rank)
             g = gens[key] = seeded_generator(seed, device)

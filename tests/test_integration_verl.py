@@ -3,7 +3,8 @@ verl paths against ef.policy_loss, Hydra config validation with the example's ov
 the driver-side pieces of the entflow trainer.
 
 verl is imported once here (slow: ~6-20 s on a shared 2-core machine); the discovery checks run
-two fresh interpreters concurrently. Tolerance 1e-6 relative to max(1, |value|) everywhere (float32 tensors, same formulas).
+two fresh interpreters concurrently. Tolerance 1e-6 relative to max(1, |value|) everywhere
+(float32 tensors, same formulas).
 """
 
 from __future__ import annotations
@@ -433,7 +434,9 @@ def test_shaping_from_verls_grpo_advantages_equals_compute_advantages(name):
     method = _method(name)
     shaped = shape_verl_advantages(method, verl_adv, mask, old, scores, uid, old_entropy=H)
     group = torch.tensor([i // 4 for i in range(N)])
-    ref = ef.compute_advantages(ef.TokenBatch(old, old, None, mask, old_entropy=H, rewards=rewards, group_index=group), method)
+    ref = ef.compute_advantages(
+        ef.TokenBatch(old, old, None, mask, old_entropy=H, rewards=rewards, group_index=group), method
+    )
     assert close(shaped, ref)
 
 
@@ -468,8 +471,7 @@ def test_stochastic_methods_redraw_identically_after_resume():
     cfg = entflow_config("entflow.rand_pos_clip", params={"ratio": 0.3})
 
     def weights():
-        loss, m = entflow_ppo_loss(cfg, {"log_probs": flat(t["logp"])}, data)
-        return float(loss)
+        return float(entflow_ppo_loss(cfg, {"log_probs": flat(t["logp"])}, data)[0])
 
     WORKER_METHODS.clear()
     first = weights()
@@ -490,7 +492,14 @@ def test_trainer_overrides_match_verls_trainer_hooks():
     v1 = Path(verl.__file__).parent / "trainer" / "ppo" / "v1"
     base = methods(v1 / "trainer_base.py", "PPOTrainer") | methods(v1 / "trainer_sync.py", "PPOTrainerSync")
     ours = methods(ROOT / "src" / "entflow" / "integrations" / "verl" / "trainer.py", "EntflowTrainer")
-    assert set(ours) == {"__init__", "on_init_end", "_compute_advantage", "_update_actor", "_save_checkpoint", "_load_checkpoint"}
+    assert set(ours) == {
+        "__init__",
+        "on_init_end",
+        "_compute_advantage",
+        "_update_actor",
+        "_save_checkpoint",
+        "_load_checkpoint",
+    }
     for name, args in ours.items():
         assert base[name] == args, name
     assert "register_trainer" in (v1 / "trainer_base.py").read_text()

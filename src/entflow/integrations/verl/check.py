@@ -2,7 +2,8 @@
 
 Composes verl's own ``ppo_trainer`` config (from the installed verl package) with the given
 overrides, runs verl's own ``validate_config`` (as ``verl.trainer.main_ppo`` does before it
-starts Ray; it converts the actor config through verl's dataclasses) and runs :func:`entflow.integrations.verl.config.check_config`.
+starts Ray; it converts the actor config through verl's dataclasses) and then
+:func:`entflow.integrations.verl.config.check_config`.
 Needs no GPU, no Ray and no model. Exit code 0 and one line on success; 2 and the error naming
 the key otherwise.
 """

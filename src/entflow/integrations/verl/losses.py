@@ -113,6 +113,40 @@ def clip_settings(config: Any, spec: MethodSpec, method: Method) -> tuple[float,
     return float(low), float(high), dual
 
 
+def global_scale(
+    loss_agg_mode: str, mask: torch.Tensor, global_batch_info: Mapping[str, Any] | None, group: Any
+) -> float:
+    """Factor from entflow's loss with global statistics to verl's normalisation.
+
+    With ``stats``, entflow divides each rank's micro-batch by the size of this micro-batch step
+    over all ranks (tokens / non-empty responses / responses × horizon), so the losses of the
+    ranks sum to the step's mean. verl divides by the whole mini-batch (``batch_num_tokens`` /
+    ``global_batch_size``) and multiplies by ``dp_size`` (FSDP averages gradients over ranks).
+    One ``all_reduce`` of three numbers over ``group``.
+    """
+    info = dict(global_batch_info or {})
+    dp = int(info.get("dp_size") or 1)
+    m = mask.bool()
+    sizes = torch.tensor([m.sum(), (m.sum(-1) > 0).sum(), m.shape[0]], dtype=torch.float64, device=m.device)
+    if group is not None:
+        dist.all_reduce(sizes, group=group)
+    n_tok, n_seq, n_rows = (float(x) for x in sizes.cpu())
+
+    def ratio(num: float, den: Any) -> float:
+        return 1.0 if den is None else (num / float(den) if float(den) > 0 else 0.0)
+
+    if loss_agg_mode == "token-mean":
+        return ratio(n_tok, info.get("batch_num_tokens")) * dp
+    if loss_agg_mode == "seq-mean-token-mean":
+        return ratio(n_seq, info.get("global_batch_size")) * dp
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return ratio(n_rows, info.get("global_batch_size")) * dp
+    raise ConfigError(
+        "actor_rollout_ref.actor.loss_agg_mode",
+        f"global statistics support token-mean, seq-mean-token-mean and seq-mean-token-sum-norm, got {loss_agg_mode!r}",
+    )
+
+
 def compute_policy_loss(
     method: Method,
     spec: MethodSpec,
@@ -129,16 +163,23 @@ def compute_policy_loss(
     ref_log_prob: torch.Tensor | None = None,
     step: int | None = None,
     total_steps: int | None = None,
+    group: Any = None,
 ) -> tuple[torch.Tensor, ef.LossOutput, float]:
-    """``(loss in verl's normalisation, entflow's LossOutput, the factor between them)``. Tensors ``[N, T]``."""
+    """``(loss in verl's normalisation, entflow's LossOutput, the factor between them)``. Tensors ``[N, T]``.
+
+    ``spec.statistics == "global"``: batch-level statistics over this micro-batch on every rank of
+    ``group`` (:func:`entflow.prepare_statistics`; collective, every rank calls it once per
+    micro-batch, as verl's engines run the same number of micro-batches on every rank).
+    The batch is built on entflow's fast path (``validate=False``: no host syncs for checks;
+    verl's tensors are consistent by construction).
+    """
     if loss_agg_mode not in VERL_AGG:
         raise ConfigError(
             "actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}"
         )
     clip_low, clip_high, dual = clip_settings(config, spec, method)
     mask = response_mask.bool()
-    batch = TokenBatch(
-        logp=log_prob,
+    fields = dict(
         old_logp=old_log_prob,
         advantages=advantages,
         mask=mask,
@@ -147,10 +188,21 @@ def compute_policy_loss(
         ref_logp=ref_log_prob,
         step=int(step or 0),
         total_steps=total_steps,
+        validate=False,
     )
+    batch = TokenBatch(logp=log_prob, **fields)
     full = method if rollout_is_weights is None else Composite([method, RolloutWeights(rollout_is_weights)])
-    out = ef.policy_loss(batch, full, clip_low, clip_high, dual, VERL_AGG[loss_agg_mode])
-    scale = verl_scale(loss_agg_mode, mask, config.get("global_batch_info"))
+    agg = VERL_AGG[loss_agg_mode]
+    info = config.get("global_batch_info")
+    if spec.statistics == "global":
+        max_len = config.get("loss_scale_factor") if agg == "seq-mean-token-sum-norm" else None
+        detached = TokenBatch(logp=log_prob.detach(), **fields)
+        (stats,) = ef.prepare_statistics([detached], full, clip_low, clip_high, dual, agg, max_len, group=group)
+        out = ef.policy_loss(batch, full, clip_low, clip_high, dual, agg, max_len=max_len, stats=stats)
+        scale = global_scale(loss_agg_mode, mask, info, group)
+    else:
+        out = ef.policy_loss(batch, full, clip_low, clip_high, dual, agg)
+        scale = verl_scale(loss_agg_mode, mask, info)
     return out.loss * scale, out, scale
 
 
@@ -194,7 +246,7 @@ def registered_policy_loss(
             "global statistics need the data-parallel group, which a registered loss does not receive; "
             "use trainer.v1.trainer_mode=entflow (the loss-function path)",
         )
-    method = WORKER_METHODS.get(spec, rank=_rank())
+    method = WORKER_METHODS.get(spec, rank=_rank(), device=log_prob.device)
     blockers = registry_blockers(method)
     if blockers:
         raise ConfigError(
@@ -277,12 +329,7 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
     step = tu.get_non_tensor_data(data, "entflow_step", None)
     total_steps = tu.get_non_tensor_data(data, "entflow_total_steps", None)
     state = tu.get_non_tensor_data(data, "entflow_state", None)
-    method = WORKER_METHODS.get(spec, rank=_rank(dp_group), step=step, state=state)
-    if spec.statistics != "micro_batch":
-        raise ConfigError(
-            f"{KEY}.statistics",
-            "global statistics need entflow's prepare_statistics (core issue 7), not in this build",
-        )
+    method = WORKER_METHODS.get(spec, rank=_rank(dp_group), step=step, state=state, device=log_prob.device)
 
     fields = ["response_mask", "old_log_probs", "advantages"]
     fields += [f for f in ("rollout_is_weights", "ref_log_prob", "entropy") if f in data.keys()]
@@ -304,6 +351,7 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
         ref_log_prob=batch.get("ref_log_prob", None) if has_kl_ref else None,
         step=step,
         total_steps=total_steps,
+        group=dp_group,
     )
     metrics: dict[str, Any] = {
         "actor/pg_loss": Metric(value=out.metrics.get("pg_loss", 0.0) * scale, aggregation=loss_aggregation)

@@ -189,30 +189,34 @@ def load_controller_state(method: Method, state: Mapping[str, Mapping[str, Any]]
             p.load_state_dict(dict(state[p.name]))
 
 
-def stream_seed(seed: int, step: int | None, rank: int) -> int:
-    """Seed of a stochastic part's generator: ``seed + rank`` without a step (each rank its own
-    stream, rank 0 the method's own); with a step, a deterministic mix of (seed, step, rank), so a
-    resumed run redraws exactly what an uninterrupted one would."""
-    if step is None:
-        return seed + rank
+def stream_seed(seed: int, step: int, rank: int) -> int:
+    """Seed of a stochastic part's stream at training step ``step`` on data-parallel rank ``rank``
+    (rank 0 for the stream all ranks share in global mode): a deterministic mix, so a resumed run
+    redraws exactly what an uninterrupted one would, and no two steps repeat a draw."""
     return ((seed * 1_000_003 + step) * 10_007 + rank) % (2**63)
 
 
-def reseed(method: Method, step: int | None, rank: int) -> None:
-    """Point every stochastic part's generator at :func:`stream_seed` (through its state dict)."""
+def reseed(method: Method, step: int, rank: int, device: torch.device | str) -> None:
+    """Point every stochastic part's two streams (per call and shared, see
+    :class:`entflow.methods.base.Stochastic`) at :func:`stream_seed` for this step, on ``device``,
+    through the part's state dict."""
     for p in method.parts:
         if "generator" in p.state_fields and hasattr(p, "seed"):
-            state = p.state_dict()
-            state["generator"] = torch.Generator().manual_seed(stream_seed(int(p.seed), step, rank)).get_state()
-            p.load_state_dict(state)
+            streams = {}
+            for name, r in (("per_call", rank), ("shared", 0)):
+                g = torch.Generator(device=device).manual_seed(stream_seed(int(p.seed), step, r))
+                streams[name] = {"device": str(torch.device(device)), "state": g.get_state()}
+            p.load_state_dict({**p.state_dict(), "generator": streams})
 
 
 class WorkerMethods:
     """The method objects of one process (one verl worker), one per :class:`MethodSpec`.
 
-    A method keeps its state here across micro-batches and steps. When the entflow trainer sends a
-    step number with the batch, the first micro-batch of a new step reseeds stochastic parts
-    (:func:`reseed`) and loads the controllers' state that the trainer advanced on the driver.
+    A method keeps its state here across micro-batches and steps; its per-call random stream is
+    ``seed + rank`` (``Method.set_rank``), so data-parallel ranks draw differently. When the entflow
+    trainer sends a step number with the batch, the first micro-batch of a new step reseeds the
+    stochastic parts for that step (:func:`reseed`) and loads the controllers' state that the
+    trainer advanced on the driver.
     """
 
     def __init__(self) -> None:
@@ -225,15 +229,16 @@ class WorkerMethods:
         rank: int = 0,
         step: int | None = None,
         state: Mapping[str, Mapping[str, Any]] | None = None,
+        device: torch.device | str = "cpu",
     ) -> Method:
         if spec not in self._methods:
             method = spec.build()
-            reseed(method, None, rank)
+            method.set_rank(rank)
             self._methods[spec] = method
             self._step[spec] = None
         method = self._methods[spec]
         if step is not None and step != self._step[spec]:
-            reseed(method, step, 0 if spec.statistics == "global" else rank)
+            reseed(method, step, rank, device)
             if state:
                 load_controller_state(method, state)
             self._step[spec] = step

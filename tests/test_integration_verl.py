@@ -25,7 +25,7 @@ verl = pytest.importorskip("verl")
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.metric import AggregationType, Metric  # noqa: E402
-from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
+from verl.workers.config import PolicyLossConfig  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
 import entflow as ef  # noqa: E402
@@ -40,20 +40,12 @@ from entflow.integrations.verl.spec import (  # noqa: E402
     spec_from_policy_loss,
 )
 from entflow.methods.base import method_class  # noqa: E402
+from _verl_util import actor_config, entflow_config, verl_micro_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]
 TOL = 1e-6
 REQUIRED = {"opefo_target": {"target": 0.5}}  # methods without a default for a parameter
-
-
-def actor_config(policy_loss, **kw) -> ActorConfig:
-    """verl's real actor config dataclass (what its workers pass to the loss)."""
-    return ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1, policy_loss=policy_loss, **kw)
-
-
-def entflow_config(loss_mode: str = "entflow", method: str | None = None, params=None, **kw) -> ActorConfig:
-    return actor_config(EntflowPolicyLossConfig(loss_mode=loss_mode, method=method, params=params or {}), **kw)
 
 
 def rollout(seed: int = 0, N: int = 8, T: int = 11, noise: float = 0.3):
@@ -249,41 +241,6 @@ def test_registry_path_refuses_entropy_methods_naming_the_trainer_mode():
     with pytest.raises(ConfigError, match="trainer_mode=entflow") as e:
         core_algos.get_policy_loss_fn("entflow.steer")(t["old"], t["logp"], t["adv"], t["mask"], "token-mean", cfg)
     assert "policy_loss.loss_mode" in str(e.value) and "old-policy entropy" in str(e.value)
-
-
-def verl_micro_batch(t, P: int = 5, seed: int = 0):
-    """One micro-batch as verl's actor workers hand it to the loss: left-padded prompts, right-padded
-    responses, attention mask, and the model's log-probs / entropy as flat (no-padding) sequences,
-    each shifted by one token (verl's ``no_padding_2_padding`` layout)."""
-    g = torch.Generator().manual_seed(seed)
-    N, T = t["mask"].shape
-    plen = torch.randint(1, P + 1, (N,), generator=g)
-    rlen = t["mask"].sum(-1)
-    am = torch.zeros(N, P + T, dtype=torch.long)
-    for i in range(N):
-        am[i, P - plen[i] : P] = 1
-        am[i, P : P + rlen[i]] = 1
-    data = tu.get_tensordict(
-        {
-            "prompts": torch.randint(0, 50, (N, P), generator=g),
-            "responses": torch.randint(0, 50, (N, T), generator=g),
-            "attention_mask": am,
-            "response_mask": t["mask"].long(),
-            "old_log_probs": t["old"],
-            "advantages": t["adv"],
-            "entropy": t["old_H"],  # the old-policy entropy verl's old-log-prob pass stores in the batch
-            "ref_log_prob": t["ref"],
-        },
-        {"dp_size": 1, "batch_num_tokens": int(t["mask"].sum()), "global_batch_size": N},
-    )
-
-    def flat(x):
-        parts = []
-        for i in range(N):
-            parts += [x.new_zeros(int(plen[i]) - 1), x[i, : int(rlen[i])], x.new_zeros(1)]
-        return torch.cat(parts)
-
-    return data, flat
 
 
 def test_loss_function_path_with_grpo_equals_verls_own_ppo_loss():

@@ -29,6 +29,7 @@ from verl.workers.config import PolicyLossConfig  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
 import entflow as ef  # noqa: E402
+from _verl_util import actor_config, entflow_config, verl_micro_batch  # noqa: E402
 from entflow.errors import ConfigError  # noqa: E402
 from entflow.integrations.verl.check import compose  # noqa: E402
 from entflow.integrations.verl.config import EntflowPolicyLossConfig, check_config  # noqa: E402
@@ -40,7 +41,6 @@ from entflow.integrations.verl.spec import (  # noqa: E402
     spec_from_policy_loss,
 )
 from entflow.methods.base import method_class  # noqa: E402
-from _verl_util import actor_config, entflow_config, verl_micro_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]

@@ -21,9 +21,9 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("verl")
 
-import entflow as ef  # noqa: E402
-from entflow.integrations.verl.losses import entflow_ppo_loss  # noqa: E402
-from entflow.integrations.verl.spec import WORKER_METHODS  # noqa: E402
+import entflow as ef
+from entflow.integrations.verl.losses import entflow_ppo_loss
+from entflow.integrations.verl.spec import WORKER_METHODS
 
 D = torch.float64
 N, T, WORLD = 12, 7, 2
@@ -131,7 +131,7 @@ def test_two_gloo_ranks_with_global_statistics_equal_one_process(tmp_path):
     out = tmp_path / "report.json"
     mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
     report = json.loads(out.read_text())
-    for name, params, agg in CASES:
+    for name, _, agg in CASES:
         r = report[f"global/{name}/{agg}"]
         assert r["grad_norm"] > 1e-3, name
         assert r["loss"] < TOL and r["grad"] < TOL and r["grad_entropy"] < TOL, (name, agg, r)

@@ -1,7 +1,8 @@
 """The ``entflow`` trainer mode of verl's v1 PPO trainer: ``trainer.v1.trainer_mode=entflow``.
 
 A subclass of verl's synchronous trainer (``PPOTrainerSync``), registered with verl's own
-``register_trainer``, that changes five hooks and nothing else:
+``register_trainer``; once verl has picked it by name it sets ``trainer_mode`` back to ``"sync"``
+(verl branches on that name) and changes five hooks and nothing else:
 
 - ``on_init_end``: installs :func:`entflow_ppo_loss` on the actor workers (``set_loss_fn``), the
   loss-function path that gives a method the current and old entropy and the whole micro-batch;
@@ -47,6 +48,9 @@ class EntflowTrainer(PPOTrainerSync):
         spec = spec_from_policy_loss(config.actor_rollout_ref.actor.policy_loss)
         assert spec is not None  # check_config refuses trainer_mode=entflow without an entflow loss mode
         self.entflow = Driver(spec)
+        # verl picked this class by trainer_mode; from here on it is the synchronous trainer, and
+        # verl's code branches on trainer_mode == "sync" (replay buffer, refill, checkpoints)
+        config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
 
     def on_init_end(self):

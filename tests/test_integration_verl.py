@@ -257,6 +257,20 @@ def test_loss_function_path_with_grpo_equals_verls_own_ppo_loss():
     assert near(lv, le) and close(gv, ge) and close(hv, he)
 
 
+def test_registry_path_inside_verls_ppo_loss():
+    """verl's own ppo_loss (global batch info, metric wrapping) calling the registered entflow loss."""
+    t = rollout(5)
+    data, flat = verl_micro_batch(t, {"dp_size": 2, "batch_num_tokens": 3 * int(t["mask"].sum())})
+    cv = actor_config(PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=0.1, ppo_kl_coef=0.1))
+    ce = entflow_config("entflow.kl_cov", params={"ratio": 0.1, "beta": 0.1})
+    WORKER_METHODS.clear()
+    lv, (gv,) = grads(lambda lp: ppo_loss(cv, {"log_probs": flat(lp)}, data)[0], t["logp"])
+    le, (ge,) = grads(lambda lp: ppo_loss(ce, {"log_probs": flat(lp)}, data)[0], t["logp"])
+    assert near(lv, le) and close(gv, ge)
+    _, metrics = ppo_loss(ce, {"log_probs": flat(t["logp"])}, data)
+    assert metrics["entflow/kl_cov/n_selected"].aggregation == AggregationType.MEAN
+
+
 @pytest.mark.parametrize("name", ef.list_methods())
 def test_loss_function_path_equals_policy_loss(name):
     t = rollout(6)
@@ -363,6 +377,14 @@ def _causes(e):
     while e is not None:
         yield e
         e = e.__cause__
+
+
+def test_check_cli_names_the_key(capsys):
+    from entflow.integrations.verl.check import main
+
+    ov = example_overrides("run_grpo_1node.sh", METHOD="steer", METHOD_PARAMS="floor=-1")
+    assert main(ov) == 2
+    assert "actor_rollout_ref.actor.policy_loss.params.floor" in capsys.readouterr().err
 
 
 def test_registry_mode_without_entflow_trainer_validates_for_token_level_methods():

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 verl = pytest.importorskip("verl")
+pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")  # verl's notice for GRPO
 
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
@@ -246,6 +247,7 @@ def test_registry_path_refuses_entropy_methods_naming_the_trainer_mode():
 def test_loss_function_path_with_grpo_equals_verls_own_ppo_loss():
     t = rollout(5)
     data, flat = verl_micro_batch(t)
+    data["rollout_is_weights"] = torch.rand(t["mask"].shape, generator=torch.Generator().manual_seed(1)) + 0.5
     kw = dict(clip_ratio_c=1.5, entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.05)
     cv = actor_config(PolicyLossConfig(loss_mode="vanilla"), **kw)
     ce = entflow_config("entflow.grpo", **kw)

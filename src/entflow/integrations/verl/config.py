@@ -103,6 +103,12 @@ def check_config(config: Any) -> Any:
             "trainer.v1.trainer_mode",
             f"must be 'entflow' (with trainer.use_v1=True) for {method.name}: " + "; ".join(needs_trainer),
         )
+    if spec.statistics == "global" and actor.get("loss_agg_mode") in ("token-sum", "seq-mean-token-sum"):
+        raise ConfigError(
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "global statistics support token-mean, seq-mean-token-mean and seq-mean-token-sum-norm, "
+            f"got {actor.get('loss_agg_mode')!r}",
+        )
     if needs_model_entropy(method) and not actor.get("calculate_entropy", False):
         raise ConfigError(
             "actor_rollout_ref.actor.calculate_entropy",

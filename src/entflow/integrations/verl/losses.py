@@ -191,7 +191,8 @@ def compute_policy_loss(
         validate=False,
     )
     batch = TokenBatch(logp=log_prob, **fields)
-    full = method if rollout_is_weights is None else Composite([method, RolloutWeights(rollout_is_weights)])
+    # verl's rollout-correction weights multiply the per-token policy-gradient loss, as in its own losses
+    full = method if rollout_is_weights is None else Composite([*method.parts, RolloutWeights(rollout_is_weights)])
     agg = VERL_AGG[loss_agg_mode]
     info = config.get("global_batch_info")
     if spec.statistics == "global":

@@ -357,14 +357,24 @@ def test_example_config_validates_through_verls_dataclasses():
     ("env", "extra", "key"),
     [
         ({"METHOD": "steeer"}, [], "actor_rollout_ref.actor.policy_loss.method"),
-        ({"METHOD_PARAMS": "steer.lambda_min=1.5"}, [], "actor_rollout_ref.actor.policy_loss.params.lambda_min"),
-        ({"METHOD_PARAMS": "steer.lamda_min=0.5"}, [], "actor_rollout_ref.actor.policy_loss.params.lamda_min"),
+        ({"METHOD_PARAMS": "steer.lambda_min=1.5"}, [], "actor_rollout_ref.actor.policy_loss.params.steer.lambda_min"),
+        ({"METHOD_PARAMS": "steer.lamda_min=0.5"}, [], "actor_rollout_ref.actor.policy_loss.params.steer.lamda_min"),
+        ({"METHOD": "opefo", "METHOD_PARAMS": "lam=2"}, [], "actor_rollout_ref.actor.policy_loss.params.lam"),
         ({"METHOD": "steer", "METHOD_PARAMS": "estimator=tabular"}, [], "actor_rollout_ref.actor.policy_loss.method"),
         ({"METHOD": "entropy_bonus", "METHOD_PARAMS": ""}, [], "actor_rollout_ref.actor.calculate_entropy"),
         ({"METHOD": "steer", "METHOD_PARAMS": ""}, ["trainer.v1.trainer_mode=sync"], "trainer.v1.trainer_mode"),
         ({"METHOD": "kl_ref", "METHOD_PARAMS": ""}, [], "actor_rollout_ref.actor.use_kl_loss"),
     ],
-    ids=["unknown-method", "param-range", "unknown-param", "tabular", "entropy-grad", "trainer-mode", "kl-ref"],
+    ids=[
+        "unknown-method",
+        "part-param-range",
+        "part-unknown-param",
+        "param-range",
+        "tabular",
+        "entropy-grad",
+        "trainer-mode",
+        "kl-ref",
+    ],
 )
 def test_bad_entflow_config_fails_at_config_time_naming_the_key(env, extra, key):
     ov = example_overrides("run_grpo_1node.sh", **env) + extra

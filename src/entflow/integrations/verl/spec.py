@@ -67,8 +67,9 @@ class MethodSpec:
             return get_method(self.name, **params)
         except UnknownMethodError as e:
             raise ConfigError(f"{key}.method", str(e)) from e
-        except ParameterError as e:
-            raise ConfigError(f"{key}.params.{e.param}", str(e)) from e
+        except ParameterError as e:  # name the key as the user wrote it (part.key for a part)
+            dotted = f"{e.owner}.{e.param}"
+            raise ConfigError(f"{key}.params.{dotted if dotted in params else e.param}", str(e)) from e
         except CompositionError as e:
             raise ConfigError(f"{key}.method", str(e)) from e
 

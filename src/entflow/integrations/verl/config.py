@@ -127,6 +127,12 @@ def check_config(config: Any) -> Any:
             f"must be False: {', '.join(reads_old)} read the old-policy entropy, which verl computes only in the "
             "old-log-prob pass that bypass mode skips",
         )
+    sync_steps = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1) or 1
+    if entflow_trainer and int(sync_steps) != 1:
+        raise ConfigError(
+            "trainer.v1.sync.parameter_sync_step",
+            f"must be 1 with the entflow trainer (controllers advance once per training step), got {sync_steps}",
+        )
     if entflow_trainer and OmegaConf.select(config, "distillation.enabled", default=False):
         raise ConfigError(
             "distillation.enabled", "the entflow trainer replaces the actor loss; distillation is not supported"

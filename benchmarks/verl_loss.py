@@ -1,0 +1,82 @@
+"""Cost of entflow's verl loss function next to verl's own ``ppo_loss`` (CPU, forward + backward).
+
+Both run on the same micro-batch in verl's layout (flat no-padding log-probs, padded fields):
+verl's ``ppo_loss`` with its ``vanilla`` loss, and ``entflow_ppo_loss`` with ``entflow.grpo``
+(the same loss; the difference is entflow's bookkeeping: the §8 statistics and the rescaling),
+and with ``steer`` and ``clip_cov`` (a method's own work). Variants are interleaved, order
+rotating per repetition; medians and ratios to verl are reported (ratios survive a shared machine).
+
+    .venv/bin/python benchmarks/verl_loss.py --rows 64 --tokens 512 --runs 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from verl.workers.config import PolicyLossConfig
+from verl.workers.utils.losses import ppo_loss
+
+from _verl_util import actor_config, entflow_config, verl_micro_batch
+from entflow.integrations.verl.losses import entflow_ppo_loss
+from entflow.integrations.verl.spec import WORKER_METHODS
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=15)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    N, T = a.rows, a.tokens
+    mask = torch.arange(T)[None] < torch.randint(T // 4, T + 1, (N,), generator=g)[:, None]
+    old = -torch.rand(N, T, generator=g) * 2
+    t = {
+        "old": old,
+        "logp": old + 0.2 * torch.randn(N, T, generator=g),
+        "adv": (torch.randn(N, generator=g)[:, None] * mask).contiguous(),
+        "mask": mask,
+        "old_H": torch.rand(N, T, generator=g),
+        "H": torch.rand(N, T, generator=g),
+        "ref": old,
+    }
+    data, flat = verl_micro_batch(t, P=8)
+    variants = {
+        "verl ppo_loss (vanilla)": (ppo_loss, actor_config(PolicyLossConfig(loss_mode="vanilla"))),
+        "entflow_ppo_loss (grpo)": (entflow_ppo_loss, entflow_config("entflow.grpo")),
+        "entflow_ppo_loss (steer)": (entflow_ppo_loss, entflow_config("entflow.steer")),
+        "entflow_ppo_loss (clip_cov)": (entflow_ppo_loss, entflow_config("entflow.clip_cov")),
+    }
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    names = list(variants)
+    for r in range(a.runs + 1):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            fn, cfg = variants[k]
+            lp = t["logp"].clone().requires_grad_()
+            WORKER_METHODS.clear()
+            t0 = time.perf_counter()
+            loss, _ = fn(cfg, {"log_probs": flat(lp)}, data)
+            loss.backward()
+            if r > 0:  # the first round warms up
+                times[k].append(time.perf_counter() - t0)
+    base = statistics.median(times[names[0]])
+    print(f"N={N} T={T} valid tokens={int(mask.sum())} runs={a.runs} torch threads=1")
+    for k in names:
+        med = statistics.median(times[k])
+        print(
+            f"{k:30s} median {med * 1e3:8.2f} ms  (min {min(times[k]) * 1e3:.2f}, max {max(times[k]) * 1e3:.2f})"
+            f"  ratio {med / base:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -364,6 +364,8 @@ def test_example_config_validates_through_verls_dataclasses():
         ({"METHOD": "entropy_bonus", "METHOD_PARAMS": ""}, [], "actor_rollout_ref.actor.calculate_entropy"),
         ({"METHOD": "steer", "METHOD_PARAMS": ""}, ["trainer.v1.trainer_mode=sync"], "trainer.v1.trainer_mode"),
         ({"METHOD": "kl_ref", "METHOD_PARAMS": ""}, [], "actor_rollout_ref.actor.use_kl_loss"),
+        ({"STATISTICS": "global"}, ["actor_rollout_ref.actor.loss_agg_mode=token-sum"], "actor.loss_agg_mode"),
+        ({}, ["+trainer.v1.sync.parameter_sync_step=2"], "trainer.v1.sync.parameter_sync_step"),
     ],
     ids=[
         "unknown-method",
@@ -374,6 +376,8 @@ def test_example_config_validates_through_verls_dataclasses():
         "entropy-grad",
         "trainer-mode",
         "kl-ref",
+        "global-token-sum",
+        "sync-steps",
     ],
 )
 def test_bad_entflow_config_fails_at_config_time_naming_the_key(env, extra, key):

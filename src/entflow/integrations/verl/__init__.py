@@ -23,7 +23,7 @@ _LAZY = {
     "entflow_ppo_loss": "entflow.integrations.verl.losses",
     "registered_policy_loss": "entflow.integrations.verl.losses",
     "EntflowTrainer": "entflow.integrations.verl.trainer",
-    "check_config": "entflow.integrations.verl.trainer",
+    "check_config": "entflow.integrations.verl.config",
 }
 
 __all__ = list(_LAZY)

@@ -247,7 +247,9 @@ def registered_policy_loss(
             "global statistics need the data-parallel group, which a registered loss does not receive; "
             "use trainer.v1.trainer_mode=entflow (the loss-function path)",
         )
-    method = WORKER_METHODS.get(spec, rank=_rank(), device=log_prob.device)
+    # a registered loss does not see the data-parallel group; tensor/sequence-parallel peers hold the
+    # same micro-batch and must draw the same numbers, so every process uses the stream of rank 0
+    method = WORKER_METHODS.get(spec, rank=0, device=log_prob.device)
     blockers = registry_blockers(method)
     if blockers:
         raise ConfigError(

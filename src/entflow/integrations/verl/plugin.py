@@ -13,18 +13,23 @@ plugin's import errors at debug level, and the losses stay registered.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 from entflow.integrations.verl.losses import register_all
 
 LOSS_MODES = register_all()
 TRAINER_REGISTERED = False
+_log = logging.getLogger(__name__)
 
-try:
-    from entflow.integrations.verl import trainer as _trainer  # noqa: F401  (registers the "entflow" trainer)
+if importlib.util.find_spec("transfer_queue") is None:  # cheap check first: verl's v1 trainer needs it
+    _log.debug("entflow: transfer_queue is not installed, so verl's v1 trainer cannot run; losses only")
+else:
+    try:
+        from entflow.integrations.verl import trainer as _trainer  # noqa: F401  (registers the "entflow" trainer)
 
-    TRAINER_REGISTERED = True
-except ModuleNotFoundError as e:  # verl's v1 trainer stack is not installed
-    logging.getLogger(__name__).debug("entflow: verl's v1 trainer is not importable (%r); losses only", e)
-except Exception as e:  # pragma: no cover - a real failure of the trainer module
-    logging.getLogger(__name__).warning("entflow: could not register the verl trainer mode 'entflow': %r", e)
+        TRAINER_REGISTERED = True
+    except ModuleNotFoundError as e:  # another part of verl's rollout stack is missing
+        _log.debug("entflow: verl's v1 trainer is not importable (%r); losses only", e)
+    except Exception as e:  # pragma: no cover - a real failure of the trainer module
+        _log.warning("entflow: could not register the verl trainer mode 'entflow': %r", e)

@@ -13,8 +13,9 @@ A subclass of verl's synchronous trainer (``PPOTrainerSync``), registered with v
   entflow's metrics to ``entflow/…``;
 - ``_save_checkpoint`` / ``_load_checkpoint``: the method's state in ``global_step_<k>/entflow_method.pt``.
 
-It needs Ray, GPUs and a rollout engine like any verl trainer; it was not run in entflow's CI
-(no GPU there); its pieces without verl are tested in ``tests/test_integration_verl*.py``.
+It needs Ray, GPUs and a rollout engine like any verl trainer and was not run end to end (no GPU);
+``tests/test_integration_verl_trainer.py`` runs its hooks over stand-ins for verl's base trainer
+and TransferQueue.
 """
 
 from __future__ import annotations

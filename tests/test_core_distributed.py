@@ -217,6 +217,8 @@ def test_stats_must_match_the_loss_call():
         ef.policy_loss(b, m, agg="seq-mean-token-mean", stats=st)
     with pytest.raises(ef.ParameterError, match="clip"):
         ef.policy_loss(b, m, clip_high=0.3, stats=st)
+    with pytest.raises(ef.ParameterError, match="prepared for method 'steer', not 'opefo'"):
+        ef.policy_loss(b, ef.get_method("opefo"), stats=st)
     small = ef.TokenBatch(data["base"][:4], data["old_logp"][:4], data["adv"][:4], data["mask"][:4])
     with pytest.raises(ef.ShapeError, match="stats"):
         ef.policy_loss(small, m, stats=st)

@@ -175,6 +175,7 @@ class StepStatistics:
     clip: tuple[float, float, float | None]
     methods: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     max_len: int | None = None
+    method: str = ""  # the name of the method the statistics were prepared for
 
 
 # ------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ class Reducer:
         rows = [sum(n for n, _ in s) for s in self.all_shapes]
         self.n_rows = sum(rows)  # N of the global batch
         self.max_len = max((t for s in self.all_shapes for _, t in s), default=0)  # T_max
+        self.n_tokens = sum(n * t for s in self.all_shapes for n, t in s)  # length of the global token vector
         offset = sum(rows[: self.rank])
         self.row_offsets = []
         for n, _ in self.shapes:

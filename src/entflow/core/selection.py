@@ -13,6 +13,12 @@ import math
 import torch
 
 
+def _at(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    """``x[i]`` for a 0-d index tensor without reading it on the host (``x[i]`` would call
+    ``i.item()`` inside ATen, a hidden sync) → 0-d."""
+    return x.gather(0, i.reshape(1)).reshape(())
+
+
 def smallest_mask(keys: torch.Tensor, n: torch.Tensor, n_max: int) -> torch.Tensor:
     """Boolean ``[M]``: the ``n`` smallest entries of ``keys`` [M], ties by position (the earlier
     entry first) — exactly the entries of stable ascending rank < n.
@@ -26,7 +32,7 @@ def smallest_mask(keys: torch.Tensor, n: torch.Tensor, n_max: int) -> torch.Tens
         return torch.zeros(0, dtype=torch.bool, device=keys.device)
     k = max(1, min(int(n_max), m))
     vals = torch.topk(keys, k, largest=False, sorted=True).values
-    thr = vals[(n - 1).clamp(0, k - 1)]  # the n-th smallest value
+    thr = _at(vals, (n - 1).clamp(0, k - 1))  # the n-th smallest value
     below = keys < thr
     tie = keys == thr
     room = n - below.sum()  # how many of the ties still fit
@@ -116,11 +122,11 @@ def _quantile_all(values: torch.Tensor, valid: torch.Tensor, q: float) -> torch.
     if q >= 0.5:  # count from the top: ascending index i is descending index n − 1 − i
         k = min(m, math.floor((1 - q) * (m - 1)) + 3)
         top = torch.topk(values.masked_fill(~valid, -torch.inf), k, largest=True, sorted=True).values
-        v_lo, v_hi = top[(last - lo).clamp(0, k - 1)], top[(last - hi).clamp(0, k - 1)]
+        v_lo, v_hi = _at(top, (last - lo).clamp(0, k - 1)), _at(top, (last - hi).clamp(0, k - 1))
     else:
         k = min(m, math.floor(q * (m - 1)) + 3)
         bottom = torch.topk(values.masked_fill(~valid, torch.inf), k, largest=False, sorted=True).values
-        v_lo, v_hi = bottom[lo.clamp(0, k - 1)], bottom[hi.clamp(0, k - 1)]
+        v_lo, v_hi = _at(bottom, lo.clamp(0, k - 1)), _at(bottom, hi.clamp(0, k - 1))
     frac = (pos - lo.to(torch.float64)).to(values.dtype)
     out = torch.where(hi > lo, v_lo + frac * (v_hi - v_lo), v_lo)
     return torch.where(n > 0, out, torch.zeros_like(out))

@@ -231,7 +231,8 @@ def average_metrics(
     metrics: Mapping[str, MetricValue] | Iterable[Mapping[str, MetricValue]], group: Any = None
 ) -> dict[str, float]:
     """Metric dict(s) → floats averaged over the ranks of ``group`` (one ``all_reduce``, one
-    host copy). Every rank must call it with the same keys (sorted here). A list of dicts is first
+    host copy). An unweighted mean of the ranks' values: the global mean when every rank holds
+    the same number of tokens. Every rank must call it with the same keys (sorted here). A list of dicts is first
     averaged per key locally, as :func:`read_metrics` does. With ``group`` None and
     ``torch.distributed`` not initialised this is :func:`read_metrics`; with ``group`` None and
     it initialised, the default group is used. Pass the result to ``method.update``."""

@@ -291,7 +291,12 @@ class Stochastic:
             saved = {"per_call": {"device": "cpu", "state": saved}}
         gens: dict[str, torch.Generator] = {}
         for k, entry in saved.items():
-            g = torch.Generator(device=entry["device"])
+            try:
+                g = torch.Generator(device=entry["device"])
+            except RuntimeError as e:
+                raise ParameterError(
+                    self.name, "generator", f"was saved on {entry['device']}, which is not available here ({e})"
+                ) from e
             g.set_state(entry["state"])
             gens[k] = g
         self.__dict__["_generators"] = gens

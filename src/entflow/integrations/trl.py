@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from torch.nn.functional import pad as pad_right
 from trl import GRPOConfig, GRPOTrainer
 
 from entflow.core.advantages import SCALES
@@ -127,7 +127,8 @@ class EntflowGRPOConfig(GRPOConfig):
             self.entflow_method_params = {}
         if not isinstance(self.entflow_method_params, dict):
             raise ConfigError(
-                "entflow_method_params", f"must be a dict (or JSON object), got {type(self.entflow_method_params).__name__}"
+                "entflow_method_params",
+                f"must be a dict (or JSON object), got {type(self.entflow_method_params).__name__}",
             )
         if not self.entflow_advantage_eps >= 0:
             raise ConfigError("entflow_advantage_eps", f"must be >= 0, got {self.entflow_advantage_eps}")
@@ -216,7 +217,8 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
         if args.use_bias_correction_kl:
             refuse(
                 "use_bias_correction_kl",
-                "entflow's kl_ref is GRPO's k3 without the importance ratio (SPEC §6); set use_bias_correction_kl=False",
+                "entflow's kl_ref is GRPO's k3 without the importance ratio (SPEC §6); "
+                "set use_bias_correction_kl=False",
             )
     bounds = method.clip_bounds()
     eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
@@ -295,11 +297,11 @@ class EntflowGRPOTrainer(GRPOTrainer):
         self._ef_trl_old_logps = self.args.gradient_accumulation_steps % generate_every != 0 or (
             self.use_vllm and self.vllm_importance_sampling_correction
         )
-        self._ef_is_correction = _SamplerCorrection() if self.use_vllm and self.vllm_importance_sampling_correction else None
+        self._ef_is_correction = (
+            _SamplerCorrection() if self.use_vllm and self.vllm_importance_sampling_correction else None
+        )
         self._ef_loss_method = (
-            self.entflow_method
-            if self._ef_is_correction is None
-            else Composite([*parts, self._ef_is_correction])
+            self.entflow_method if self._ef_is_correction is None else Composite([*parts, self._ef_is_correction])
         )
         self._ef_capture = False
         self._ef_captured_entropy: torch.Tensor | None = None
@@ -362,8 +364,18 @@ class EntflowGRPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         extra = {
             k: out[k]
-            for k in ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                      "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+            for k in (
+                "pixel_values",
+                "image_grid_thw",
+                "num_images",
+                "pixel_attention_mask",
+                "spatial_shapes",
+                "num_tiles",
+                "image_sizes",
+                "token_type_ids",
+                "mm_token_type_ids",
+                "image_position_ids",
+            )
             if k in out
         }
         return input_ids, attention_mask, out["completion_ids"].size(1), extra
@@ -412,8 +424,12 @@ class EntflowGRPOTrainer(GRPOTrainer):
         local_n = mask.shape[0]
         rank = self.accelerator.process_index
         fields = {"mask": mask}
-        for k_out, k_batch in (("old_per_token_logps", "old_logp"), ("ef_old_entropy", "old_entropy"),
-                               ("ef_sum_p2", "sum_p2"), ("ef_sum_p2_logp", "sum_p2_logp")):
+        for k_out, k_batch in (
+            ("old_per_token_logps", "old_logp"),
+            ("ef_old_entropy", "old_entropy"),
+            ("ef_sum_p2", "sum_p2"),
+            ("ef_sum_p2_logp", "sum_p2_logp"),
+        ):
             if k_out in out:
                 fields[k_batch] = out[k_out]
         if self.accelerator.num_processes > 1:
@@ -435,7 +451,9 @@ class EntflowGRPOTrainer(GRPOTrainer):
             total_steps=self._ef_total_gen_steps(),
             **fields,
         )
-        adv = compute_advantages(batch, self.entflow_method, scale=self.scale_rewards, eps=self.args.entflow_advantage_eps)
+        adv = compute_advantages(
+            batch, self.entflow_method, scale=self.scale_rewards, eps=self.args.entflow_advantage_eps
+        )
         adv = adv.masked_fill(unscorable.to(device).unsqueeze(1), 0.0)
         adv = adv[rank * local_n : (rank + 1) * local_n, : mask.shape[1]]
         self._ef_log_advantages(adv, gmask[rank * local_n : (rank + 1) * local_n, : mask.shape[1]], n_global)
@@ -462,13 +480,25 @@ class EntflowGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = (
+            inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        )
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         extra = {
             k: inputs.get(k)
-            for k in ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                      "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+            for k in (
+                "pixel_values",
+                "image_grid_thw",
+                "num_images",
+                "pixel_attention_mask",
+                "spatial_shapes",
+                "num_tiles",
+                "image_sizes",
+                "token_type_ids",
+                "mm_token_type_ids",
+                "image_position_ids",
+            )
         }
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
@@ -519,7 +549,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
             # Dr. GRPO normalises by max_completion_length, not by this micro-batch's padded length
             pad = self.max_completion_length - mask.shape[1]
             if pad > 0:
-                fields = {k: None if v is None else F.pad(v, (0, pad)) for k, v in fields.items()}
+                fields = {k: None if v is None else pad_right(v, (0, pad)) for k, v in fields.items()}
         return TokenBatch(**fields, step=self._ef_gen_step, total_steps=self._ef_total_gen_steps())
 
     def _ef_loss_scale(self, mask: torch.Tensor, inputs: dict[str, Any], mode: str) -> float | torch.Tensor:
@@ -577,7 +607,9 @@ class EntflowGRPOTrainer(GRPOTrainer):
 
         keys = sorted(set(gather_object(list(values))))
         local = torch.tensor(
-            [[values.get(k, 0.0), float(k in values)] for k in keys], dtype=torch.float64, device=self.accelerator.device
+            [[values.get(k, 0.0), float(k in values)] for k in keys],
+            dtype=torch.float64,
+            device=self.accelerator.device,
         )
         total = self.accelerator.reduce(local, reduction="sum")
         return {k: float(total[i, 0] / total[i, 1].clamp(min=1)) for i, k in enumerate(keys)}
@@ -597,7 +629,9 @@ class EntflowGRPOTrainer(GRPOTrainer):
             return
         step_metrics = {k: self._ef_sums[k] / self._ef_counts[k] for k in self._ef_sums}
         step_metrics = self._ef_process_mean(step_metrics)
-        h = torch.tensor([self._ef_entropy_sum, self._ef_entropy_count], dtype=torch.float64, device=self.accelerator.device)
+        h = torch.tensor(
+            [self._ef_entropy_sum, self._ef_entropy_count], dtype=torch.float64, device=self.accelerator.device
+        )
         if self.accelerator.num_processes > 1:
             h = self.accelerator.reduce(h, reduction="sum")
         step_metrics["entropy"] = float(h[0] / h[1].clamp(min=1))  # rollout entropy, all tokens, all processes

@@ -8,6 +8,7 @@
 
 from entflow.core.advantages import group_advantages
 from entflow.core.batch import TokenBatch
+from entflow.core.distributed import StepStatistics, average_metrics, read_metrics
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.errors import (
@@ -18,10 +19,11 @@ from entflow.errors import (
     NonFiniteError,
     ParameterError,
     ShapeError,
+    StatefulMethodWarning,
     UnknownMethodError,
 )
 from entflow.methods import Method, get_method, list_methods
-from entflow.objective import LossOutput, compute_advantages, policy_loss
+from entflow.objective import LossOutput, compute_advantages, policy_loss, prepare_statistics
 
 __version__ = "0.1.0"
 
@@ -36,9 +38,12 @@ __all__ = [
     "NonFiniteError",
     "ParameterError",
     "ShapeError",
+    "StatefulMethodWarning",
+    "StepStatistics",
     "TokenBatch",
     "TokenStats",
     "UnknownMethodError",
+    "average_metrics",
     "compute_advantages",
     "entropy_change",
     "entropy_from_logits",
@@ -46,5 +51,7 @@ __all__ = [
     "group_advantages",
     "list_methods",
     "policy_loss",
+    "prepare_statistics",
+    "read_metrics",
     "token_stats",
 ]

@@ -65,3 +65,7 @@ class ConfigError(EntflowError, ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(f"config key {key!r}: {message}")
+
+
+class StatefulMethodWarning(UserWarning):
+    """A stateful or stochastic method was passed by name, so it is rebuilt on every call."""

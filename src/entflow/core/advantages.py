@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from entflow.core.checks import check_finite, check_shape
+from entflow.core.selection import dense_ids
 from entflow.errors import ParameterError, ShapeError
 
 SCALES = ("group", "batch", "none")
@@ -13,14 +14,16 @@ SCALES = ("group", "batch", "none")
 def group_stats(values: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-response mean and unbiased std of ``values`` [N] over its group → (mean [N], std [N]).
 
-    A group of one response has std 0 (no spread to measure).
+    A group of one response has std 0 (no spread to measure). Computed in float64 on
+    ``values``' device with fixed-size buffers (N slots), so it never synchronises.
     """
-    _, inv = torch.unique(group_index, return_inverse=True)
-    k = int(inv.max()) + 1 if inv.numel() else 0
+    inv = dense_ids(group_index.to(values.device))
+    n = values.shape[0]
     v = values.to(torch.float64)
-    count = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, torch.ones_like(v))
-    mean = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, v) / count
-    dev2 = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, (v - mean[inv]) ** 2)
+    zeros = torch.zeros(n, dtype=torch.float64, device=values.device)
+    count = zeros.index_add(0, inv, torch.ones_like(v))
+    mean = zeros.index_add(0, inv, v) / count.clamp(min=1)
+    dev2 = zeros.index_add(0, inv, (v - mean[inv]) ** 2)
     var = dev2 / (count - 1).clamp(min=1)
     return mean[inv].to(values.dtype), var.sqrt()[inv].to(values.dtype)
 
@@ -30,6 +33,7 @@ def group_advantages(
     group_index: torch.Tensor,
     scale: str = "group",
     eps: float = 1e-6,
+    validate: bool = True,
 ) -> torch.Tensor:
     """GRPO advantages ``A_i = (R_i − mean_g R) / (std_g R + eps)`` → ``[N]``.
 
@@ -40,13 +44,15 @@ def group_advantages(
             std of all rewards in the batch (group mean, batch std); ``"none"`` does not
             divide (Dr. GRPO).
         eps: added to the std.
+        validate: check that the rewards are finite (a host sync); False on the fast path.
 
     A group whose rewards are all equal gets A = 0 exactly.
     """
     if rewards.dim() != 1:
         raise ShapeError("rewards", "[N]", tuple(rewards.shape))
     check_shape("group_index", group_index, tuple(rewards.shape), f"[N] = ({rewards.shape[0]},) (as rewards)")
-    check_finite("rewards", rewards)
+    if validate:
+        check_finite("rewards", rewards)
     if scale not in SCALES:
         raise ParameterError("group_advantages", "scale", f"must be one of {SCALES}, got {scale!r}")
     if not eps >= 0:

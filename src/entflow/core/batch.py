@@ -19,6 +19,11 @@ class TokenBatch:
     ``group_index`` are ``[N]`` (needed by sequence-level advantage shaping).
     ``logp`` carries the gradient during an update; every other field is read detached,
     except ``entropy``, which the entropy bonus differentiates.
+
+    ``validate=True`` (default) checks shapes, finiteness and the mask's values on
+    construction; the finiteness checks read values on the host (a device synchronisation per
+    field). ``validate=False`` is the fast path: nothing is checked, nothing syncs, and
+    ``compute_advantages`` skips its own checks too. Use it once the input pipeline is trusted.
     """
 
     logp: torch.Tensor
@@ -34,10 +39,13 @@ class TokenBatch:
     group_index: torch.Tensor | None = None
     step: int = 0
     total_steps: int | None = None
+    validate: bool = True
 
     _TOKEN_FIELDS = ("old_logp", "entropy", "old_entropy", "ref_logp", "sum_p2", "sum_p2_logp")
 
     def __post_init__(self) -> None:
+        if not self.validate:
+            return
         if self.logp.dim() != 2:
             raise ShapeError("logp", "[N, T]", tuple(self.logp.shape))
         shape = tuple(self.logp.shape)
@@ -72,6 +80,7 @@ class TokenBatch:
 
     @property
     def n_valid(self) -> int:
+        """Number of valid tokens (a host sync; hot paths use ``valid.sum()`` as a tensor)."""
         return int(self.mask.sum())
 
     def token_advantages(self) -> torch.Tensor:

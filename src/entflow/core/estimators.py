@@ -32,12 +32,28 @@ def policy_weight(
     return clip_indicator(adv, ratio, clip_low, clip_high, dual_clip) * adv * ratio
 
 
-def centred_covariance(logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``(log p_t − mean log p)(A_t − mean A)`` [N, T], means over valid tokens; 0 elsewhere."""
-    n = valid.sum().clamp(min=1)
+def covariance_sums(logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``[Σ log p, Σ A, N_valid]`` over valid tokens (float64, ``[3]``): what the Cov means need;
+    summed over micro-batches and ranks they give the global means."""
+    lp = logp.detach().to(torch.float64).masked_fill(~valid, 0)
+    a = adv.detach().to(torch.float64).masked_fill(~valid, 0)
+    return torch.stack([lp.sum(), a.sum(), valid.sum().to(torch.float64)])
+
+
+def centred_covariance(
+    logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor, sums: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``(log p_t − mean log p)(A_t − mean A)`` [N, T], means over valid tokens; 0 elsewhere.
+
+    ``sums``: :func:`covariance_sums` of the whole batch (global means); default this batch's.
+    """
+    if sums is None:
+        sums = covariance_sums(logp, adv, valid)
+    n = sums[2].clamp(min=1)
+    mean_lp, mean_a = (sums[0] / n).to(logp.dtype), (sums[1] / n).to(adv.dtype)
     lp = logp.detach().masked_fill(~valid, 0)
     a = adv.masked_fill(~valid, 0)
-    cov = (lp - lp.sum() / n) * (a - a.sum() / n)
+    cov = (lp - mean_lp) * (a - mean_a)
     return cov.masked_fill(~valid, 0)
 
 

@@ -59,22 +59,67 @@ def clip_indicator(
     return (~cut).to(r.dtype)
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+def aggregation_count(mask: torch.Tensor, agg: str, max_len: int | None = None) -> torch.Tensor:
+    """The part of an aggregation's denominator one micro-batch contributes, a 0-d tensor:
+    Σ m (token-mean), the number of responses with a valid token (seq-mean-token-mean), or N
+    (seq-mean-token-sum-norm; the denominator is N·max_len). Summed over micro-batches and
+    ranks it is the global denominator."""
+    m = mask.to(torch.float64)
+    if agg == "token-mean":
+        return m.sum()
+    if agg == "seq-mean-token-mean":
+        return (m.sum(-1) > 0).to(torch.float64).sum()
+    if agg == "seq-mean-token-sum-norm":
+        return torch.full((), float(mask.shape[0]), dtype=torch.float64, device=mask.device)  # a fill: no copy
+    raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
+
+
+def check_max_len(max_len: int | None, length: int) -> None:
+    """``max_len`` (the fixed T of seq-mean-token-sum-norm) must be a positive int >= the padded length."""
+    if max_len is None:
+        return
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ParameterError("policy_loss", "max_len", f"must be a positive integer or None, got {max_len!r}")
+    if length > max_len:
+        raise ParameterError(
+            "policy_loss", "max_len", f"must be >= the padded response length T = {length}, got {max_len}"
+        )
+
+
+def aggregate(
+    loss: torch.Tensor,
+    mask: torch.Tensor,
+    agg: str = "token-mean",
+    max_len: int | None = None,
+    denominator: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Reduce a per-token loss ``[N, T]`` to a scalar over ``mask`` [N, T].
 
     ``"token-mean"``: Σ ℓ m / Σ m (DAPO); ``"seq-mean-token-mean"``: mean over responses
     with at least one valid token of their token means (GRPO); ``"seq-mean-token-sum-norm"``:
-    Σ ℓ m / (N · T) (Dr. GRPO, T = the padded length). An all-zero mask gives 0 (with grad).
+    Σ ℓ m / (N · T_max) (Dr. GRPO) with ``T_max = max_len`` when given, else this batch's
+    padded length T (which drifts between batches: give ``max_len`` — the generation limit —
+    for a fixed scale). An all-zero mask gives 0 (with grad).
+
+    ``denominator`` (0-d tensor) replaces the batch's own count (Σ m, the number of non-empty
+    responses, or N) with the global one from ``prepare_statistics``, so that the sum of the
+    micro-batch losses is the loss of the whole optimisation batch. Half-precision losses are
+    reduced in float32 (the result is float32).
     """
+    if loss.dtype in (torch.float16, torch.bfloat16):
+        loss = loss.float()  # reduce half-precision losses in float32 (token counts exceed bf16's 8 bits)
     m = mask.to(loss.dtype)
-    total = (loss * m).sum()
-    if agg == "token-mean":
-        return total / m.sum().clamp(min=1)
+    if agg not in AGG_MODES:
+        raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
+    check_max_len(max_len, loss.shape[-1])
     if agg == "seq-mean-token-mean":
         per_seq_n = m.sum(-1)
-        per_seq = (loss * m).sum(-1) / per_seq_n.clamp(min=1)
-        n_seq = (per_seq_n > 0).sum().clamp(min=1)
-        return per_seq.sum() / n_seq
+        numer = ((loss * m).sum(-1) / per_seq_n.clamp(min=1)).sum()
+    else:
+        numer = (loss * m).sum()
+    if denominator is None:
+        denominator = aggregation_count(mask, agg)
+    denom = denominator.to(loss.dtype).clamp(min=1)
     if agg == "seq-mean-token-sum-norm":
-        return total / max(loss.shape[0] * loss.shape[-1], 1)
-    raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
+        denom = denom * (max_len if max_len is not None else max(loss.shape[-1], 1))
+    return numer / denom

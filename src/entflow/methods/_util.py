@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from entflow.core.batch import TokenBatch
+from entflow.core.distributed import Reducer
+from entflow.core.selection import ascending_rank, count_floor, dense_ids
 
 
-def selection_count(ratio: float, n_valid: int) -> int:
-    """``max(⌊ratio · N_valid⌋, 1)``: how many tokens Clip-Cov / KL-Cov / Rand-Pos-Clip select."""
-    return max(math.floor(ratio * n_valid), 1)
+def select_smallest(
+    keys: list[torch.Tensor], candidates: list[torch.Tensor], n: torch.Tensor, reducer: Reducer
+) -> list[torch.Tensor]:
+    """Boolean ``[N_i, T_i]``: the ``min(n, #candidates)`` candidates with the smallest keys over
+    the whole batch (ties: earlier token first). With i.i.d. U(0,1) keys, a uniformly random
+    subset of size n drawn without replacement."""
+    flat_k = reducer.cat_tokens([k.masked_fill(~c, 2.0) for k, c in zip(keys, candidates, strict=True)])
+    flat_c = reducer.cat_tokens(candidates)
+    sel = (ascending_rank(flat_k) < n) & flat_c
+    return reducer.split_tokens(sel)
 
 
-def pick_random(candidates: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
-    """Boolean ``[N, T]``: ``min(n, #candidates)`` of the ``True`` entries of ``candidates``,
-    drawn uniformly without replacement with ``generator`` (CPU, so the draw is device-independent).
-    """
-    flat = candidates.reshape(-1)
-    idx = flat.nonzero().squeeze(1)
-    perm = torch.randperm(idx.numel(), generator=generator)[:n].to(idx.device)
-    out = torch.zeros_like(flat)
-    out[idx[perm]] = True
-    return out.view_as(candidates)
-
-
-def uniform_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """U(0, 1) draws of ``x``'s shape from a CPU generator, moved to ``x``'s device (float64)."""
-    return torch.rand(x.shape, generator=generator, dtype=torch.float64).to(x.device)
+def global_count(ctxs: list[Any], reducer: Reducer, ratio: float) -> torch.Tensor:
+    """``max(⌊ratio · N_valid⌋, 1)`` with N_valid over the whole batch (0-d long tensor)."""
+    return count_floor(ratio, reducer.sum([c.valid.sum() for c in ctxs]))
 
 
 def response_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -39,50 +35,14 @@ def response_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (x.masked_fill(~valid, 0) * m).sum(-1) / m.sum(-1).clamp(min=1)
 
 
-def valid_mean(x: torch.Tensor, valid: torch.Tensor) -> float:
-    """Mean of ``x`` over the valid tokens, as a float (0 if there are none)."""
-    n = int(valid.sum())
-    return float(x.detach().masked_fill(~valid, 0).sum()) / max(n, 1)
+def valid_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the valid tokens, a 0-d detached tensor (0 if there are none)."""
+    return x.detach().masked_fill(~valid, 0).sum() / valid.sum().clamp(min=1)
 
 
-def group_inverse(group_index: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``(inv [N], n_groups)``: each response's group as 0..n_groups−1."""
-    _, inv = torch.unique(group_index, return_inverse=True)
-    return inv, int(inv.max()) + 1 if inv.numel() else 0
-
-
-def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
-    """The ``q`` quantile of a 1-D tensor with linear interpolation (as ``torch.quantile``,
-    without its 16M-element limit), by two O(n) selections instead of a sort. 0-d tensor."""
-    n = values.numel()
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    v_lo = values.kthvalue(lo + 1).values
-    if pos == lo:
-        return v_lo
-    v_hi = values.kthvalue(hi + 1).values
-    return v_lo + (pos - lo) * (v_hi - v_lo)
-
-
-def masked_extreme(x: torch.Tensor, valid: torch.Tensor, ids: torch.Tensor | None, largest: bool) -> torch.Tensor:
-    """Max (or min) of ``x`` [N, T] over valid tokens per scope, broadcast back to ``[N, T]``.
-
-    ``ids`` None: one scope (the batch); else ``[N]`` scope id of each response (0..K−1).
-    A scope with no valid token gets 0.
-    """
-    fill = -math.inf if largest else math.inf
-    per_row = x.masked_fill(~valid, fill)
-    per_row = per_row.amax(-1) if largest else per_row.amin(-1)  # [N]
-    if ids is None:
-        v = per_row.amax() if largest else per_row.amin()
-        v = torch.where(torch.isfinite(v), v, torch.zeros_like(v))
-        return v.expand_as(x)
-    k = int(ids.max()) + 1
-    init = torch.full((k,), fill, dtype=x.dtype, device=x.device)
-    per_scope = init.scatter_reduce(0, ids, per_row, reduce="amax" if largest else "amin")
-    per_scope = torch.where(torch.isfinite(per_scope), per_scope, torch.zeros_like(per_scope))
-    return per_scope[ids].unsqueeze(-1).expand_as(x)
+def group_inverse(group_index: torch.Tensor) -> torch.Tensor:
+    """Each response's group as a dense id in 0..K−1 (K ≤ N: size per-group buffers with N slots)."""
+    return dense_ids(group_index)
 
 
 class ReportsShaping:
@@ -90,8 +50,10 @@ class ReportsShaping:
     returns only a tensor, so a shaper stores what it did with :meth:`_report` and the next
     ``policy_loss`` copies it into its metrics (through ``loss_terms``, adding no term)."""
 
-    def _report(self, **metrics: float) -> None:
-        self._shaping_metrics = {f"{self.name}/{k}": float(v) for k, v in metrics.items()}  # type: ignore[attr-defined]
+    def _report(self, **metrics: torch.Tensor | float) -> None:
+        self._shaping_metrics = {  # type: ignore[attr-defined]
+            f"{self.name}/{k}": v.detach() if isinstance(v, torch.Tensor) else float(v) for k, v in metrics.items()
+        }
 
     def loss_terms(self, ctx: Any, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         ctx.metrics.update(getattr(self, "_shaping_metrics", {}))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -31,8 +32,9 @@ from typing import Any, ClassVar
 import torch
 
 from entflow.core.batch import TokenBatch
+from entflow.core.distributed import Reducer, default_rank
 from entflow.core.estimators import entropy_change
-from entflow.errors import CompositionError, ParameterError, UnknownMethodError
+from entflow.errors import CompositionError, ParameterError, StatefulMethodWarning, UnknownMethodError
 
 # --------------------------------------------------------------------------------------------
 # Parameters
@@ -97,12 +99,17 @@ class LossContext:
     clip_low: float
     clip_high: float
     dual_clip: float | None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # 0-d tensors (read once) or floats
+    stats: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # batch statistics per part name
     _estimates: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def valid(self) -> torch.Tensor:
         return self.batch.valid
+
+    def stat(self, method: Method) -> dict[str, torch.Tensor]:
+        """The batch-level statistics of ``method`` for this micro-batch (see ``batch_statistics``)."""
+        return self.stats.get(method.name, {})
 
     @property
     def p(self) -> torch.Tensor:
@@ -182,8 +189,25 @@ class Method:
         """Named scalar terms added to the loss; ``agg`` reduces an ``[N, T]`` tensor as the loss does."""
         return {}
 
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]] | None:
+        """Statistics that depend on the whole batch (maxima, sums, quantiles, top-k, random
+        selections), one dict per context, reduced with ``reducer``.
+
+        ``policy_loss`` calls it with its own micro-batch (per call); ``prepare_statistics``
+        with every micro-batch of an optimizer step and a process group (global). The token
+        hooks then read the result with ``ctx.stat(self)``. None: the method has none.
+        """
+        return None
+
     def update(self, metrics: dict[str, float]) -> None:
         """Advance controller state after a rollout step (metrics include ``entropy``, ``step``)."""
+
+    def set_rank(self, rank: int | None) -> None:
+        """Data-parallel rank for per-call random streams (seed + rank); None: read it from
+        ``torch.distributed`` when a stream is first made. Resets the per-call stream."""
+        self._dp_rank = rank
+        if hasattr(self, "_generators"):
+            self._generators.pop("per_call", None)
 
     def state_dict(self) -> dict[str, Any]:
         state = {}
@@ -218,9 +242,56 @@ class Method:
         return f"{self.name}({args})"
 
 
-def seeded_generator(seed: int) -> torch.Generator:
-    """A CPU generator for a method's randomness (part of its state)."""
-    return torch.Generator().manual_seed(seed)
+def seeded_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on ``device`` for a method's randomness (part of its state)."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+class Stochastic:
+    """Mixin for methods that draw random numbers (field ``seed``; ``state_fields = ("generator",)``).
+
+    Two streams, each a ``torch.Generator`` on the batch's device made at the first draw:
+    ``per_call`` (seeded ``seed + rank``, so data-parallel ranks differ; rank from
+    :meth:`Method.set_rank` or ``torch.distributed``) and ``shared`` (seeded ``seed``, the same
+    on every rank; used by ``prepare_statistics`` to draw once for the global batch). Both are
+    saved by ``state_dict()``: ``{"generator": {stream: {"device", "seed", "state"}}}``.
+    """
+
+    seed: int
+    name: ClassVar[str]
+
+    def generator(self, device: torch.device | str, shared: bool) -> torch.Generator:
+        """The stream for a draw on ``device``: ``shared`` (global mode) or per call."""
+        gens: dict[str, torch.Generator] = self.__dict__.setdefault("_generators", {})
+        key = "shared" if shared else "per_call"
+        device = torch.device(device)
+        g = gens.get(key)
+        if g is None or g.device.type != device.type:
+            if g is not None:
+                raise ParameterError(
+                    self.name, "generator", f"lives on {g.device} but the batch is on {device}; keep one device per run"
+                )
+            rank = getattr(self, "_dp_rank", None)
+            seed = self.seed if shared else self.seed + (default_rank() if rank is None else rank)
+            g = gens[key] = seeded_generator(seed, device)
+        return g
+
+    def state_dict(self) -> dict[str, Any]:
+        gens: dict[str, torch.Generator] = self.__dict__.get("_generators", {})
+        return {"generator": {k: {"device": str(g.device), "state": g.get_state()} for k, g in gens.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "generator" not in state:
+            raise ParameterError(self.name, "generator", "missing from the state dict being loaded")
+        saved = state["generator"]
+        if isinstance(saved, torch.Tensor):  # format before issue 7: one CPU generator's state
+            saved = {"per_call": {"device": "cpu", "state": saved}}
+        gens: dict[str, torch.Generator] = {}
+        for k, entry in saved.items():
+            g = torch.Generator(device=entry["device"])
+            g.set_state(entry["state"])
+            gens[k] = g
+        self.__dict__["_generators"] = gens
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +378,10 @@ class Composite(Method):
         for p in self._parts:
             p.update(metrics)
 
+    def set_rank(self, rank: int | None) -> None:
+        for p in self._parts:
+            p.set_rank(rank)
+
     def state_dict(self) -> dict[str, Any]:
         return {p.name: p.state_dict() for p in self._parts}
 
@@ -389,12 +464,38 @@ def get_method(name: str, **params: Any) -> Method:
     return Composite([_build(n, per_part[n]) for n in names])
 
 
+_WARNED_BY_NAME: set[str] = set()
+
+
+def has_state(method: Method) -> bool:
+    """True when a method (or a part of a composition) keeps state across calls: a controller
+    or a random stream."""
+    return any(p.state_fields for p in method.parts)
+
+
 def resolve_method(method: str | Method | None) -> Method:
-    """``None`` → grpo, a name → :func:`get_method`, a Method → itself."""
+    """``None`` → grpo, a name → :func:`get_method`, a Method → itself.
+
+    A stateful or stochastic method passed by name is rebuilt on every call — its random stream
+    restarts at ``seed`` and its controller never advances — so this warns once per name
+    (:class:`~entflow.errors.StatefulMethodWarning`) with the fix.
+    """
     if method is None:
         return get_method("grpo")
     if isinstance(method, str):
-        return get_method(method)
+        built = get_method(method)
+        if has_state(built) and method not in _WARNED_BY_NAME:
+            _WARNED_BY_NAME.add(method)
+            kinds = sorted({p.name for p in built.parts if p.state_fields})
+            warnings.warn(
+                f"method {method!r} passed by name: {', '.join(kinds)} keeps state (a random stream or a "
+                "controller) that is rebuilt on every call, so its random draws restart at the seed and its "
+                f"controller never advances. Build it once, m = entflow.get_method({method!r}, ...), and pass m "
+                "to every call (and call m.update(...) once per step).",
+                StatefulMethodWarning,
+                stacklevel=3,
+            )
+        return built
     if isinstance(method, Method):
         return method
     raise UnknownMethodError(repr(method), list_methods())

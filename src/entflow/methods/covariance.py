@@ -13,33 +13,42 @@ from dataclasses import dataclass
 
 import torch
 
-from entflow.core.estimators import centred_covariance
+from entflow.core.distributed import Reducer
+from entflow.core.estimators import centred_covariance, covariance_sums
 from entflow.core.ppo import NO_CLIP
+from entflow.core.selection import descending_rank
 from entflow.errors import ParameterError
-from entflow.methods._util import pick_random, selection_count
+from entflow.methods._util import global_count, select_smallest
 from entflow.methods.base import (
     NONNEG,
     SEED,
     UNIT,
     LossContext,
     Method,
+    Stochastic,
     interval,
     one_of,
     param,
     register,
-    seeded_generator,
 )
+
+
+def global_covariance(ctxs: list[LossContext], reducer: Reducer) -> list[torch.Tensor]:
+    """``Cov_t`` [N_i, T_i] of each context with the means of the whole batch (paper 003 Eq. 8)."""
+    sums = reducer.sum([covariance_sums(c.batch.logp, c.adv, c.valid) for c in ctxs])
+    return [centred_covariance(c.batch.logp, c.adv, c.valid, sums) for c in ctxs]
 
 
 @register
 @dataclass(repr=False)
-class ClipCov(Method):
+class ClipCov(Stochastic, Method):
     """Clip-Cov: zero the loss of ``n = max(⌊ratio·N_valid⌋, 1)`` tokens drawn uniformly at
     random among the candidates (valid, not already clipped, ``cov_low < Cov_t < cov_high``).
 
-    Fewer candidates than ``n``: all of them. Randomness from a seeded ``torch.Generator`` kept
-    in the state. Zeroed tokens still count in the aggregation denominator (official code).
-    Raises entropy (removes strongly entropy-lowering updates).
+    Fewer candidates than ``n``: all of them. The draw: one U(0, 1) key per token from the
+    method's seeded generator (on the batch's device, in the state); the n candidates with the
+    smallest keys are picked. Zeroed tokens still count in the aggregation denominator
+    (official code). Raises entropy (removes strongly entropy-lowering updates).
     """
 
     name = "clip_cov"
@@ -56,18 +65,22 @@ class ClipCov(Method):
         if not self.cov_low < self.cov_high:
             raise ParameterError(self.name, "cov_low", f"must be < cov_high = {self.cov_high}, got {self.cov_low}")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.generator = seeded_generator(self.seed)
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        covs = global_covariance(ctxs, reducer)  # paper 003 Eq. 8
+        cands = [
+            c.valid & (c.indicator > 0) & (cov > self.cov_low) & (cov < self.cov_high)  # Eq. 9
+            for c, cov in zip(ctxs, covs, strict=True)
+        ]
+        n = global_count(ctxs, reducer, self.ratio)
+        keys = reducer.rand(self.generator(reducer.device, reducer.shared))
+        sel = select_smallest(keys, cands, n, reducer)
+        return [{"selected": s, "candidates": c} for s, c in zip(sel, cands, strict=True)]
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
-        valid = ctx.valid
-        cov = centred_covariance(ctx.batch.logp, ctx.adv, valid)  # paper 003 Eq. 8
-        cand = valid & (ctx.indicator > 0) & (cov > self.cov_low) & (cov < self.cov_high)  # Eq. 9
-        n = selection_count(self.ratio, int(valid.sum()))
-        sel = pick_random(cand, n, self.generator)
-        ctx.metrics["clip_cov/n_candidates"] = float(cand.sum())
-        ctx.metrics["clip_cov/n_selected"] = float(sel.sum())
+        st = ctx.stat(self)
+        sel = st["selected"]
+        ctx.metrics["clip_cov/n_candidates"] = st["candidates"].sum().to(torch.float64)
+        ctx.metrics["clip_cov/n_selected"] = sel.sum().to(torch.float64)
         return (~sel).to(ctx.adv.dtype)  # Eq. 10: selected tokens detached (weight 0)
 
 
@@ -76,7 +89,8 @@ class ClipCov(Method):
 class KLCov(Method):
     """KL-Cov: on the top ``k = max(⌊ratio·N_valid⌋, 1)`` tokens by Cov_t add
     ``β·|logp_t − old_logp_t|`` to the loss; all tokens use the unclipped ``−A_t·r_t``
-    (Eq. 12) unless ``keep_ppo_clip``.
+    (Eq. 12) unless ``keep_ppo_clip``. Ties in Cov: the earlier token (row-major order over the
+    batch) ranks first.
 
     The penalty is zero on the first mini-batch after a rollout (logp = old_logp there), so with
     one update per rollout (strict on-policy) KL-Cov reduces to unclipped policy gradient.
@@ -96,15 +110,21 @@ class KLCov(Method):
     def pins_clip(self) -> bool:
         return not self.keep_ppo_clip
 
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        covs = global_covariance(ctxs, reducer)  # paper 003 Eq. 8
+        k = global_count(ctxs, reducer, self.ratio)
+        flat_cov = reducer.cat_tokens(
+            [cov.masked_fill(~c.valid, -torch.inf) for cov, c in zip(covs, ctxs, strict=True)]
+        )
+        flat_v = reducer.cat_tokens([c.valid for c in ctxs])
+        top = (descending_rank(flat_cov) < k) & flat_v  # Eq. 11: rank by Cov, keep the top k
+        return [{"selected": s} for s in reducer.split_tokens(top)]
+
     def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         b, valid = ctx.batch, ctx.valid
-        cov = centred_covariance(b.logp, ctx.adv, valid).masked_fill(~valid, -torch.inf)
-        k = selection_count(self.ratio, int(valid.sum()))
-        top = torch.topk(cov.reshape(-1), k).indices  # Eq. 11: rank by Cov, keep the top k
-        sel = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
-        sel[top] = True
-        sel = sel.view_as(cov) & valid
+        sel = ctx.stat(self)["selected"]
         kl = (b.logp - b.old_logp.detach()).masked_fill(~valid, 0).abs()
-        ctx.metrics["kl_cov/n_selected"] = float(sel.sum())
-        ctx.metrics["kl_cov/kl_mean"] = float(kl.detach()[sel].mean()) if bool(sel.any()) else 0.0
+        n_sel = sel.sum()
+        ctx.metrics["kl_cov/n_selected"] = n_sel.to(torch.float64)
+        ctx.metrics["kl_cov/kl_mean"] = kl.detach().masked_fill(~sel, 0).sum() / n_sel.clamp(min=1)
         return loss + self.beta * kl * sel.to(kl.dtype)  # Eq. 12

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from entflow.methods._util import quantile
+from entflow.core.distributed import Reducer
+from entflow.core.selection import scoped_quantile
 from entflow.methods.base import LossContext, Method, interval, param, register
 
 
@@ -26,11 +27,18 @@ class ForkingTokens(Method):
 
     rho: float = param(0.2, interval(0, 1, lo_open=True), "fraction ρ of highest-entropy tokens kept")
 
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        """The ``1 − ρ`` quantile of the valid tokens' entropies over the whole batch."""
+        H = reducer.cat_tokens([c.batch.entropy_for_reading("forking_tokens") for c in ctxs])
+        valid = reducer.cat_tokens([c.valid for c in ctxs])
+        thr = scoped_quantile(H, valid, 1.0 - self.rho)[:1].reshape(()) if H.numel() else H.new_zeros(())
+        return [{"threshold": thr} for _ in ctxs]  # Wang et al.: top-ρ entropy tokens
+
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         valid = ctx.valid
         H = ctx.batch.entropy_for_reading("forking_tokens")
-        thr = quantile(H[valid], 1.0 - self.rho)  # Wang et al.: top-ρ entropy tokens
+        thr = ctx.stat(self)["threshold"]
         keep = (H >= thr) | ~valid
-        ctx.metrics["forking_tokens/threshold"] = float(thr)
-        ctx.metrics["forking_tokens/kept_frac"] = float((keep & valid).sum()) / max(int(valid.sum()), 1)
+        ctx.metrics["forking_tokens/threshold"] = thr
+        ctx.metrics["forking_tokens/kept_frac"] = (keep & valid).sum().to(torch.float64) / valid.sum().clamp(min=1)
         return keep.to(ctx.adv.dtype)

@@ -12,18 +12,27 @@ from dataclasses import dataclass
 
 import torch
 
+from entflow.core.distributed import Reducer
 from entflow.core.estimators import ESTIMATORS
-from entflow.core.flow import flow_balance
+from entflow.core.flow import balance, flow_sums
 from entflow.errors import ParameterError
-from entflow.methods._util import valid_mean
 from entflow.methods.base import NONNEG, LossContext, Method, interval, one_of, optional, param, register
 
 
-def flow_weights(dH: torch.Tensor, valid: torch.Tensor, lam_pos: float, lam_neg: float) -> torch.Tensor:
+def flow_weights(
+    dH: torch.Tensor, valid: torch.Tensor, lam_pos: torch.Tensor | float, lam_neg: torch.Tensor | float
+) -> torch.Tensor:
     """``[N, T]`` weights ``1 + lam_pos`` where ΔH > 0, ``1 − lam_neg`` where ΔH < 0, else 1."""
     w = torch.ones_like(dH)
     w = torch.where((dH > 0) & valid, 1.0 + lam_pos, w)  # paper 001 Eq. 7, S+ term
     return torch.where((dH < 0) & valid, 1.0 - lam_neg, w)  # Eq. 7, S− term
+
+
+def global_flow(ctxs: list[LossContext], reducer: Reducer, estimator: str) -> list[dict[str, torch.Tensor]]:
+    """S+ and S− of the ``estimator``'s ΔH over the whole batch (paper 001 Eq. 9), per context."""
+    sums = [torch.stack(flow_sums(c.estimate(estimator), c.valid)).to(torch.float64) for c in ctxs]
+    s = reducer.sum(sums)
+    return [{"S_pos": s[0], "S_neg": s[1]} for _ in ctxs]
 
 
 @register
@@ -47,15 +56,20 @@ class OPEFO(Method):
     lam: float = param(0.001, interval(-1, 1), "fixed λ of the static variant")
     estimator: str = param("opefo", one_of(*ESTIMATORS), "entropy-change estimator that gives ΔH")
 
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        return global_flow(ctxs, reducer, self.estimator)
+
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         valid = ctx.valid
         dH = ctx.estimate(self.estimator)
-        s_pos, s_neg, lam_star = flow_balance(dH, valid)  # paper 001 Eq. 9
-        lam = self.lam if self.variant == "static" else lam_star
+        st = ctx.stat(self)
+        s_pos, s_neg = st["S_pos"], st["S_neg"]
+        lam_star = balance(s_pos, s_neg)  # paper 001 Eq. 9
+        lam = torch.full_like(lam_star, self.lam) if self.variant == "static" else lam_star
         lam_pos = 0.0 if self.variant == "neg_only" else lam
         lam_neg = 0.0 if self.variant == "pos_only" else lam
-        ctx.metrics["opefo/lambda"] = float(lam)
-        ctx.metrics["opefo/lambda_star"] = float(lam_star)
+        ctx.metrics["opefo/lambda"] = lam
+        ctx.metrics["opefo/lambda_star"] = lam_star
         ctx.metrics["opefo/S_pos"] = s_pos
         ctx.metrics["opefo/S_neg"] = s_neg
         return flow_weights(dH, valid, lam_pos, lam_neg)
@@ -86,14 +100,25 @@ class OPEFOTarget(Method):
         if self.target is None:
             raise ParameterError(self.name, "target", "is required: the target entropy H*, a number in (0, inf]")
 
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        flows = global_flow(ctxs, reducer, "opefo")
+        parts = []
+        for c in ctxs:
+            H = c.batch.entropy_for_reading("opefo_target").to(torch.float64).masked_fill(~c.valid, 0)
+            parts.append(torch.stack([H.sum(), c.valid.sum().to(torch.float64)]))
+        h = reducer.sum(parts)
+        mean_H = h[0] / h[1].clamp(min=1)  # batch mean old entropy over valid tokens
+        return [dict(f, H=mean_H) for f in flows]
+
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         valid = ctx.valid
         dH = ctx.estimate("opefo")
-        s_pos, s_neg, lam_star = flow_balance(dH, valid)  # paper 001 Eq. 9
-        H = valid_mean(ctx.batch.entropy_for_reading("opefo_target"), valid)
+        st = ctx.stat(self)
+        s_pos, s_neg, H = st["S_pos"], st["S_neg"], st["H"]
+        lam_star = balance(s_pos, s_neg)  # paper 001 Eq. 9
         assert self.target is not None
-        f = min(max(self.k * (self.target - H) / self.target, -self.f_max), self.f_max)  # ours
-        lam = min(max(lam_star + f, -self.lam_max), self.lam_max)  # ours, shifts Eq. 8's balance point
+        f = (self.k * (self.target - H) / self.target).clamp(-self.f_max, self.f_max)  # ours
+        lam = (lam_star + f).clamp(-self.lam_max, self.lam_max)  # ours, shifts Eq. 8's balance point
         ctx.metrics.update(
             {
                 "opefo_target/lambda": lam,

@@ -12,20 +12,20 @@ from dataclasses import dataclass
 
 import torch
 
+from entflow.core.distributed import Reducer
 from entflow.core.flow import QUADRANTS, quadrant_masks
 from entflow.errors import ParameterError
-from entflow.methods._util import uniform_like
 from entflow.methods.base import (
     SEED,
     UNIT,
     Check,
     LossContext,
     Method,
+    Stochastic,
     one_of,
     optional,
     param,
     register,
-    seeded_generator,
 )
 
 ACTION_WEIGHT = {"mask": 0.0, "boost": 2.0}
@@ -59,7 +59,7 @@ ACTION = optional(Check("'mask:F' or 'boost:F' with F in [0, 1]", _valid_action)
 
 @register
 @dataclass(repr=False)
-class Quadrant(Method):
+class Quadrant(Stochastic, Method):
     """Per quadrant, an action on a random fraction F of its tokens: ``mask`` (weight 0) or
     ``boost`` (weight 2). Each token of the quadrant is picked independently with probability F
     (a Bernoulli draw from the seeded generator in the state). Presets: ``uplift`` = mask I &
@@ -86,10 +86,6 @@ class Quadrant(Method):
         if self.lo > self.hi:
             raise ParameterError(self.name, "lo", f"must be <= hi = {self.hi}, got {self.lo}")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.generator = seeded_generator(self.seed)
-
     def actions(self) -> dict[str, tuple[str, float]]:
         """Quadrant → (action, fraction) after applying the preset and the overrides."""
         spec = dict(PRESETS[self.preset]) if self.preset else {}
@@ -103,10 +99,16 @@ class Quadrant(Method):
         if not acts:
             return None
         masks = quadrant_masks(ctx.adv, ctx.p, ctx.valid, self.hi, self.lo)  # App. C.3 quadrants
-        u = uniform_like(ctx.adv, self.generator)
+        u = ctx.stat(self)["u"]
         w = torch.ones_like(ctx.adv)
         for q, (action, f) in acts.items():
             sel = masks[q] & (u < f)  # each token of the quadrant with probability f
             w = torch.where(sel, ACTION_WEIGHT[action], w)
-            ctx.metrics[f"quadrant/{q}/n_selected"] = float(sel.sum())
+            ctx.metrics[f"quadrant/{q}/n_selected"] = sel.sum().to(torch.float64)
         return w
+
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]] | None:
+        """One U(0, 1) draw per token (float64), from the global draw in global mode."""
+        if not self.actions():
+            return None
+        return [{"u": u} for u in reducer.rand(self.generator(reducer.device, reducer.shared))]

@@ -37,7 +37,7 @@ class EntropyBonus(Method):
         H = ctx.batch.require("entropy", "entropy_bonus")
         mean_H = agg(H)
         ctx.metrics["entropy_bonus/coef"] = self.c
-        ctx.metrics["entropy_bonus/entropy"] = float(mean_H.detach())
+        ctx.metrics["entropy_bonus/entropy"] = mean_H.detach()
         return {"entropy_bonus/loss": -self.c * mean_H}  # paper 000 Table 6: L − c·H
 
 

@@ -41,7 +41,7 @@ class WReinforce(ReportsShaping, Method):
         assert batch.rewards is not None
         correct = batch.rewards > self.threshold
         a = torch.where(correct, self.lam, torch.full_like(adv[:, 0], -1.0))  # Zhu et al.: λ·PSR + NSR
-        self._report(frac_correct=float(correct.float().mean()))
+        self._report(frac_correct=correct.to(torch.float64).mean())
         return a.unsqueeze(-1).expand_as(adv).clone()
 
 
@@ -65,28 +65,29 @@ class Unlikeliness(ReportsShaping, Method):
         assert batch.rewards is not None and batch.group_index is not None
         R = batch.rewards.to(torch.float64)
         g = batch.group_index
-        inv, _ = group_inverse(g.to(R.device))
+        inv = group_inverse(g.to(R.device))
         score = response_mean(batch.old_logp.detach().to(torch.float64), batch.valid)
         rank, size = _rank_in_group(score, inv)
         R2 = R * (1 - self.beta * rank / size)  # He et al.: unlikeliness reward
-        a = group_advantages(R2, g, scale="group", eps=STD_EPS)
-        self._report(reward_mean=float(R2.mean()))
+        a = group_advantages(R2, g, scale="group", eps=STD_EPS, validate=batch.validate)
+        self._report(reward_mean=R2.mean())
         return a.to(adv.dtype).unsqueeze(-1).expand_as(adv).clone()
 
 
 def _rank_in_group(score: torch.Tensor, inv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ascending rank of ``score`` [N] within each group (ties by index) and the group sizes, ``[N]`` each."""
+    """Ascending rank of ``score`` [N] within each group (ties by index) and the group sizes, ``[N]`` each.
+
+    ``inv``: dense group ids (0..K−1). Sort-based, with fixed-size buffers: no host sync.
+    """
+    n = score.numel()
     o1 = torch.argsort(score, stable=True)
     order = o1[torch.argsort(inv[o1], stable=True)]  # sorted by group, then score, then index
-    _, counts = torch.unique_consecutive(inv[order], return_counts=True)
-    starts = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(score.numel(), device=score.device) - torch.repeat_interleave(starts, counts)
-    rank = torch.empty_like(pos)
-    rank[order] = pos
-    size = torch.repeat_interleave(counts, counts)
-    sizes = torch.empty_like(size)
-    sizes[order] = size
-    return rank.to(score.dtype), sizes.to(score.dtype)
+    size = torch.zeros(n, dtype=torch.long, device=score.device).index_add_(0, inv, torch.ones_like(inv))
+    start = torch.cumsum(size, 0) - size  # where each group's run begins in ``order``
+    pos = torch.empty_like(order)
+    pos[order] = torch.arange(n, device=score.device)
+    rank = pos - start[inv]
+    return rank.to(score.dtype), size[inv].to(score.dtype)
 
 
 @register
@@ -117,7 +118,8 @@ class GTPO(ReportsShaping, Method):
         H = batch.entropy_for_reading("gtpo").to(torch.float64)
         R = batch.rewards.to(torch.float64)
         valid = batch.valid
-        inv, k = group_inverse(batch.group_index.to(H.device))
+        inv = group_inverse(batch.group_index.to(H.device))
+        k = inv.numel()  # at most N groups: fixed-size buffers, no sync
         mean, std = group_stats(R, batch.group_index)
         active = (R > CORRECT).unsqueeze(-1) & valid  # correct responses' tokens
         Hm = H.masked_fill(~active, 0)
@@ -129,5 +131,5 @@ class GTPO(ReportsShaping, Method):
         R2 = R.unsqueeze(-1) + bonus
         a = (R2 - mean.unsqueeze(-1)) / (std.unsqueeze(-1) + STD_EPS)
         a = torch.where((std > 0).unsqueeze(-1), a, torch.zeros_like(a))  # SPEC §4: equal rewards → 0
-        self._report(bonus_mean=float(bonus[ok].mean()) if bool(ok.any()) else 0.0)
+        self._report(bonus_mean=bonus.masked_fill(~ok, 0).sum() / ok.sum().clamp(min=1))
         return a.to(adv.dtype)

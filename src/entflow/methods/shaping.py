@@ -24,7 +24,8 @@ STD_EPS = 1e-6  # SPEC §1
 class EntropyAdvantage(ReportsShaping, Method):
     """Entropy advantage: ``A'_t = A_t + min(α·H_t, |A_t|/κ)``, H detached (old_entropy first).
 
-    The bonus is capped by |A|/κ so it never flips the sign of a negative advantage. Favours
+    The bonus is capped by |A|/κ with κ > 1 (Cheng et al.'s condition), so it never flips the
+    sign of a negative advantage (κ ≤ 1 would let A + |A|/κ ≥ 0 for A < 0). Favours
     high-entropy ("forking") tokens; paper 002 finds it can *lower* entropy in practice.
     """
 
@@ -34,12 +35,12 @@ class EntropyAdvantage(ReportsShaping, Method):
     reads_entropy = True
 
     alpha: float = param(0.4, NONNEG, "entropy scale α")
-    kappa: float = param(2.0, interval(0, lo_open=True), "cap divisor κ (> 0)")
+    kappa: float = param(2.0, interval(1, lo_open=True), "cap divisor κ (> 1: the paper's condition)")
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         H = batch.entropy_for_reading("entropy_advantage").to(adv.dtype)
         bonus = torch.minimum(self.alpha * H, adv.abs() / self.kappa)  # Cheng et al. Eq. (ψ(H))
-        self._report(bonus_mean=float(bonus.masked_fill(~batch.valid, 0).sum()) / max(batch.n_valid, 1))
+        self._report(bonus_mean=bonus.masked_fill(~batch.valid, 0).sum() / batch.valid.sum().clamp(min=1))
         return adv + bonus
 
 
@@ -50,15 +51,21 @@ class EdgeGRPO(ReportsShaping, Method):
 
     ``P_i`` = mean token entropy of response i (old_entropy first, detached); ``mean_g P`` over
     the non-empty responses of i's group. *Our reading*: group mean and detached P (the
-    official code uses a global, un-detached mean). ``P_i`` is floored at 1e-6; a group whose
-    mean P is 0 keeps its advantages. Confident responses get larger |A|.
+    official code uses a global, un-detached mean). Confident responses get larger |A|.
+
+    *Ours*: the factor ``mean_g P / P_i`` is capped at ``max_factor`` (default 10): a nearly
+    deterministic response (P_i → 0) would otherwise get an advantage ~10⁵ times its group's
+    (the earlier 1e-6 floor on P_i allowed exactly that). A group whose mean P is 0 keeps its
+    advantages.
     """
 
     name = "edge_grpo"
-    formula = "Â_i = A_i · mean_g P / P_i,  P_i = mean_t H_{i,t}"
+    formula = "Â_i = A_i · min(mean_g P / P_i, max_factor),  P_i = mean_t H_{i,t}"
     paper = "paper 000 Table 6 (EDGE-GRPO; group mean and detach are our reading)"
     reads_entropy = True
     advantage_needs = ("group_index",)
+
+    max_factor: float = param(10.0, interval(1), "cap on the factor mean_g P / P_i (ours)")
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         g = batch.require("group_index", "edge_grpo")
@@ -66,12 +73,14 @@ class EdgeGRPO(ReportsShaping, Method):
         H = batch.entropy_for_reading("edge_grpo").to(torch.float64)
         P = response_mean(H, valid)
         nonempty = valid.any(-1).to(torch.float64)
-        inv, k = group_inverse(g.to(P.device))
+        inv = group_inverse(g.to(P.device))
+        k = inv.numel()  # at most N groups: fixed-size buffers, no sync
         tot = torch.zeros(k, dtype=P.dtype, device=P.device).index_add_(0, inv, P * nonempty)
         cnt = torch.zeros(k, dtype=P.dtype, device=P.device).index_add_(0, inv, nonempty)
         Pbar = (tot / cnt.clamp(min=1))[inv]
-        factor = torch.where(Pbar > 0, Pbar / P.clamp(min=1e-6), torch.ones_like(P))  # Table 6 (EDGE-GRPO)
-        self._report(factor_mean=float(factor.mean()), factor_max=float(factor.max()))
+        ratio = (Pbar / P.clamp(min=1e-300)).clamp(max=self.max_factor)  # Table 6 (EDGE-GRPO); cap: ours
+        factor = torch.where(Pbar > 0, ratio, torch.ones_like(P))
+        self._report(factor_mean=factor.mean(), factor_max=factor.max())
         return adv * factor.to(adv.dtype).unsqueeze(-1)
 
 
@@ -95,7 +104,7 @@ class PPLShaping(ReportsShaping, Method):
         lnppl = -response_mean(batch.old_logp.detach().to(torch.float64), batch.valid)  # paper 004 Eq. 7
         mu, sd = group_stats(lnppl, batch.group_index)
         w = (lnppl - mu) / (sd + STD_EPS)
-        self._report(w_absmax=float(w.abs().max()))
+        self._report(w_absmax=w.abs().max())
         return adv * (1 - self.alpha * w).to(adv.dtype).unsqueeze(-1)  # paper 004 Eq. 9
 
 

@@ -12,20 +12,21 @@ from typing import Any
 import torch
 
 from entflow.core.batch import TokenBatch
+from entflow.core.distributed import Reducer
 from entflow.errors import MissingInputError, ParameterError
-from entflow.methods._util import pick_random, selection_count
+from entflow.methods._util import global_count, select_smallest
 from entflow.methods.base import (
     NONNEG,
     SEED,
     UNIT,
     LossContext,
     Method,
+    Stochastic,
     integer,
     one_of,
     optional,
     param,
     register,
-    seeded_generator,
 )
 
 
@@ -110,7 +111,7 @@ class PositiveOnly(Method):
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         zero = (ctx.adv < 0) & ctx.valid
-        ctx.metrics["positive_only/n_zeroed"] = float(zero.sum())
+        ctx.metrics["positive_only/n_zeroed"] = zero.sum().to(torch.float64)
         return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A<0 tokens
 
 
@@ -125,18 +126,19 @@ class NegativeOnly(Method):
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         zero = (ctx.adv > 0) & ctx.valid
-        ctx.metrics["negative_only/n_zeroed"] = float(zero.sum())
+        ctx.metrics["negative_only/n_zeroed"] = zero.sum().to(torch.float64)
         return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A>0 tokens
 
 
 @register
 @dataclass(repr=False)
-class RandPosClip(Method):
+class RandPosClip(Stochastic, Method):
     """Rand-Pos-Clip: zero the loss of ``n = max(⌊ratio·N_valid⌋, 1)`` tokens drawn uniformly
     at random among the valid tokens with A > 0 (all of them if fewer).
 
     N_valid counts all valid tokens, so the number zeroed equals Clip-Cov's at the same ratio
-    (paper 002 App. E.2: "the same proportion of tokens"). Seeded generator in the state.
+    (paper 002 App. E.2: "the same proportion of tokens"). The draw is Clip-Cov's: one U(0, 1)
+    key per token from the seeded generator in the state, the n smallest-key candidates picked.
     """
 
     name = "rand_pos_clip"
@@ -147,13 +149,13 @@ class RandPosClip(Method):
     ratio: float = param(2e-4, UNIT, "fraction of valid tokens to zero (drawn among A > 0)")
     seed: int = param(0, SEED, "seed of the selection generator")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.generator = seeded_generator(self.seed)
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        cands = [c.valid & (c.adv > 0) for c in ctxs]
+        n = global_count(ctxs, reducer, self.ratio)
+        keys = reducer.rand(self.generator(reducer.device, reducer.shared))
+        return [{"selected": s} for s in select_smallest(keys, cands, n, reducer)]
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
-        valid = ctx.valid
-        cand = valid & (ctx.adv > 0)
-        sel = pick_random(cand, selection_count(self.ratio, int(valid.sum())), self.generator)
-        ctx.metrics["rand_pos_clip/n_selected"] = float(sel.sum())
+        sel = ctx.stat(self)["selected"]
+        ctx.metrics["rand_pos_clip/n_selected"] = sel.sum().to(torch.float64)
         return (~sel).to(ctx.adv.dtype)  # paper 002 App. E.2: zero a random subset of A>0 tokens

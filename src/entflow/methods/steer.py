@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from entflow.core.distributed import Reducer
 from entflow.core.estimators import ESTIMATORS
+from entflow.core.selection import dense_ids, scoped_extreme, scoped_quantile
 from entflow.errors import MissingInputError, ParameterError
-from entflow.methods._util import group_inverse, masked_extreme, quantile
 from entflow.methods.base import UNIT, LossContext, Method, interval, one_of, param, register
 
 
@@ -50,48 +51,63 @@ class Steer(Method):
         if self.mapping == "linear" and self.lambda_max < self.lambda_min:
             raise ParameterError(self.name, "lambda_max", f"must be >= lambda_min = {self.lambda_min}")
 
-    def _scope_ids(self, ctx: LossContext) -> torch.Tensor | None:
-        if self.scope == "batch":
-            return None
+    def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        """The normaliser of each token's |Ω|: max (exp), max and min (linear) or the
+        ``1 − top_frac`` quantile (binary) over the valid tokens of its scope."""
+        omegas = [c.estimate(self.estimator).abs() for c in ctxs]  # |Ω_t|, paper 000 Eq. 2 integrand
+        valids = [c.valid for c in ctxs]
+        if self.scope == "batch" and self.mapping != "binary":
+            hi = reducer.amax([o.masked_fill(~v, -torch.inf).amax() for o, v in zip(omegas, valids, strict=True)])
+            lo = reducer.amin([o.masked_fill(~v, torch.inf).amin() for o, v in zip(omegas, valids, strict=True)])
+            hi = torch.where(torch.isfinite(hi), hi, torch.zeros_like(hi))
+            lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+            return [{"hi": hi.expand_as(o), "lo": lo.expand_as(o)} for o in omegas]
+        # per scope or quantile: on the global token vector (same code per call and globally)
+        flat_o = reducer.cat_tokens(omegas)
+        flat_v = reducer.cat_tokens(valids)
+        scope = None if self.scope == "batch" else dense_ids(reducer.cat_tokens(self._scope_ids(ctxs, reducer)))
+        if self.mapping == "binary":
+            thr = scoped_quantile(flat_o, flat_v, 1.0 - self.top_frac, scope)
+            return [{"thr": t} for t in reducer.split_tokens(thr)]
+        hi = reducer.split_tokens(scoped_extreme(flat_o, flat_v, scope, largest=True))
+        lo = reducer.split_tokens(scoped_extreme(flat_o, flat_v, scope, largest=False))
+        return [{"hi": h, "lo": lw} for h, lw in zip(hi, lo, strict=True)]
+
+    def _scope_ids(self, ctxs: list[LossContext], reducer: Reducer) -> list[torch.Tensor]:
+        """Each token's raw scope id ``[N_i, T_i]``: its response's global row, or its group id."""
         if self.scope == "sequence":
-            return torch.arange(ctx.adv.shape[0], device=ctx.adv.device)
-        g = ctx.batch.group_index
-        if g is None:
-            raise MissingInputError("group_index", "steer(scope='group')")
-        return group_inverse(g.to(ctx.adv.device))[0]
+            rows = reducer.global_rows()
+        else:
+            rows = []
+            for c in ctxs:
+                g = c.batch.group_index
+                if g is None:
+                    raise MissingInputError("group_index", "steer(scope='group')")
+                rows.append(g.to(c.adv.device))
+        return [r.unsqueeze(-1).expand_as(c.adv) for r, c in zip(rows, ctxs, strict=True)]
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:
         valid = ctx.valid
         omega = ctx.estimate(self.estimator).abs()  # |Ω_t|, paper 000 Eq. 2 integrand
-        ids = self._scope_ids(ctx)
+        st = ctx.stat(self)
         if self.mapping == "exp":
-            denom = masked_extreme(omega, valid, ids, largest=True).clamp(min=self.floor)
+            denom = st["hi"].clamp(min=self.floor)
             lam = torch.exp(math.log(self.lambda_min) * omega / denom)  # paper 000 Eq. 3, α = ln λ_min
             lam = lam.clamp(self.lambda_min, 1.0)
         elif self.mapping == "linear":
-            hi = masked_extreme(omega, valid, ids, largest=True)
-            lo = masked_extreme(omega, valid, ids, largest=False)
+            hi, lo = st["hi"], st["lo"]
             frac = (omega - lo) / (hi - lo).clamp(min=1e-12)  # paper 000 App. E.3 (linear)
             lam = self.lambda_max - (self.lambda_max - self.lambda_min) * frac
         else:
-            thr = self._quantiles(omega, valid, ids)
-            lam = torch.where(omega > thr, self.lambda_min, torch.ones_like(omega))  # App. E.3 (binary)
+            lam = torch.where(omega > st["thr"], self.lambda_min, torch.ones_like(omega))  # App. E.3 (binary)
         lam = lam.masked_fill(~valid, 1.0)
-        w = lam[valid]
-        ctx.metrics["steer/weight_mean"] = float(w.mean()) if w.numel() else 1.0
-        ctx.metrics["steer/weight_min"] = float(w.min()) if w.numel() else 1.0
-        ctx.metrics["steer/weight_max"] = float(w.max()) if w.numel() else 1.0
-        ctx.metrics["steer/omega_absmax"] = float(omega[valid].max()) if w.numel() else 0.0
+        n = valid.sum()
+        any_valid = n > 0
+        one = torch.ones((), dtype=lam.dtype, device=lam.device)
+        ctx.metrics["steer/weight_mean"] = torch.where(
+            any_valid, lam.masked_fill(~valid, 0).sum() / n.clamp(min=1), one
+        )
+        ctx.metrics["steer/weight_min"] = torch.where(any_valid, lam.masked_fill(~valid, torch.inf).amin(), one)
+        ctx.metrics["steer/weight_max"] = torch.where(any_valid, lam.masked_fill(~valid, -torch.inf).amax(), one)
+        ctx.metrics["steer/omega_absmax"] = torch.where(any_valid, omega.masked_fill(~valid, 0).amax(), 0 * one)
         return lam.detach()
-
-    def _quantiles(self, omega: torch.Tensor, valid: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
-        """The ``1 − top_frac`` quantile of |Ω| per scope, broadcast to ``[N, T]``."""
-        q = 1.0 - self.top_frac
-        if ids is None:
-            return quantile(omega[valid], q).expand_as(omega)
-        out = torch.zeros(omega.shape[0], dtype=omega.dtype, device=omega.device)
-        for k in torch.unique(ids).tolist():
-            rows = ids == k
-            vals = omega[rows][valid[rows]]
-            out[rows] = quantile(vals, q) if vals.numel() else 0.0
-        return out.unsqueeze(-1).expand_as(omega)

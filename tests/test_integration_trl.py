@@ -208,8 +208,10 @@ def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
         assert [h["adaptive_entropy/coef"] for h in logged] == pytest.approx([0.0, 1e-3, 2e-3])
     if method == "clip_cov":  # tokens were drawn: the generator advanced
         assert any(h["clip_cov/n_selected"] > 0 for h in logged)
-        fresh = ef.get_method("clip_cov", **params).state_dict()["generator"]
-        assert not torch.equal(final["method_state"]["generator"], fresh)
+        streams = final["method_state"]["generator"]
+        assert list(streams) == ["shared"]  # gradient accumulation 2: global statistics, one shared stream
+        start = ef.get_method("clip_cov", **params).generator("cpu", shared=True).get_state()
+        assert not torch.equal(streams["shared"]["state"], start)
 
     ckpt = tmp_path / "run" / "checkpoint-2"
     assert (ckpt / STATE_FILE).exists()

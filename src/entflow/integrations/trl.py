@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.nn.functional import pad as pad_right
 from trl import GRPOConfig, GRPOTrainer
 
 from entflow.core.advantages import SCALES
@@ -47,7 +46,7 @@ from entflow.core.batch import TokenBatch
 from entflow.core.token_stats import token_stats
 from entflow.errors import ConfigError, EntflowError
 from entflow.methods.base import Composite, Method, get_method
-from entflow.objective import compute_advantages, policy_loss
+from entflow.objective import compute_advantages, policy_loss, prepare_statistics
 
 # TRL loss_type → entflow aggregation (SPEC §4). ``dapo`` and ``bnpo`` are both token means; they
 # differ in the denominator (global token count of the optimizer step vs the micro-batch's).
@@ -73,6 +72,8 @@ STATE_FILE = "entflow_state.pt"  # per checkpoint; ``entflow_state_{rank}.pt`` w
 
 # advantage shapers that read nothing but rewards, groups and the mask (no rollout forward pass)
 _SHAPERS_WITHOUT_ROLLOUT_STATS = ("w_reinforce", "position_shaping")
+# methods whose batch statistics read neither log-probs nor entropies (only masks, advantages, draws)
+_STATS_WITHOUT_VALUES = ("quadrant", "rand_pos_clip")
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +230,18 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"the method sets the clip bounds (ε_low, ε_high) = {bounds}, so epsilon={args.epsilon}, "
             f"epsilon_high={args.epsilon_high} would be ignored; leave them at the default or drop the clip setter",
         )
+    ga = args.gradient_accumulation_steps
+    if (
+        getattr(args, "entflow_global_stats", False)
+        and ga > 1
+        and (args.steps_per_generation * args.num_iterations) % ga
+    ):
+        refuse(
+            "steps_per_generation",
+            f"global statistics need every optimizer step's {ga} micro-batches generated before its first one, "
+            f"so steps_per_generation × num_iterations = {args.steps_per_generation * args.num_iterations} must be a "
+            f"multiple of gradient_accumulation_steps = {ga}; change it or set entflow_global_stats=False",
+        )
     if args.delta is not None:
         clip_high = bounds[1] if bounds is not None else eps_high
         if not args.delta > 1 + clip_high:
@@ -290,6 +303,19 @@ class EntflowGRPOTrainer(GRPOTrainer):
         self._ef_tabular = any(p.params().get("estimator") == "tabular" for p in parts)
         shapers = [p for p in parts if p.overrides("shape_advantages")]
         self._ef_shaper_needs_rollout = any(p.name not in _SHAPERS_WITHOUT_ROLLOUT_STATS for p in shapers)
+        # global statistics: over every micro-batch of an optimizer step on every process
+        self._ef_world = self.accelerator.num_processes
+        self._ef_global = self.args.entflow_global_stats and (
+            self.args.gradient_accumulation_steps > 1 or self._ef_world > 1
+        )
+        with_stats = [p for p in parts if p.overrides("batch_statistics")]
+        self._ef_stats_need_values = self._ef_global and any(p.name not in _STATS_WITHOUT_VALUES for p in with_stats)
+        self._ef_stats: list | None = None
+        self._ef_group = None
+        if self._ef_global and self._ef_world > 1:
+            import torch.distributed as dist
+
+            self._ef_group = dist.group.WORLD
         # TRL computes old log-probs at generation time exactly when the policy may change between
         # generation and the last micro-batch that uses it (same rule as GRPOTrainer)
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -334,7 +360,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         self._ef_captured_entropy = None
-        self._ef_capture = self._ef_trl_old_logps and (self._ef_reads_entropy or self._ef_shaper_needs_rollout)
+        wants = self._ef_reads_entropy or self._ef_shaper_needs_rollout or self._ef_stats_need_values
+        self._ef_capture = self._ef_trl_old_logps and wants
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -347,7 +374,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
             out["old_per_token_logps"] = stats.logp
             old_entropy = stats.entropy
             out["ef_sum_p2"], out["ef_sum_p2_logp"] = stats.sum_p2, stats.sum_p2_logp
-        elif self._ef_shaper_needs_rollout and "old_per_token_logps" not in out:
+        elif (self._ef_shaper_needs_rollout or self._ef_stats_need_values) and "old_per_token_logps" not in out:
+            # the rollout values are needed before the first loss call (shaping, global statistics)
             logps, entropies = self._ef_rollout_logps(out)
             out["old_per_token_logps"] = logps
             old_entropy = entropies
@@ -376,7 +404,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
                 "mm_token_type_ids",
                 "image_position_ids",
             )
-            if k in out
+            if out.get(k) is not None
         }
         return input_ids, attention_mask, out["completion_ids"].size(1), extra
 
@@ -480,52 +508,37 @@ class EntflowGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        mask = (
-            inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
-        )
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        extra = {
-            k: inputs.get(k)
-            for k in (
-                "pixel_values",
-                "image_grid_thw",
-                "num_images",
-                "pixel_attention_mask",
-                "spatial_shapes",
-                "num_tiles",
-                "image_sizes",
-                "token_type_ids",
-                "mm_token_type_ids",
-                "image_position_ids",
-            )
-        }
+        ga = self.args.gradient_accumulation_steps
+        use_stats = mode == "train" and self._ef_global and self.current_gradient_accumulation_steps == ga
+        if use_stats and self._step % ga == 0:  # first micro-batch of an optimizer step
+            self._ef_stats = self._ef_step_statistics()
+        input_ids, attention_mask, keep, extra = self._ef_forward_inputs(inputs)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
-            inputs["completion_ids"].size(1),
+            keep,
             compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled,
             **extra,
         )
-        old_logp = inputs.get("old_per_token_logps")
-        old_logp = logps.detach() if old_logp is None else old_logp
-        old_entropy = inputs.get("ef_old_entropy")
-        if old_entropy is None and not self._ef_trl_old_logps:
-            # no optimizer step since generation: the current entropy is the rollout entropy
-            old_entropy = entropies.detach()
         if self._ef_is_correction is not None:
             self._ef_is_correction.ratio = inputs["importance_sampling_ratio"]
-
-        batch = self._ef_token_batch(logps, old_logp, inputs, mask, entropies, old_entropy)
-        bounds = (self.epsilon_low, self.epsilon_high)
-        out = policy_loss(batch, self._ef_loss_method, bounds[0], bounds[1], self.args.delta, self._ef_agg)
-        loss = out.loss * self._ef_loss_scale(mask, inputs, mode)
+        batch = self._ef_token_batch(inputs, logps, entropies)
+        clip = (self.epsilon_low, self.epsilon_high, self.args.delta)
+        if use_stats:
+            # statistics and denominators of the whole optimizer step on all processes: the summed
+            # micro-batch losses are the full-batch loss; DDP averages gradients over processes
+            stats = self._ef_stats[self._step % ga]
+            out = policy_loss(batch, self._ef_loss_method, *clip, self._ef_agg, self._ef_max_len, stats=stats)
+            loss = out.loss * self._ef_world
+        else:
+            out = policy_loss(batch, self._ef_loss_method, *clip, self._ef_agg, self._ef_max_len)
+            loss = out.loss * self._ef_loss_scale(batch.mask, inputs, mode)
 
         if self.aux_loss_enabled:  # MoE load balancing, scaled as TRL does
-            ga = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * aux_loss / ga
+            norm = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / norm
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
         self._ef_log_metrics(out.metrics, batch, mode)
@@ -533,37 +546,92 @@ class EntflowGRPOTrainer(GRPOTrainer):
             self._ef_after_micro_batch(out.metrics, batch)
         return loss
 
-    def _ef_token_batch(self, logps, old_logp, inputs, mask, entropies, old_entropy) -> TokenBatch:
+    @property
+    def _ef_max_len(self) -> int | None:
+        """Dr. GRPO's constant: TRL normalises by ``max_completion_length``, not the padded length."""
+        return self.max_completion_length if self._ef_agg == "seq-mean-token-sum-norm" else None
+
+    def _ef_token_batch(
+        self, inputs: dict[str, Any], logp: torch.Tensor, entropy: torch.Tensor, rollout_entropy: bool = True
+    ) -> TokenBatch:
+        """The micro-batch ``inputs`` as a :class:`TokenBatch` with log-probs ``logp`` ``[B, T]``.
+
+        ``old_logp``: TRL's (or the rollout pass's) when computed, else ``logp`` detached (no
+        optimizer step since generation). ``old_entropy``: read once per generation batch, or
+        the current entropy under the same condition (``rollout_entropy``).
+        """
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        old_logp = inputs.get("old_per_token_logps")
+        old_logp = logp.detach() if old_logp is None else old_logp
+        old_entropy = inputs.get("ef_old_entropy")
+        if old_entropy is None and not self._ef_trl_old_logps and rollout_entropy:
+            old_entropy = entropy.detach()  # no optimizer step since generation: this is the rollout entropy
         fields = dict(
-            logp=logps,
+            logp=logp,
             old_logp=old_logp,
             advantages=inputs["advantages"],
             mask=mask,
-            entropy=entropies,
+            entropy=entropy,
             old_entropy=old_entropy,
             ref_logp=inputs.get("ref_per_token_logps"),
             sum_p2=inputs.get("ef_sum_p2"),
             sum_p2_logp=inputs.get("ef_sum_p2_logp"),
         )
-        if self._ef_agg == "seq-mean-token-sum-norm":
-            # Dr. GRPO normalises by max_completion_length, not by this micro-batch's padded length
-            pad = self.max_completion_length - mask.shape[1]
-            if pad > 0:
-                fields = {k: None if v is None else pad_right(v, (0, pad)) for k, v in fields.items()}
-        return TokenBatch(**fields, step=self._ef_gen_step, total_steps=self._ef_total_gen_steps())
+        max_len = self._ef_max_len
+        if max_len is not None and mask.shape[1] > max_len:  # padded past the limit (pad_to_multiple_of)
+            if bool(mask[:, max_len:].any()):
+                raise ConfigError("max_completion_length", f"completions longer than {max_len} tokens reached the loss")
+            fields = {k: None if v is None else v[:, :max_len] for k, v in fields.items()}
+        return TokenBatch(**fields, step=self._ef_gen_step, total_steps=self._ef_total_gen_steps(), validate=False)
+
+    def _ef_step_statistics(self) -> list:
+        """:func:`entflow.prepare_statistics` over this optimizer step's micro-batches.
+
+        The log-prob values are those the loss will see: the rollout's on the first optimizer
+        step after a generation (no update since), else one no-grad forward of the current policy
+        (only when the method's statistics read log-probs).
+        """
+        ga, spg = self.args.gradient_accumulation_steps, self.args.steps_per_generation
+        first_of_cycle = (self._step % self._ef_generate_every) < ga
+        micro = []
+        for j in range(ga):
+            inputs = self._buffered_inputs[(self._step + j) % spg]
+            old = inputs.get("old_per_token_logps")
+            if old is None:
+                values = torch.zeros_like(inputs["completion_mask"], dtype=torch.float32)
+                inputs = {**inputs, "old_per_token_logps": values}  # the statistics read masks only
+            elif first_of_cycle or not self._ef_stats_need_values:
+                values = old
+            else:
+                values = self._ef_current_logps(inputs)
+            # ``entropy`` only has to be present (hooks that need it with grad run in the loss); the
+            # statistics read H as old_entropy, which is there whenever a statistic reads entropies
+            h = inputs.get("ef_old_entropy")
+            h = torch.zeros_like(values) if h is None else h
+            micro.append(self._ef_token_batch(inputs, values, h, rollout_entropy=False))
+        clip = (self.epsilon_low, self.epsilon_high, self.args.delta)
+        return prepare_statistics(micro, self._ef_loss_method, *clip, self._ef_agg, self._ef_max_len, self._ef_group)
+
+    @torch.no_grad()
+    def _ef_current_logps(self, inputs: dict[str, Any]) -> torch.Tensor:
+        input_ids, attention_mask, keep, extra = self._ef_forward_inputs(inputs)
+        logps, _, _ = super()._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, keep, **extra)
+        return logps
 
     def _ef_loss_scale(self, mask: torch.Tensor, inputs: dict[str, Any], mode: str) -> float | torch.Tensor:
-        """Factor from ``policy_loss`` (one micro-batch) to TRL's per-micro-batch loss.
+        """Per-call mode: the factor from ``policy_loss`` (one micro-batch) to TRL's loss.
 
         TRL's trainer sums micro-batch gradients over gradient accumulation and averages over
-        processes. ``dapo``: token mean over the tokens of the optimizer step on all processes
-        (TRL's normaliser, the generation batch's token count per optimizer step);
-        ``grpo`` / ``dr_grpo`` / ``bnpo``: the micro-batch value divided by the accumulation steps.
+        processes. ``dapo``: token mean over TRL's normaliser (the generation batch's token count
+        per optimizer step, all processes); ``grpo`` / ``dr_grpo`` / ``bnpo``: the micro-batch
+        value divided by the accumulation steps.
         """
         ga = self.current_gradient_accumulation_steps if mode == "train" else 1
         if self.loss_type != "dapo":
             return 1.0 / ga
-        normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self._ef_world
         if mode == "train":
             normaliser = normaliser * ga / self.args.steps_per_generation
         return mask.sum() / normaliser

@@ -131,6 +131,38 @@ def test_grpo_matches_trl(tiny, tmp_path, case):
         assert ours == pytest.approx(clipped, rel=1e-5, abs=1e-7)
 
 
+def test_global_statistics_equal_one_full_batch(tiny, tmp_path):
+    """Gradient accumulation with global statistics gives the update of one micro-batch holding
+    the whole batch (STEER's max|Ω|, Clip-Cov's means and draws over all 8 completions); per
+    micro-batch statistics do not."""
+    path, tok, data = tiny
+    w0 = initial_weights(path)
+    method = dict(
+        entflow_method="steer+clip_cov",
+        entflow_method_params={"lambda_min": 0.3, "ratio": 0.1, "cov_low": -1e6, "cov_high": 1e6},
+    )
+    deltas = {}
+    for name, kw in (
+        ("full", dict(per_device_train_batch_size=8, gradient_accumulation_steps=1)),
+        ("global", dict(per_device_train_batch_size=4, gradient_accumulation_steps=2)),
+        ("per_call", dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, entflow_global_stats=False)),
+    ):
+        args = EntflowGRPOConfig(
+            **base_args(tmp_path / name, **{k: v for k, v in kw.items() if k.startswith(("per", "grad"))}),
+            **method,
+            **{k: v for k, v in kw.items() if k.startswith("entflow")},
+        )
+        trainer = EntflowGRPOTrainer(
+            model=path, reward_funcs=reward_ones, args=args, train_dataset=data, processing_class=tok
+        )
+        trainer.train()
+        w = weights(trainer)
+        deltas[name] = torch.cat([(w[k] - w0[k]).flatten() for k in sorted(w)])
+        assert trainer.state.log_history[0]["clip_cov/n_selected"] > 0
+    assert rel(deltas["global"], deltas["full"]) <= 1e-5
+    assert rel(deltas["per_call"], deltas["full"]) > 1e-3  # the test can tell the two modes apart
+
+
 # --------------------------------------------------------------------------------------------
 # (2) end to end with methods: weights change, metrics logged, save + resume restores state
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""Time per optimizer step: TRL's GRPOTrainer vs EntflowGRPOTrainer, and the lab's step.
+
+    .venv/bin/python benchmarks/trl_overhead.py [--rounds 6] [--steps 4] [--prompts 8] [--group 8] [--threads 1]
+
+Variants (same warm-started lab policy, same countdown prompts, same seed, same config):
+
+- ``trl``: ``trl.GRPOTrainer`` (loss_type dapo);
+- ``entflow:grpo`` / ``entflow:steer`` / ``entflow:clip_higher+kl_cov``: ``EntflowGRPOTrainer``;
+- ``lab``: one step of entflow's lab trainer (``entflow.lab.trainer.train_step``, GRPO, one
+  mini-batch, no audit) at the same P × G, model and maximum response length.
+
+One "step" is one optimizer step including generation (P·G completions with
+``transformers.generate``), rewards, advantages, forward, loss, backward and AdamW. The variants
+run interleaved: each round runs ``--steps`` optimizer steps of every variant, in a rotated order;
+the first step of each run (warm-up) is dropped. Reported: the median step time of each variant
+and its ratio to ``trl``, plus the median of the per-round ratios (robust to a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.lab.config import TrainConfig
+from entflow.lab.policy import load_policy
+from entflow.lab.pretrain import PretrainConfig, pretrain
+from entflow.lab.tasks import CountdownAnswer, Problem, get_task
+from entflow.lab.trainer import make_optimizer, train_step
+from entflow.methods import get_method
+
+METHODS = ("grpo", "steer", "clip_higher+kl_cov")
+
+
+class StepTimer(TrainerCallback):
+    """Wall time of each optimizer step (generation included: TRL generates inside the step)."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self._t0 = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._t0)
+
+
+def countdown(n: int, seed: int):
+    task = get_task("countdown")
+    problems = task.sample_problems(n, random.Random(seed))
+    data = Dataset.from_dict(
+        {
+            "prompt": [p.prompt for p in problems],
+            "numbers": [list(p.answer.numbers) for p in problems],
+            "target": [p.answer.target for p in problems],
+        }
+    )
+
+    def reward(completions, numbers, target, **kwargs):
+        return [
+            task.reward(Problem("", CountdownAnswer(tuple(n), t)), c)
+            for c, n, t in zip(completions, numbers, target, strict=True)
+        ]
+
+    return task, data, reward
+
+
+def trl_run(name: str, model_path: str, data, reward, a, out: str) -> list[float]:
+    common = dict(
+        output_dir=out,
+        per_device_train_batch_size=a.prompts * a.group,
+        num_generations=a.group,
+        max_completion_length=a.max_len,
+        max_steps=a.steps,
+        learning_rate=1e-5,
+        lr_scheduler_type="constant",
+        temperature=1.0,
+        seed=0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=10_000,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    if name == "trl":
+        args = GRPOConfig(**common)
+        cls = GRPOTrainer
+    else:
+        args = EntflowGRPOConfig(**common, entflow_method=name.split(":", 1)[1])
+        cls = EntflowGRPOTrainer
+    timer = StepTimer()
+    trainer = cls(model=model_path, reward_funcs=reward, args=args, train_dataset=data, callbacks=[timer])
+    trainer.train()
+    return timer.times[1:]
+
+
+def lab_run(model_path: str, task, a, step0: int) -> list[float]:
+    model, tokenizer = load_policy(model_path)
+    cfg = TrainConfig(
+        prompts_per_step=a.prompts, group_size=a.group, mini_batches=1, ppo_epochs=1, audit=False, progress=False
+    )
+    method = get_method("grpo")
+    optimizer = make_optimizer(model, cfg)
+    times = []
+    for s in range(a.steps):
+        t0 = time.perf_counter()
+        train_step(model, tokenizer, task, method, optimizer, cfg, step0 + s)
+        times.append(time.perf_counter() - t0)
+    return times[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is dropped)")
+    ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
+    ap.add_argument("--group", type=int, default=8, help="G completions per prompt")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+
+    model_path = str(pretrain(PretrainConfig(), progress=False))  # the lab's warm start (cached)
+    task, data, reward = countdown(4096, 0)
+    a.max_len = task.max_response_len
+    variants = ["trl", *(f"entflow:{m}" for m in METHODS), "lab"]
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    per_round: dict[str, list[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as out:
+        for r in range(a.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                if v == "lab":
+                    t = lab_run(model_path, task, a, step0=r * a.steps)
+                else:
+                    t = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
+                times[v] += t
+                per_round[v].append(statistics.median(t))
+            print(
+                f"round {r + 1}/{a.rounds}: " + ", ".join(f"{v} {per_round[v][-1]:.3f}s" for v in variants), flush=True
+            )
+
+    base = statistics.median(times["trl"])
+    print(
+        f"\n# trl_overhead — {platform.machine()}, torch {torch.__version__}, threads={a.threads}; "
+        f"P={a.prompts} G={a.group} max_len={a.max_len}; {a.rounds} rounds × {a.steps - 1} timed steps"
+    )
+    print("\n| variant | median s/step | min–max | ratio to trl (medians) | median of per-round ratios |")
+    print("|---|---:|---:|---:|---:|")
+    for v in variants:
+        t = times[v]
+        rounds = [x / y for x, y in zip(per_round[v], per_round["trl"], strict=True)]
+        print(
+            f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
+            f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -2,12 +2,13 @@
 
     .venv/bin/python benchmarks/trl_overhead.py [--rounds 6] [--steps 4] [--prompts 8] [--group 8] [--threads 1]
 
-Variants (same warm-started lab policy, same countdown prompts, same seed, same config):
+Variants (same policy — by default the lab's architecture, ~1.06 M parameters, freshly
+initialised; ``--model`` for another — same countdown prompts, same seed, same config):
 
 - ``trl``: ``trl.GRPOTrainer`` (loss_type dapo);
 - ``entflow:grpo`` / ``entflow:steer`` / ``entflow:clip_higher+kl_cov``: ``EntflowGRPOTrainer``;
 - ``lab``: one step of entflow's lab trainer (``entflow.lab.trainer.train_step``, GRPO, one
-  mini-batch, no audit) at the same P × G, model and maximum response length.
+  mini-batch, no audit) at the same P × G, model and maximum response length (9 tokens).
 
 One "step" is one optimizer step including generation (P·G completions with
 ``transformers.generate``), rewards, advantages, forward, loss, backward and AdamW. The variants
@@ -35,8 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from entflow.lab.config import TrainConfig
-from entflow.lab.policy import load_policy
-from entflow.lab.pretrain import PretrainConfig, pretrain
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
 from entflow.lab.tasks import CountdownAnswer, Problem, get_task
 from entflow.lab.trainer import make_optimizer, train_step
 from entflow.methods import get_method
@@ -130,11 +130,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
     ap.add_argument("--group", type=int, default=8, help="G completions per prompt")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
 
-    model_path = str(pretrain(PretrainConfig(), progress=False))  # the lab's warm start (cached)
     task, data, reward = countdown(4096, 0)
+    tmp_model = tempfile.TemporaryDirectory()
+    model_path = a.model or tmp_model.name
+    if a.model is None:  # the lab's policy architecture (~1.06 M parameters), freshly initialised
+        tok = build_tokenizer(task.alphabet)
+        build_policy(tok, PolicyConfig(), seed=0).save_pretrained(model_path)
+        tok.save_pretrained(model_path)
     a.max_len = task.max_response_len
     variants = ["trl", *(f"entflow:{m}" for m in METHODS), "lab"]
     times: dict[str, list[float]] = {v: [] for v in variants}

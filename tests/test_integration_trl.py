@@ -370,3 +370,32 @@ def test_kl_ref_sets_trl_beta(tmp_path):
         use_bias_correction_kl=False,
     )
     assert args.beta == 0.02  # TRL then loads the reference model and passes ref_per_token_logps
+
+
+def test_vllm_importance_ratio_is_a_token_weight(gen):
+    """TRL multiplies each token's PPO term by the vLLM importance ratio ρ (not the extra terms);
+    the adapter does it as one more token weight. Checked against the hand formula."""
+    from entflow.core.ppo import ppo_clip_loss
+    from entflow.integrations.trl import _SamplerCorrection
+    from entflow.methods.base import Composite
+
+    N, T = 6, 5
+    old = -torch.rand(N, T, generator=gen) * 3
+    logp = (old + 0.3 * torch.randn(N, T, generator=gen)).requires_grad_()
+    adv = torch.randn(N, generator=gen).unsqueeze(1).expand(N, T).contiguous()
+    mask = (torch.rand(N, T, generator=gen) > 0.2).float()
+    H = torch.rand(N, T, generator=gen) * 2
+    rho = torch.rand(N, 1, generator=gen) * 2  # sequence-level ratio, broadcast over tokens
+    steer = ef.get_method("steer", lambda_min=0.5)
+    corr = _SamplerCorrection()
+    corr.ratio = rho
+    batch = ef.TokenBatch(logp, old, adv, mask, entropy=H, old_entropy=H, ref_logp=old)
+    plain = ef.policy_loss(batch, steer)
+    steer_kl = ef.get_method("steer+kl_ref", lambda_min=0.5, beta=0.1)
+    out = ef.policy_loss(batch, Composite([*steer_kl.parts, corr]))
+    assert torch.allclose(out.token_weights, plain.token_weights * rho.expand(N, T) * mask)
+    ell = ppo_clip_loss(adv, torch.exp(logp - old), 0.2, 0.2)
+    d = old - logp
+    k3 = torch.exp(d) - d - 1
+    expected = ((plain.token_weights * rho * ell + 0.1 * k3) * mask).sum() / mask.sum()
+    assert float(out.loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)

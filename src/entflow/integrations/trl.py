@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -741,9 +742,18 @@ class EntflowGRPOTrainer(GRPOTrainer):
             return
         path = self._ef_state_path(checkpoint)
         if not os.path.exists(path):
-            raise ConfigError(
-                "resume_from_checkpoint", f"{checkpoint} has no {os.path.basename(path)} (not an entflow checkpoint)"
+            if any(p.state_fields or p.overrides("state_dict") for p in self.entflow_method.parts):
+                raise ConfigError(
+                    "resume_from_checkpoint",
+                    f"{checkpoint} has no {os.path.basename(path)} (not saved by EntflowGRPOTrainer), so the state of "
+                    f"{self.entflow_method.name!r} cannot be restored",
+                )
+            warnings.warn(
+                f"{checkpoint} has no {os.path.basename(path)}; {self.entflow_method.name!r} has no state to restore, "
+                "the generation-step counter restarts at 0",
+                stacklevel=2,
             )
+            return
         state = torch.load(path, weights_only=True)
         if state["method"] != self.entflow_method.name:
             raise ConfigError(

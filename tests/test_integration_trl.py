@@ -8,7 +8,12 @@ temporary directory; TRL generates on CPU with ``transformers``' ``generate`` (n
 from __future__ import annotations
 
 import copy
+import json
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,6 +166,60 @@ def test_global_statistics_equal_one_full_batch(tiny, tmp_path):
         assert trainer.state.log_history[0]["clip_cov/n_selected"] > 0
     assert rel(deltas["global"], deltas["full"]) <= 1e-5
     assert rel(deltas["per_call"], deltas["full"]) > 1e-3  # the test can tell the two modes apart
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_on_the_whole_batch(tiny, tmp_path):
+    """Two CPU processes (gloo DDP) × gradient accumulation 2 with global statistics make the
+    update of ONE process computing ef.policy_loss on all four micro-batches at once (STEER's
+    max|Ω| and Clip-Cov's means and draws over every completion of both ranks)."""
+    path = tiny[0]
+    method, params = "steer+clip_cov", {"lambda_min": 0.3, "ratio": 0.1, "cov_low": -1e6, "cov_high": 1e6}
+    worker = Path(__file__).with_name("_trl_ddp_worker.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}"]
+    cmd += [str(worker), path, str(tmp_path), method, json.dumps(params)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=False)
+    assert r0["world"] == 2 and len(r0["seen"]) == len(r1["seen"]) == 2
+    for k in r0["weights"]:
+        assert torch.equal(r0["weights"][k], r1["weights"][k]), k  # the ranks stayed in sync
+
+    # independent reference: one process, one batch = rank 0's micro-batches then rank 1's
+    model = AutoModelForCausalLM.from_pretrained(path)
+    micro = r0["seen"] + r1["seen"]
+    T = max(mb["completion_ids"].shape[1] for mb in micro)
+    logps, ents, masks, advs = [], [], [], []
+    for mb in micro:
+        t = mb["completion_ids"].shape[1]
+        ids = torch.cat([mb["prompt_ids"], mb["completion_ids"]], 1)
+        attn = torch.cat([mb["prompt_mask"], mb["completion_mask"]], 1)
+        st = ef.token_stats(model(input_ids=ids, attention_mask=attn).logits[:, -t - 1 : -1], mb["completion_ids"])
+        pad = (0, T - t)
+        logps.append(torch.nn.functional.pad(st.logp, pad))
+        ents.append(torch.nn.functional.pad(st.entropy, pad))
+        masks.append(torch.nn.functional.pad(mb["completion_mask"], pad))
+        advs.append(torch.nn.functional.pad(mb["advantages"], pad))
+    logp, H = torch.cat(logps), torch.cat(ents)
+    batch = ef.TokenBatch(logp, logp.detach(), torch.cat(advs), torch.cat(masks), entropy=H, old_entropy=H.detach())
+    m = ef.get_method(method, **params)
+    m.set_rank(0)
+    out = ef.policy_loss(batch, m)
+    assert out.metrics["clip_cov/n_selected"] > 0 and out.metrics["steer/weight_min"] < 1
+    out.loss.backward()
+    w0 = initial_weights(path)
+    for name, p in model.named_parameters():
+        if p.grad is None or p.grad.norm() == 0:
+            continue
+        expected = w0[name] - 0.5 * p.grad  # SGD, lr 0.5
+        assert rel(r0["weights"][name] - w0[name], expected - w0[name]) <= 1e-4, name
 
 
 # --------------------------------------------------------------------------------------------

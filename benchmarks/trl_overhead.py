@@ -45,17 +45,35 @@ METHODS = ("grpo", "steer", "clip_higher+kl_cov")
 
 
 class StepTimer(TrainerCallback):
-    """Wall time of each optimizer step (generation included: TRL generates inside the step)."""
+    """Wall and CPU time of each optimizer step (generation included: TRL generates inside the
+    step). CPU time (``time.process_time``, one torch thread) is what the step costs this process,
+    much less sensitive than wall time to other jobs on a shared machine."""
 
     def __init__(self):
-        self.times: list[float] = []
-        self._t0 = 0.0
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self._t0 = self._c0 = 0.0
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._t0 = time.perf_counter()
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter() - self._t0)
+        self.wall.append(time.perf_counter() - self._t0)
+        self.cpu.append(time.process_time() - self._c0)
+
+
+def timed(obj, name: str, acc: list[float]) -> None:
+    """Wrap ``obj.name`` to add its CPU time to ``acc[0]`` (the part of the step entflow replaces)."""
+    fn = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        c0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[0] += time.process_time() - c0
+
+    setattr(obj, name, wrapper)
 
 
 def countdown(n: int, seed: int):
@@ -78,7 +96,7 @@ def countdown(n: int, seed: int):
     return task, data, reward
 
 
-def trl_run(name: str, model_path: str, data, reward, a, out: str) -> list[float]:
+def trl_run(name: str, model_path: str, data, reward, a, out: str) -> dict[str, list[float]]:
     common = dict(
         output_dir=out,
         per_device_train_batch_size=a.prompts * a.group,
@@ -104,23 +122,33 @@ def trl_run(name: str, model_path: str, data, reward, a, out: str) -> list[float
         cls = EntflowGRPOTrainer
     timer = StepTimer()
     trainer = cls(model=model_path, reward_funcs=reward, args=args, train_dataset=data, callbacks=[timer])
+    loss_cpu, gen_cpu = [0.0], [0.0]
+    timed(trainer, "_compute_loss", loss_cpu)  # forward + entflow/TRL loss (backward is outside)
+    timed(trainer, "_generate_and_score_completions", gen_cpu)
     trainer.train()
-    return timer.times[1:]
+    n = len(timer.wall)
+    return {
+        "wall": timer.wall[1:],
+        "cpu": timer.cpu[1:],
+        "loss_cpu": [loss_cpu[0] / n],  # mean per step over the run (warm-up included)
+        "gen_cpu": [gen_cpu[0] / n],
+    }
 
 
-def lab_run(model_path: str, task, a, step0: int) -> list[float]:
+def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
     model, tokenizer = load_policy(model_path)
     cfg = TrainConfig(
         prompts_per_step=a.prompts, group_size=a.group, mini_batches=1, ppo_epochs=1, audit=False, progress=False
     )
     method = get_method("grpo")
     optimizer = make_optimizer(model, cfg)
-    times = []
+    wall, cpu = [], []
     for s in range(a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         train_step(model, tokenizer, task, method, optimizer, cfg, step0 + s)
-        times.append(time.perf_counter() - t0)
-    return times[1:]
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return {"wall": wall[1:], "cpu": cpu[1:]}
 
 
 def main() -> None:
@@ -143,36 +171,47 @@ def main() -> None:
         tok.save_pretrained(model_path)
     a.max_len = task.max_response_len
     variants = ["trl", *(f"entflow:{m}" for m in METHODS), "lab"]
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    per_round: dict[str, list[float]] = {v: [] for v in variants}
+    kinds = ("wall", "cpu", "loss_cpu", "gen_cpu")
+    times = {v: {k: [] for k in kinds} for v in variants}
+    per_round = {v: {k: [] for k in kinds} for v in variants}
     with tempfile.TemporaryDirectory() as out:
         for r in range(a.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 if v == "lab":
-                    t = lab_run(model_path, task, a, step0=r * a.steps)
+                    res = lab_run(model_path, task, a, step0=r * a.steps)
                 else:
-                    t = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
-                times[v] += t
-                per_round[v].append(statistics.median(t))
+                    res = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
+                for k, t in res.items():
+                    times[v][k] += t
+                    per_round[v][k].append(statistics.median(t))
             print(
-                f"round {r + 1}/{a.rounds}: " + ", ".join(f"{v} {per_round[v][-1]:.3f}s" for v in variants), flush=True
+                f"round {r + 1}/{a.rounds} (cpu s/step): "
+                + ", ".join(f"{v} {per_round[v]['cpu'][-1]:.3f}" for v in variants),
+                flush=True,
             )
 
-    base = statistics.median(times["trl"])
     print(
         f"\n# trl_overhead — {platform.machine()}, torch {torch.__version__}, threads={a.threads}; "
         f"P={a.prompts} G={a.group} max_len={a.max_len}; {a.rounds} rounds × {a.steps - 1} timed steps"
     )
-    print("\n| variant | median s/step | min–max | ratio to trl (medians) | median of per-round ratios |")
-    print("|---|---:|---:|---:|---:|")
-    for v in variants:
-        t = times[v]
-        rounds = [x / y for x, y in zip(per_round[v], per_round["trl"], strict=True)]
-        print(
-            f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
-            f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
-        )
+    for kind, title in (("cpu", "CPU time per optimizer step"), ("wall", "wall time per optimizer step")):
+        base = statistics.median(times["trl"][kind])
+        print(f"\n{title}\n")
+        print("| variant | median s | min–max | ratio to trl (medians) | median of per-round ratios |")
+        print("|---|---:|---:|---:|---:|")
+        for v in variants:
+            t = times[v][kind]
+            rounds = [x / y for x, y in zip(per_round[v][kind], per_round["trl"][kind], strict=True)]
+            print(
+                f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
+                f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
+            )
+    print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
+    print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
+    print("|---|---:|---:|")
+    for v in variants[:-1]:
+        print(f"| {v} | {statistics.median(times[v]['loss_cpu']):.4f} | {statistics.median(times[v]['gen_cpu']):.4f} |")
 
 
 if __name__ == "__main__":

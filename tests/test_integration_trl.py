@@ -337,8 +337,10 @@ class _Capturing(EntflowGRPOTrainer):
 
 def test_composed_loss_equals_policy_loss(tiny, tmp_path):
     path, tok, data = tiny
-    method = "clip_higher+steer+entropy_bonus"
-    params = {"lambda_min": 0.5, "c": 0.01}
+    # entropy_advantage reads the rollout entropy at advantage time and the tabular estimator needs
+    # Σπ², Σπ² log π: both come from the trainer's rollout pass (one per generation batch)
+    method = "entropy_advantage+clip_higher+steer+entropy_bonus"
+    params = {"alpha": 0.05, "lambda_min": 0.5, "estimator": "tabular", "c": 0.01}
     args = EntflowGRPOConfig(
         **base_args(tmp_path, gradient_accumulation_steps=1, per_device_train_batch_size=8, temperature=0.7),
         entflow_method=method,
@@ -368,16 +370,28 @@ def test_composed_loss_equals_policy_loss(tiny, tmp_path):
     rewards = torch.tensor([seen[t] for t in texts])
     _, group = torch.unique(x["prompt_ids"], dim=0, return_inverse=True)
     m = ef.get_method(method, **params)
-    probe = ef.TokenBatch(stats.logp.detach(), stats.logp.detach(), None, mask, rewards=rewards, group_index=group)
+    H = stats.entropy.detach()
+    probe = ef.TokenBatch(
+        stats.logp.detach(), stats.logp.detach(), None, mask, old_entropy=H, rewards=rewards, group_index=group
+    )
     adv = ef.compute_advantages(probe, m, scale="group", eps=1e-4)
     assert torch.allclose(adv, x["advantages"], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(x["ef_sum_p2"], stats.sum_p2.detach(), rtol=1e-5, atol=1e-6)
     batch = ef.TokenBatch(
-        stats.logp, stats.logp.detach(), adv, mask, entropy=stats.entropy, old_entropy=stats.entropy.detach()
+        stats.logp,
+        stats.logp.detach(),
+        adv,
+        mask,
+        entropy=stats.entropy,
+        old_entropy=H,
+        sum_p2=stats.sum_p2.detach(),
+        sum_p2_logp=stats.sum_p2_logp.detach(),
     )
     out = ef.policy_loss(batch, m, agg="token-mean")
     # GA = 1, one process, dapo: TRL's normaliser is this micro-batch's token count → the token mean
     assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-6, abs=1e-7)
     assert out.metrics["steer/weight_min"] < 1.0 and out.metrics["entropy_bonus/loss"] != 0.0
+    assert out.metrics["entropy_advantage/bonus_mean"] > 0
 
 
 # --------------------------------------------------------------------------------------------

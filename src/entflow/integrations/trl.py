@@ -31,6 +31,7 @@ field (see :func:`check_compatibility`). ``docs/integrations.md`` has the full t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -41,6 +42,7 @@ from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 
 from entflow.core.advantages import SCALES
 from entflow.core.batch import TokenBatch
@@ -280,6 +282,18 @@ class _SamplerCorrection(Method):
 # --------------------------------------------------------------------------------------------
 
 
+def _no_grad_forward(fn):
+    """Run a trainer method's extra forward without grad and without gradient checkpointing (as
+    TRL does for its own old-log-prob pass)."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class EntflowGRPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages and loss are entflow's (see the module docstring).
 
@@ -409,7 +423,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
         }
         return input_ids, attention_mask, out["completion_ids"].size(1), extra
 
-    @torch.no_grad()
+    @_no_grad_forward
     def _ef_rollout_logps(self, out: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropies of the generation batch under the current (= rollout) policy."""
         input_ids, attention_mask, keep, extra = self._ef_forward_inputs(out)
@@ -419,7 +433,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
         )
         return logps, entropies
 
-    @torch.no_grad()
+    @_no_grad_forward
     def _ef_rollout_token_stats(self, out: dict[str, Any]):
         """logp, entropy, Σπ², Σπ² log π of the generation batch (full-vocabulary softmax, chunked)."""
         input_ids, attention_mask, keep, extra = self._ef_forward_inputs(out)
@@ -615,7 +629,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
         clip = (self.epsilon_low, self.epsilon_high, self.args.delta)
         return prepare_statistics(micro, self._ef_loss_method, *clip, self._ef_agg, self._ef_max_len, self._ef_group)
 
-    @torch.no_grad()
+    @_no_grad_forward
     def _ef_current_logps(self, inputs: dict[str, Any]) -> torch.Tensor:
         input_ids, attention_mask, keep, extra = self._ef_forward_inputs(inputs)
         logps, _, _ = super()._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, keep, **extra)

@@ -96,7 +96,7 @@ def countdown(n: int, seed: int):
     return task, data, reward
 
 
-def trl_run(name: str, model_path: str, data, reward, a, out: str) -> dict[str, list[float]]:
+def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = False):
     common = dict(
         output_dir=out,
         per_device_train_batch_size=a.prompts * a.group,
@@ -126,6 +126,8 @@ def trl_run(name: str, model_path: str, data, reward, a, out: str) -> dict[str, 
     timed(trainer, "_compute_loss", loss_cpu)  # forward + entflow/TRL loss (backward is outside)
     timed(trainer, "_generate_and_score_completions", gen_cpu)
     trainer.train()
+    if keep:
+        return trainer
     n = len(timer.wall)
     return {
         "wall": timer.wall[1:],
@@ -133,6 +135,28 @@ def trl_run(name: str, model_path: str, data, reward, a, out: str) -> dict[str, 
         "loss_cpu": [loss_cpu[0] / n],  # mean per step over the run (warm-up included)
         "gen_cpu": [gen_cpu[0] / n],
     }
+
+
+def loss_timings(model_path: str, data, reward, a, out: str) -> dict[str, list[float]]:
+    """CPU time of forward + loss + backward on one fixed generated micro-batch, per variant,
+    interleaved ``a.loss_reps`` times: the part of the step entflow replaces, without the noise
+    of generation."""
+    variants = ["trl", *(f"entflow:{m}" for m in METHODS)]
+    trainers = {}
+    for v in variants:
+        b = argparse.Namespace(**{**vars(a), "steps": 1})
+        trainers[v] = trl_run(v, model_path, data, reward, b, os.path.join(out, "loss_" + v.replace(":", "_")), True)
+    res: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(a.loss_reps):
+        for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
+            trainer = trainers[v]
+            inputs = trainer._buffered_inputs[0]
+            c0 = time.process_time()
+            loss = trainer.compute_loss(trainer.model, inputs)
+            loss.backward()
+            res[v].append(time.process_time() - c0)
+            trainer.model.zero_grad(set_to_none=True)
+    return res
 
 
 def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
@@ -158,6 +182,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
     ap.add_argument("--group", type=int, default=8, help="G completions per prompt")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--loss-reps", type=int, default=30, help="repetitions of the fixed-batch loss timing")
     ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -207,6 +232,14 @@ def main() -> None:
                 f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
                 f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
             )
+    with tempfile.TemporaryDirectory() as out:
+        lt = loss_timings(model_path, data, reward, a, out)
+    base = statistics.median(lt["trl"])
+    print(f"\nforward + loss + backward on one fixed micro-batch of {a.prompts * a.group} completions, CPU s\n")
+    print("| variant | median s | min–max | ratio to trl |")
+    print("|---|---:|---:|---:|")
+    for v, t in lt.items():
+        print(f"| {v} | {statistics.median(t):.4f} | {min(t):.4f}–{max(t):.4f} | {statistics.median(t) / base:.3f} |")
     print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
     print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
     print("|---|---:|---:|")

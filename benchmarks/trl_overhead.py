@@ -99,7 +99,8 @@ def countdown(n: int, seed: int):
 def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = False):
     common = dict(
         output_dir=out,
-        per_device_train_batch_size=a.prompts * a.group,
+        per_device_train_batch_size=a.prompts * a.group // a.grad_accum,
+        gradient_accumulation_steps=a.grad_accum,
         num_generations=a.group,
         max_completion_length=a.max_len,
         max_steps=a.steps,
@@ -141,7 +142,7 @@ def loss_timings(model_path: str, data, reward, a, out: str) -> dict[str, list[f
     """CPU time of forward + loss + backward on one fixed generated micro-batch, per variant,
     interleaved ``a.loss_reps`` times: the part of the step entflow replaces, without the noise
     of generation."""
-    variants = ["trl", *(f"entflow:{m}" for m in METHODS)]
+    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))]
     trainers = {}
     for v in variants:
         b = argparse.Namespace(**{**vars(a), "steps": 1})
@@ -182,7 +183,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
     ap.add_argument("--group", type=int, default=8, help="G completions per prompt")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--loss-reps", type=int, default=30, help="repetitions of the fixed-batch loss timing")
+    ap.add_argument("--loss-reps", type=int, default=30, help="repetitions of the fixed-batch loss timing (0: skip)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (>1: no lab row)")
+    ap.add_argument("--methods", default=",".join(METHODS), help="entflow methods to time, comma-separated")
     ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -195,7 +198,7 @@ def main() -> None:
         build_policy(tok, PolicyConfig(), seed=0).save_pretrained(model_path)
         tok.save_pretrained(model_path)
     a.max_len = task.max_response_len
-    variants = ["trl", *(f"entflow:{m}" for m in METHODS), "lab"]
+    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))] + (["lab"] if a.grad_accum == 1 else [])
     kinds = ("wall", "cpu", "loss_cpu", "gen_cpu")
     times = {v: {k: [] for k in kinds} for v in variants}
     per_round = {v: {k: [] for k in kinds} for v in variants}
@@ -218,7 +221,8 @@ def main() -> None:
 
     print(
         f"\n# trl_overhead — {platform.machine()}, torch {torch.__version__}, threads={a.threads}; "
-        f"P={a.prompts} G={a.group} max_len={a.max_len}; {a.rounds} rounds × {a.steps - 1} timed steps"
+        f"P={a.prompts} G={a.group} max_len={a.max_len} grad_accum={a.grad_accum}; "
+        f"{a.rounds} rounds × {a.steps - 1} timed steps"
     )
     for kind, title in (("cpu", "CPU time per optimizer step"), ("wall", "wall time per optimizer step")):
         base = statistics.median(times["trl"][kind])
@@ -232,19 +236,22 @@ def main() -> None:
                 f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
                 f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
             )
+    print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
+    print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
+    print("|---|---:|---:|")
+    for v in [v for v in variants if v != "lab"]:
+        print(f"| {v} | {statistics.median(times[v]['loss_cpu']):.4f} | {statistics.median(times[v]['gen_cpu']):.4f} |")
+    if a.loss_reps == 0:
+        return
     with tempfile.TemporaryDirectory() as out:
         lt = loss_timings(model_path, data, reward, a, out)
     base = statistics.median(lt["trl"])
-    print(f"\nforward + loss + backward on one fixed micro-batch of {a.prompts * a.group} completions, CPU s\n")
+    n = a.prompts * a.group // a.grad_accum
+    print(f"\nforward + loss + backward on one fixed micro-batch of {n} completions, CPU s\n")
     print("| variant | median s | min–max | ratio to trl |")
     print("|---|---:|---:|---:|")
     for v, t in lt.items():
         print(f"| {v} | {statistics.median(t):.4f} | {min(t):.4f}–{max(t):.4f} | {statistics.median(t) / base:.3f} |")
-    print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
-    print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
-    print("|---|---:|---:|")
-    for v in variants[:-1]:
-        print(f"| {v} | {statistics.median(times[v]['loss_cpu']):.4f} | {statistics.median(times[v]['gen_cpu']):.4f} |")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import argparse
 import json
 import random
 import re
+from collections.abc import Callable
 
 from datasets import Dataset
 
@@ -34,7 +35,7 @@ from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 # --------------------------------------------------------------------------------------------
 
 
-def countdown_dataset(n: int, seed: int) -> tuple[Dataset, callable]:
+def countdown_dataset(n: int, seed: int) -> tuple[Dataset, Callable]:
     """The lab's countdown task: prompt ``"3 5 7>15:"``, any expression reaching 15 is correct."""
     from entflow.lab.tasks import CountdownAnswer, Problem, get_task
 
@@ -57,7 +58,7 @@ def countdown_dataset(n: int, seed: int) -> tuple[Dataset, callable]:
     return data, countdown_reward
 
 
-def reasoning_gym_dataset(name: str, n: int, seed: int) -> tuple[Dataset, callable]:
+def reasoning_gym_dataset(name: str, n: int, seed: int) -> tuple[Dataset, Callable]:
     """A reasoning-gym task as chat prompts; the answer follows ``Answer:`` in the completion."""
     import reasoning_gym
 

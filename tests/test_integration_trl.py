@@ -230,8 +230,12 @@ METHODS = [
     ("steer", {}, "steer/weight_mean"),
     ("clip_cov", {"ratio": 0.2, "cov_low": -1e6, "cov_high": 1e6, "seed": 3}, "clip_cov/n_selected"),
     ("adaptive_entropy", {"target": 50.0, "delta": 1e-3}, "adaptive_entropy/coef"),
+    # two iterations per generation: KL-Cov acts once the policy has moved; TRL computes old
+    # log-probs (the adapter takes the rollout entropy from that pass) and the second optimizer
+    # step's global statistics need a fresh no-grad forward
     ("clip_higher+kl_cov", {"ratio": 0.1}, "kl_cov/n_selected"),
 ]
+EXTRA = {"clip_higher+kl_cov": {"num_iterations": 2}}
 
 
 class _Snapshots(TrainerCallback):
@@ -274,6 +278,7 @@ def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
         learning_rate=0.05,
         entflow_method=method,
         entflow_method_params=params,
+        **EXTRA.get(method, {}),
     )
     snaps = _Snapshots()
     trainer = EntflowGRPOTrainer(
@@ -293,10 +298,13 @@ def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
     assert all(metric in h for h in logged), metric  # the method's own metric reaches TRL's log
     assert all(k in logged[0] for k in ("entropy", "flow/lambda_star", "quadrant/II/frac", "clip_ratio/high_mean"))
     final = copy.deepcopy(trainer.entflow_state_dict())
-    assert final["gen_step"] == 3  # update() once per generation step
+    n_gen = 3 * 2 // (2 * common.get("num_iterations", 1))  # micro-steps / (steps_per_generation × iterations)
+    assert final["gen_step"] == n_gen  # update() once per generation step
     if method == "adaptive_entropy":  # entropy (≈3 nats) < target: the coefficient grew every step
         assert final["method_state"]["coef"] == pytest.approx(3e-3)
         assert [h["adaptive_entropy/coef"] for h in logged] == pytest.approx([0.0, 1e-3, 2e-3])
+    if method == "clip_higher+kl_cov":  # first iteration: |Δlogp| = 0; second: the KL-Cov penalty is on
+        assert logged[0]["kl_cov/kl_mean"] == 0.0 and logged[1]["kl_cov/kl_mean"] > 0.0
     if method == "clip_cov":  # tokens were drawn: the generator advanced
         assert any(h["clip_cov/n_selected"] > 0 for h in logged)
         streams = final["method_state"]["generator"]
@@ -316,7 +324,7 @@ def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
     )
     resumed.train(resume_from_checkpoint=str(ckpt))
     _assert_same_state(resumed.loaded_state, snaps.at_save[2])  # state restored exactly
-    assert resumed.entflow_state_dict()["gen_step"] == 3
+    assert resumed.entflow_state_dict()["gen_step"] == n_gen
 
 
 # --------------------------------------------------------------------------------------------

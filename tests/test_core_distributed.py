@@ -132,6 +132,19 @@ def _worker(rank: int, port: int, out_path: str) -> None:
                 "zeroed": int(t),
                 "zeroed_ref": int(((ref_w[0] == 0) & data["mask"].bool()).sum()),
             }
+        # per call (no stats), rank r draws from seed + r, read from torch.distributed
+        b = ef.TokenBatch(data["base"], data["old_logp"], data["adv"], data["mask"])
+        w = ef.policy_loss(b, ef.get_method("rand_pos_clip", ratio=0.3, seed=11)).token_weights
+        twin = ef.get_method("rand_pos_clip", ratio=0.3, seed=11 + rank)
+        twin.set_rank(0)
+        both = [torch.empty_like(w) for _ in range(WORLD)]
+        dist.all_gather(both, w)
+        ok = torch.tensor([int(torch.equal(w, ef.policy_loss(b, twin).token_weights))])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # on every rank
+        report["per_call_streams"] = {
+            "equals_seed_plus_rank": bool(ok),
+            "ranks_differ": not torch.equal(both[0], both[1]),
+        }
         # controllers see rank-averaged metrics: one all_reduce
         local = {"entropy": torch.tensor(float(rank), dtype=D), "x": 2.0 * rank}
         report["average_metrics"] = ef.average_metrics(local)
@@ -155,6 +168,7 @@ def test_two_gloo_ranks_two_micro_batches_equal_one_process(tmp_path):
     mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
     report = json.loads(out.read_text())
     assert report.pop("average_metrics") == {"entropy": 0.5, "x": 1.0}
+    assert report.pop("per_call_streams") == {"equals_seed_plus_rank": True, "ranks_differ": True}
     assert len(report) == len(CASES)
     for key, r in report.items():
         assert r["grad_norm"] > 1e-3, key  # a real gradient
@@ -217,6 +231,8 @@ def test_stats_must_match_the_loss_call():
         ef.policy_loss(b, m, agg="seq-mean-token-mean", stats=st)
     with pytest.raises(ef.ParameterError, match="clip"):
         ef.policy_loss(b, m, clip_high=0.3, stats=st)
+    with pytest.raises(ef.ParameterError, match="prepared for method 'steer', not 'opefo'"):
+        ef.policy_loss(b, ef.get_method("opefo"), stats=st)
     small = ef.TokenBatch(data["base"][:4], data["old_logp"][:4], data["adv"][:4], data["mask"][:4])
     with pytest.raises(ef.ShapeError, match="stats"):
         ef.policy_loss(small, m, stats=st)

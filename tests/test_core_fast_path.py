@@ -4,7 +4,8 @@ A ``TorchFunctionMode`` sees every torch call. It counts the calls that force a 
 the host: reading a value (``item``, ``__bool__``, ``__float__``, ``__int__``, ``__index__``,
 ``tolist``, ``numpy``, ``cpu``) and ops whose output shape depends on the data (``nonzero``,
 ``unique``, ``masked_select``, boolean-mask indexing, ``repeat_interleave`` without
-``output_size``). With ``TokenBatch(validate=False)`` and ``metrics="tensor"`` or ``"none"``,
+``output_size``) — and indexing with a 0-d tensor, which ATen turns into ``item()`` in C++ where
+the mode cannot see it. With ``TokenBatch(validate=False)`` and ``metrics="tensor"`` or ``"none"``,
 ``compute_advantages`` and ``policy_loss`` — per call and with ``prepare_statistics`` — make none
 of them, for every registered method. There are no exceptions: every data-dependent count
 (Clip-Cov's n, KL-Cov's k, quantile positions, groups) is computed with sorting and fixed-size
@@ -57,6 +58,8 @@ class SyncCounter(TorchFunctionMode):
             parts = idx if isinstance(idx, tuple | list) else (idx,)
             if any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
                 self.hits.append(f"{name}[bool mask]")
+            elif any(isinstance(p, torch.Tensor) and p.dim() == 0 for p in parts):
+                self.hits.append(f"{name}[0-d tensor]")  # ATen reads a 0-d index with item()
         return func(*args, **kwargs)
 
 
@@ -71,6 +74,7 @@ def test_the_counter_sees_each_kind_of_sync():
         x.nonzero()
         torch.unique(x)
         x.repeat_interleave(torch.tensor([1] * 6))
+        x[torch.tensor(2)]
     assert c.hits == [
         "__float__",
         "__bool__",
@@ -80,6 +84,7 @@ def test_the_counter_sees_each_kind_of_sync():
         "nonzero",
         "unique",
         "repeat_interleave",
+        "__getitem__[0-d tensor]",
     ]
 
 
@@ -168,3 +173,13 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
     # and the tensors read once give the same numbers as the float path
     floats = ef.read_metrics(out.metrics)
     assert set(floats) == set(out.metrics) and all(isinstance(v, float) for v in floats.values())
+
+
+def test_read_metrics_averages_micro_batches_with_one_host_copy():
+    a = {"x": torch.tensor(1.0), "n": torch.tensor(4, dtype=torch.float64), "c": 0.5}
+    b = {"x": torch.tensor(3.0), "n": torch.tensor(2, dtype=torch.float64), "only_b": torch.tensor(7.0)}
+    with SyncCounter() as c:
+        out = ef.read_metrics([a, b])
+    assert c.hits == ["cpu", "tolist"]
+    assert out == {"x": 2.0, "n": 3.0, "c": 0.5, "only_b": 7.0}
+    assert ef.average_metrics(a) == {"x": 1.0, "n": 4.0, "c": 0.5}  # no process group: this process's values

@@ -29,7 +29,8 @@ def constructors_without_device(source: str) -> list[tuple[int, str]]:
             continue
         f = node.func
         if isinstance(f.value, ast.Name) and f.value.id == "torch" and f.attr in CONSTRUCTORS:
-            if not any(k.arg == "device" for k in node.keywords):
+            # ``**kw`` is trusted to carry the device (e.g. kw = {"dtype": d, "device": x.device})
+            if not any(k.arg == "device" or k.arg is None for k in node.keywords):
                 bad.append((node.lineno, f.attr))
     return bad
 
@@ -39,6 +40,7 @@ def test_scan_finds_a_missing_device():
     assert constructors_without_device("import torch\nx = torch.zeros(k, dtype=torch.float64)\n") == [(2, "zeros")]
     assert constructors_without_device("x = torch.zeros(k, device=v.device)\ny = torch.zeros_like(v)\n") == []
     assert constructors_without_device("g = torch.Generator()\n") == [(1, "Generator")]
+    assert constructors_without_device("kw = {'device': x.device}\nu = torch.empty(3, **kw)\n") == []
 
 
 def test_core_methods_objective_name_the_device_of_every_tensor_they_create():

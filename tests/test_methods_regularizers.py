@@ -41,7 +41,7 @@ def test_entropy_bonus_uses_entropy_with_grad_not_old_entropy(gen):
     with pytest.raises(MissingInputError, match="entropy"):
         ef.policy_loss(b, "entropy_bonus")
     with pytest.raises(MissingInputError, match="entropy"):
-        ef.policy_loss(b, "adaptive_entropy")
+        ef.policy_loss(b, ef.get_method("adaptive_entropy"))
 
 
 def test_adaptive_entropy_controller_sequence_and_resume():

@@ -163,6 +163,7 @@ def prepare_statistics(
             clip=(clip_low, clip_high, dual_clip),
             methods=m,
             max_len=fixed_len,
+            method=method.name,
         )
         for b, m in zip(micro_batches, per_ctx, strict=True)
     ]
@@ -212,7 +213,7 @@ def policy_loss(
     _check_loss_args(clip_low, clip_high, dual_clip, agg, max_len)
     clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
     if stats is not None:
-        _check_stats(stats, batch, agg, max_len, (clip_low, clip_high, dual_clip))
+        _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
         max_len = stats.max_len
     check_max_len(max_len, batch.logp.shape[-1])
     valid = batch.valid
@@ -257,12 +258,19 @@ def policy_loss(
 
 
 def _check_stats(
-    stats: StepStatistics, batch: TokenBatch, agg: str, max_len: int | None, clip: tuple[float, float, float | None]
+    stats: StepStatistics,
+    batch: TokenBatch,
+    method: Method,
+    agg: str,
+    max_len: int | None,
+    clip: tuple[float, float, float | None],
 ) -> None:
     if not isinstance(stats, StepStatistics):
         raise ParameterError(
             "policy_loss", "stats", f"must be a StepStatistics from prepare_statistics, got {type(stats).__name__}"
         )
+    if stats.method != method.name:
+        raise ParameterError("policy_loss", "stats", f"were prepared for method {stats.method!r}, not {method.name!r}")
     if tuple(batch.logp.shape) != tuple(stats.shape):
         raise ShapeError("stats", f"statistics of a micro-batch of shape {tuple(stats.shape)}", tuple(batch.logp.shape))
     if stats.agg != agg:

@@ -63,6 +63,7 @@ class Reducer:
         rows = [sum(n for n, _ in s) for s in self.all_shapes]
         self.n_rows = sum(rows)  # N of the global batch
         self.max_len = max((t for s in self.all_shapes for _, t in s), default=0)  # T_max
+        self.n_tokens = sum(n * t for s in self.all_shapes for n, t in s)  # length of the global token vector
         offset = sum(rows[: self.rank])
         self.row_offsets = []
         for n, _ in self.shapes:
@@ -175,6 +176,7 @@ class StepStatistics:
     clip: tuple[float, float, float | None]
     methods: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     max_len: int | None = None
+    method: str = ""  # the name of the method the statistics were prepared for
 
 
 # ------------------------------------------------------------------------------------------
@@ -229,7 +231,8 @@ def average_metrics(
     metrics: Mapping[str, MetricValue] | Iterable[Mapping[str, MetricValue]], group: Any = None
 ) -> dict[str, float]:
     """Metric dict(s) → floats averaged over the ranks of ``group`` (one ``all_reduce``, one
-    host copy). Every rank must call it with the same keys (sorted here). A list of dicts is first
+    host copy). An unweighted mean of the ranks' values: the global mean when every rank holds
+    the same number of tokens. Every rank must call it with the same keys (sorted here). A list of dicts is first
     averaged per key locally, as :func:`read_metrics` does. With ``group`` None and
     ``torch.distributed`` not initialised this is :func:`read_metrics`; with ``group`` None and
     it initialised, the default group is used. Pass the result to ``method.update``."""

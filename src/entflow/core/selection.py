@@ -8,23 +8,35 @@ a GPU never waits for the host. Tie rule everywhere: equal keys keep their order
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
-def ascending_rank(keys: torch.Tensor) -> torch.Tensor:
-    """Rank of each entry of ``keys`` [M] in ascending order (0 = smallest), ties by position → ``[M]`` long."""
-    order = torch.sort(keys, stable=True).indices
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(keys.numel(), device=keys.device)
-    return rank
+def _at(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    """``x[i]`` for a 0-d index tensor without reading it on the host (``x[i]`` would call
+    ``i.item()`` inside ATen, a hidden sync) → 0-d."""
+    return x.gather(0, i.reshape(1)).reshape(())
 
 
-def descending_rank(keys: torch.Tensor) -> torch.Tensor:
-    """Rank of each entry of ``keys`` [M] in descending order (0 = largest), ties by position → ``[M]`` long."""
-    order = torch.sort(keys, stable=True, descending=True).indices
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(keys.numel(), device=keys.device)
-    return rank
+def smallest_mask(keys: torch.Tensor, n: torch.Tensor, n_max: int) -> torch.Tensor:
+    """Boolean ``[M]``: the ``n`` smallest entries of ``keys`` [M], ties by position (the earlier
+    entry first) — exactly the entries of stable ascending rank < n.
+
+    ``n`` is a 0-d long tensor in ``[1, n_max]`` (a data-dependent count, never read on the host);
+    ``n_max`` a host-known upper bound (from shapes), so the work is a ``topk`` of ``n_max``
+    entries plus O(M), not a full sort.
+    """
+    m = keys.numel()
+    if m == 0:
+        return torch.zeros(0, dtype=torch.bool, device=keys.device)
+    k = max(1, min(int(n_max), m))
+    vals = torch.topk(keys, k, largest=False, sorted=True).values
+    thr = _at(vals, (n - 1).clamp(0, k - 1))  # the n-th smallest value
+    below = keys < thr
+    tie = keys == thr
+    room = n - below.sum()  # how many of the ties still fit
+    return below | (tie & (torch.cumsum(tie.long(), 0) <= room))
 
 
 def dense_ids(ids: torch.Tensor) -> torch.Tensor:
@@ -74,6 +86,8 @@ def scoped_quantile(
     m = values.numel()
     if m == 0:
         return values.clone()
+    if scope is None:
+        return _quantile_all(values, valid, q).expand(m)
     key = values.masked_fill(~valid, torch.inf)
     order = torch.sort(key, stable=True).indices  # by value, invalid last
     if scope is not None:
@@ -94,6 +108,28 @@ def scoped_quantile(
     out = torch.where(hi > lo, v_lo + frac * (v_hi - v_lo), v_lo)
     out = torch.where(n_ok > 0, out, torch.zeros_like(out))
     return out[sid]
+
+
+def _quantile_all(values: torch.Tensor, valid: torch.Tensor, q: float) -> torch.Tensor:
+    """``scoped_quantile`` with one scope, 0-d: a ``topk`` from the nearer end (O(M + k log k),
+    k ≈ min(q, 1 − q)·M) instead of a full sort; the bound on k comes from the shape alone."""
+    m = values.numel()
+    n = valid.sum()
+    last = (n - 1).clamp(min=0)
+    pos = q * last.to(torch.float64)
+    lo = torch.floor(pos).long()
+    hi = torch.minimum(lo + 1, last)
+    if q >= 0.5:  # count from the top: ascending index i is descending index n − 1 − i
+        k = min(m, math.floor((1 - q) * (m - 1)) + 3)
+        top = torch.topk(values.masked_fill(~valid, -torch.inf), k, largest=True, sorted=True).values
+        v_lo, v_hi = _at(top, (last - lo).clamp(0, k - 1)), _at(top, (last - hi).clamp(0, k - 1))
+    else:
+        k = min(m, math.floor(q * (m - 1)) + 3)
+        bottom = torch.topk(values.masked_fill(~valid, torch.inf), k, largest=False, sorted=True).values
+        v_lo, v_hi = _at(bottom, lo.clamp(0, k - 1)), _at(bottom, hi.clamp(0, k - 1))
+    frac = (pos - lo.to(torch.float64)).to(values.dtype)
+    out = torch.where(hi > lo, v_lo + frac * (v_hi - v_lo), v_lo)
+    return torch.where(n > 0, out, torch.zeros_like(out))
 
 
 def count_floor(ratio: float, n: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -9,24 +10,26 @@ import torch
 
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import Reducer
-from entflow.core.selection import ascending_rank, count_floor, dense_ids
+from entflow.core.selection import count_floor, dense_ids, smallest_mask
+
+
+def global_count(ctxs: list[Any], reducer: Reducer, ratio: float) -> tuple[torch.Tensor, int]:
+    """``n = max(⌊ratio · N_valid⌋, 1)`` with N_valid over the whole batch (0-d long tensor, on
+    the device) and a host-known bound ``n_max`` on it (from the shapes, N_valid ≤ N·T)."""
+    n = count_floor(ratio, reducer.sum([c.valid.sum() for c in ctxs]))
+    return n, max(math.floor(ratio * reducer.n_tokens), 1)
 
 
 def select_smallest(
-    keys: list[torch.Tensor], candidates: list[torch.Tensor], n: torch.Tensor, reducer: Reducer
+    keys: list[torch.Tensor], candidates: list[torch.Tensor], n: tuple[torch.Tensor, int], reducer: Reducer
 ) -> list[torch.Tensor]:
     """Boolean ``[N_i, T_i]``: the ``min(n, #candidates)`` candidates with the smallest keys over
     the whole batch (ties: earlier token first). With i.i.d. U(0,1) keys, a uniformly random
-    subset of size n drawn without replacement."""
+    subset of size n drawn without replacement. ``n``: ``(count, bound)`` from :func:`global_count`."""
     flat_k = reducer.cat_tokens([k.masked_fill(~c, 2.0) for k, c in zip(keys, candidates, strict=True)])
     flat_c = reducer.cat_tokens(candidates)
-    sel = (ascending_rank(flat_k) < n) & flat_c
+    sel = smallest_mask(flat_k, *n) & flat_c
     return reducer.split_tokens(sel)
-
-
-def global_count(ctxs: list[Any], reducer: Reducer, ratio: float) -> torch.Tensor:
-    """``max(⌊ratio · N_valid⌋, 1)`` with N_valid over the whole batch (0-d long tensor)."""
-    return count_floor(ratio, reducer.sum([c.valid.sum() for c in ctxs]))
 
 
 def response_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,14 @@
 """The method protocol, the registry and composition (SPEC §6 last paragraphs, §7).
 
 A method is a small dataclass whose fields are its parameters. It plugs into the loss through
-any of six hooks, each optional (the base class does nothing):
+any of seven hooks, each optional (the base class does nothing):
 
 ==================  =====================================  ==========================================
 hook                called from                            used by (examples)
 ==================  =====================================  ==========================================
 ``clip_bounds``     ``policy_loss``, before anything       clip_higher, clip_free, clip_extreme
+``batch_statistics`` ``policy_loss`` (per call) or          steer, opefo, clip_cov, kl_cov, forking,
+                    ``prepare_statistics`` (global)        rand_pos_clip, quadrant
 ``shape_advantages`` ``compute_advantages``, left to right  w_reinforce, unlikeliness, ppl_shaping, gtpo
 ``token_weights``   ``policy_loss``; weights multiply      steer, opefo, clip_cov, quadrant, forking
 ``token_loss``      ``policy_loss``; replaces ℓ_t          kl_cov
@@ -16,8 +18,12 @@ hook                called from                            used by (examples)
 
 Hooks receive a :class:`LossContext` (the batch plus what ``policy_loss`` already computed:
 advantages, ratio, clip indicator, bounds) and write their metrics into ``ctx.metrics`` under
-the method's own prefix. Stateful methods keep their state in attributes listed in
-``state_fields``; randomness comes from a seeded ``torch.Generator`` that is part of the state.
+the method's own prefix, as 0-d tensors (no ``float()``: the fast path makes no host sync).
+Statistics of the whole batch (maxima, sums, quantiles, selections) belong in
+``batch_statistics``, written against a :class:`~entflow.core.distributed.Reducer`, so that the
+same code serves one call and a whole optimisation batch across ranks. Stateful methods keep
+their state in attributes listed in ``state_fields``; randomness comes from the
+:class:`Stochastic` mixin's seeded ``torch.Generator`` streams, part of the state.
 """
 
 from __future__ import annotations
@@ -266,11 +272,14 @@ class Stochastic:
         key = "shared" if shared else "per_call"
         device = torch.device(device)
         g = gens.get(key)
-        if g is None or g.device.type != device.type:
-            if g is not None:
-                raise ParameterError(
-                    self.name, "generator", f"lives on {g.device} but the batch is on {device}; keep one device per run"
-                )
+        moved = g is not None and (
+            g.device.type != device.type or (device.index is not None and g.device.index != device.index)
+        )
+        if moved:
+            raise ParameterError(
+                self.name, "generator", f"lives on {g.device} but the batch is on {device}; keep one device per run"
+            )
+        if g is None:
             rank = getattr(self, "_dp_rank", None)
             seed = self.seed if shared else self.seed + (default_rank() if rank is None else rank)
             g = gens[key] = seeded_generator(seed, device)
@@ -288,7 +297,12 @@ class Stochastic:
             saved = {"per_call": {"device": "cpu", "state": saved}}
         gens: dict[str, torch.Generator] = {}
         for k, entry in saved.items():
-            g = torch.Generator(device=entry["device"])
+            try:
+                g = torch.Generator(device=entry["device"])
+            except RuntimeError as e:
+                raise ParameterError(
+                    self.name, "generator", f"was saved on {entry['device']}, which is not available here ({e})"
+                ) from e
             g.set_state(entry["state"])
             gens[k] = g
         self.__dict__["_generators"] = gens

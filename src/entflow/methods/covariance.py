@@ -16,7 +16,7 @@ import torch
 from entflow.core.distributed import Reducer
 from entflow.core.estimators import centred_covariance, covariance_sums
 from entflow.core.ppo import NO_CLIP
-from entflow.core.selection import descending_rank
+from entflow.core.selection import smallest_mask
 from entflow.errors import ParameterError
 from entflow.methods._util import global_count, select_smallest
 from entflow.methods.base import (
@@ -112,12 +112,10 @@ class KLCov(Method):
 
     def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
         covs = global_covariance(ctxs, reducer)  # paper 003 Eq. 8
-        k = global_count(ctxs, reducer, self.ratio)
-        flat_cov = reducer.cat_tokens(
-            [cov.masked_fill(~c.valid, -torch.inf) for cov, c in zip(covs, ctxs, strict=True)]
-        )
+        k, k_max = global_count(ctxs, reducer, self.ratio)
+        neg_cov = [(-cov).masked_fill(~c.valid, torch.inf) for cov, c in zip(covs, ctxs, strict=True)]
         flat_v = reducer.cat_tokens([c.valid for c in ctxs])
-        top = (descending_rank(flat_cov) < k) & flat_v  # Eq. 11: rank by Cov, keep the top k
+        top = smallest_mask(reducer.cat_tokens(neg_cov), k, k_max) & flat_v  # Eq. 11: the top k by Cov
         return [{"selected": s} for s in reducer.split_tokens(top)]
 
     def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:

@@ -1,0 +1,258 @@
+"""Time per optimizer step: TRL's GRPOTrainer vs EntflowGRPOTrainer, and the lab's step.
+
+    .venv/bin/python benchmarks/trl_overhead.py [--rounds 6] [--steps 4] [--prompts 8] [--group 8] [--threads 1]
+
+Variants (same policy — by default the lab's architecture, ~1.06 M parameters, freshly
+initialised; ``--model`` for another — same countdown prompts, same seed, same config):
+
+- ``trl``: ``trl.GRPOTrainer`` (loss_type dapo);
+- ``entflow:grpo`` / ``entflow:steer`` / ``entflow:clip_higher+kl_cov``: ``EntflowGRPOTrainer``;
+- ``lab``: one step of entflow's lab trainer (``entflow.lab.trainer.train_step``, GRPO, one
+  mini-batch, no audit) at the same P × G, model and maximum response length (9 tokens).
+
+One "step" is one optimizer step including generation (P·G completions with
+``transformers.generate``), rewards, advantages, forward, loss, backward and AdamW. The variants
+run interleaved: each round runs ``--steps`` optimizer steps of every variant, in a rotated order;
+the first step of each run (warm-up) is dropped. Reported: the median step time of each variant
+and its ratio to ``trl``, plus the median of the per-round ratios (robust to a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.lab.config import TrainConfig
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
+from entflow.lab.tasks import CountdownAnswer, Problem, get_task
+from entflow.lab.trainer import make_optimizer, train_step
+from entflow.methods import get_method
+
+METHODS = ("grpo", "steer", "clip_higher+kl_cov")
+
+
+class StepTimer(TrainerCallback):
+    """Wall and CPU time of each optimizer step (generation included: TRL generates inside the
+    step). CPU time (``time.process_time``, one torch thread) is what the step costs this process,
+    much less sensitive than wall time to other jobs on a shared machine."""
+
+    def __init__(self):
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self._t0 = self._c0 = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.wall.append(time.perf_counter() - self._t0)
+        self.cpu.append(time.process_time() - self._c0)
+
+
+def timed(obj, name: str, acc: list[float]) -> None:
+    """Wrap ``obj.name`` to add its CPU time to ``acc[0]`` (the part of the step entflow replaces)."""
+    fn = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        c0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[0] += time.process_time() - c0
+
+    setattr(obj, name, wrapper)
+
+
+def countdown(n: int, seed: int):
+    task = get_task("countdown")
+    problems = task.sample_problems(n, random.Random(seed))
+    data = Dataset.from_dict(
+        {
+            "prompt": [p.prompt for p in problems],
+            "numbers": [list(p.answer.numbers) for p in problems],
+            "target": [p.answer.target for p in problems],
+        }
+    )
+
+    def reward(completions, numbers, target, **kwargs):
+        return [
+            task.reward(Problem("", CountdownAnswer(tuple(n), t)), c)
+            for c, n, t in zip(completions, numbers, target, strict=True)
+        ]
+
+    return task, data, reward
+
+
+def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = False):
+    common = dict(
+        output_dir=out,
+        per_device_train_batch_size=a.prompts * a.group // a.grad_accum,
+        gradient_accumulation_steps=a.grad_accum,
+        num_generations=a.group,
+        max_completion_length=a.max_len,
+        max_steps=a.steps,
+        learning_rate=1e-5,
+        lr_scheduler_type="constant",
+        temperature=1.0,
+        seed=0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=10_000,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    if name == "trl":
+        args = GRPOConfig(**common)
+        cls = GRPOTrainer
+    else:
+        args = EntflowGRPOConfig(**common, entflow_method=name.split(":", 1)[1])
+        cls = EntflowGRPOTrainer
+    timer = StepTimer()
+    trainer = cls(model=model_path, reward_funcs=reward, args=args, train_dataset=data, callbacks=[timer])
+    loss_cpu, gen_cpu = [0.0], [0.0]
+    timed(trainer, "_compute_loss", loss_cpu)  # forward + entflow/TRL loss (backward is outside)
+    timed(trainer, "_generate_and_score_completions", gen_cpu)
+    trainer.train()
+    if keep:
+        return trainer
+    n = len(timer.wall)
+    return {
+        "wall": timer.wall[1:],
+        "cpu": timer.cpu[1:],
+        "loss_cpu": [loss_cpu[0] / n],  # mean per step over the run (warm-up included)
+        "gen_cpu": [gen_cpu[0] / n],
+    }
+
+
+def loss_timings(model_path: str, data, reward, a, out: str) -> dict[str, list[float]]:
+    """CPU time of forward + loss + backward on one fixed generated micro-batch, per variant,
+    interleaved ``a.loss_reps`` times: the part of the step entflow replaces, without the noise
+    of generation."""
+    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))]
+    trainers = {}
+    for v in variants:
+        b = argparse.Namespace(**{**vars(a), "steps": 1})
+        trainers[v] = trl_run(v, model_path, data, reward, b, os.path.join(out, "loss_" + v.replace(":", "_")), True)
+    res: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(a.loss_reps):
+        for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
+            trainer = trainers[v]
+            inputs = trainer._buffered_inputs[0]
+            c0 = time.process_time()
+            loss = trainer.compute_loss(trainer.model, inputs)
+            loss.backward()
+            res[v].append(time.process_time() - c0)
+            trainer.model.zero_grad(set_to_none=True)
+    return res
+
+
+def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
+    model, tokenizer = load_policy(model_path)
+    cfg = TrainConfig(
+        prompts_per_step=a.prompts, group_size=a.group, mini_batches=1, ppo_epochs=1, audit=False, progress=False
+    )
+    method = get_method("grpo")
+    optimizer = make_optimizer(model, cfg)
+    wall, cpu = [], []
+    for s in range(a.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        train_step(model, tokenizer, task, method, optimizer, cfg, step0 + s)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return {"wall": wall[1:], "cpu": cpu[1:]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is dropped)")
+    ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
+    ap.add_argument("--group", type=int, default=8, help="G completions per prompt")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--loss-reps", type=int, default=30, help="repetitions of the fixed-batch loss timing (0: skip)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (>1: no lab row)")
+    ap.add_argument("--methods", default=",".join(METHODS), help="entflow methods to time, comma-separated")
+    ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+
+    task, data, reward = countdown(4096, 0)
+    tmp_model = tempfile.TemporaryDirectory()
+    model_path = a.model or tmp_model.name
+    if a.model is None:  # the lab's policy architecture (~1.06 M parameters), freshly initialised
+        tok = build_tokenizer(task.alphabet)
+        build_policy(tok, PolicyConfig(), seed=0).save_pretrained(model_path)
+        tok.save_pretrained(model_path)
+    a.max_len = task.max_response_len
+    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))] + (["lab"] if a.grad_accum == 1 else [])
+    kinds = ("wall", "cpu", "loss_cpu", "gen_cpu")
+    times = {v: {k: [] for k in kinds} for v in variants}
+    per_round = {v: {k: [] for k in kinds} for v in variants}
+    with tempfile.TemporaryDirectory() as out:
+        for r in range(a.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                if v == "lab":
+                    res = lab_run(model_path, task, a, step0=r * a.steps)
+                else:
+                    res = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
+                for k, t in res.items():
+                    times[v][k] += t
+                    per_round[v][k].append(statistics.median(t))
+            print(
+                f"round {r + 1}/{a.rounds} (cpu s/step): "
+                + ", ".join(f"{v} {per_round[v]['cpu'][-1]:.3f}" for v in variants),
+                flush=True,
+            )
+
+    print(
+        f"\n# trl_overhead — {platform.machine()}, torch {torch.__version__}, threads={a.threads}; "
+        f"P={a.prompts} G={a.group} max_len={a.max_len} grad_accum={a.grad_accum}; "
+        f"{a.rounds} rounds × {a.steps - 1} timed steps"
+    )
+    for kind, title in (("cpu", "CPU time per optimizer step"), ("wall", "wall time per optimizer step")):
+        base = statistics.median(times["trl"][kind])
+        print(f"\n{title}\n")
+        print("| variant | median s | min–max | ratio to trl (medians) | median of per-round ratios |")
+        print("|---|---:|---:|---:|---:|")
+        for v in variants:
+            t = times[v][kind]
+            rounds = [x / y for x, y in zip(per_round[v][kind], per_round["trl"][kind], strict=True)]
+            print(
+                f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
+                f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
+            )
+    print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
+    print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
+    print("|---|---:|---:|")
+    for v in [v for v in variants if v != "lab"]:
+        print(f"| {v} | {statistics.median(times[v]['loss_cpu']):.4f} | {statistics.median(times[v]['gen_cpu']):.4f} |")
+    if a.loss_reps == 0:
+        return
+    with tempfile.TemporaryDirectory() as out:
+        lt = loss_timings(model_path, data, reward, a, out)
+    base = statistics.median(lt["trl"])
+    n = a.prompts * a.group // a.grad_accum
+    print(f"\nforward + loss + backward on one fixed micro-batch of {n} completions, CPU s\n")
+    print("| variant | median s | min–max | ratio to trl |")
+    print("|---|---:|---:|---:|")
+    for v, t in lt.items():
+        print(f"| {v} | {statistics.median(t):.4f} | {min(t):.4f}–{max(t):.4f} | {statistics.median(t) / base:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -22,6 +22,7 @@ from entflow.errors import (
 )
 from entflow.methods import Method, get_method, list_methods
 from entflow.objective import LossOutput, compute_advantages, policy_loss
+from entflow.requirements import required_token_stats
 
 __version__ = "0.1.0"
 
@@ -46,5 +47,6 @@ __all__ = [
     "group_advantages",
     "list_methods",
     "policy_loss",
+    "required_token_stats",
     "token_stats",
 ]

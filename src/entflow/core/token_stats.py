@@ -37,9 +37,11 @@ STAT_NAMES = ("logp", "entropy", "sum_p2", "sum_p2_logp")
 BACKENDS = ("auto", "torch", "triton")
 
 # Automatic chunk size (``chunk_size=None``): rows per chunk so that one [chunk, V] float32
-# buffer holds about this many elements. Measured on the 2-core CPU (docs/benchmarks.md,
-# "token_stats chunk size"): chunks that stay in cache are fastest; memory is ≤ 3 buffers.
-AUTO_CHUNK_ELEMENTS = {"cpu": 1 << 20, "other": 1 << 24}
+# buffer holds about this many elements (32 MiB on the CPU: 55 rows at V = 151,936). Measured on
+# the 2-core CPU (docs/benchmarks.md, "token_stats chunk size"): in-cache chunks (~8 rows) are
+# fastest on an idle machine, but every chunk is ~7 parallel regions, and on a loaded machine
+# their barriers dominate; ~64 rows is within 1.3× of the best when idle and the best when loaded.
+AUTO_CHUNK_ELEMENTS = {"cpu": 1 << 23, "other": 1 << 24}
 # a shifted, scaled logit below this has exp(·) = 0 in float32 and float64 alike; −inf logits
 # are clamped to it so that 0 · (−inf) never appears (π log π → 0, as its limit)
 _LOG_FLOOR = -1.0e4
@@ -62,9 +64,9 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def auto_chunk_size(vocab: int, device: torch.device | str = "cpu") -> int:
     """Rows per chunk that ``chunk_size=None`` uses for a vocabulary of ``vocab`` entries.
 
-    Keeps one ``[chunk, V]`` float32 buffer near ``AUTO_CHUNK_ELEMENTS`` (4 MiB on the CPU,
+    Keeps one ``[chunk, V]`` float32 buffer near ``AUTO_CHUNK_ELEMENTS`` (32 MiB on the CPU,
     64 MiB elsewhere), so the torch path's extra memory is at most three such buffers
-    (12 MiB / 192 MiB) whatever the number of rows.
+    (96 MiB / 192 MiB) whatever the number of rows.
     """
     kind = "cpu" if torch.device(device).type == "cpu" else "other"
     return max(1, AUTO_CHUNK_ELEMENTS[kind] // max(int(vocab), 1))
@@ -325,7 +327,7 @@ def token_stats(
         token_ids: ``[...]`` sampled token ids (same leading shape as ``logits``).
         temperature: sampling temperature; logits are divided by it before any softmax.
         chunk_size: rows (tokens) processed at a time. ``None`` (default) picks
-            :func:`auto_chunk_size` from V, so extra memory stays bounded (≈ 12 MiB on the CPU)
+            :func:`auto_chunk_size` from V, so extra memory stays bounded (≤ 96 MiB on the CPU)
             whatever the number of rows; any value ≥ the number of rows processes everything at
             once.
         stats: which of ``STAT_NAMES`` to compute (default all four). The others are ``None``

@@ -350,3 +350,12 @@ def test_row_mask_zeroes_rows_and_their_gradient(gen):
     for name, o, r in zip(ALL, out, ref, strict=True):
         _assert_close(o, torch.where(mask, r, 0.0), 1e-4, f"row_mask {name}")
     assert bool((x.grad[~mask] == 0).all()) and x.grad[mask].abs().max() > 1e-3
+
+
+def test_entropy_from_logits_ignores_the_placeholder_token(gen):
+    """entropy_from_logits has no sampled token: a −inf at index 0 is a valid masked entry."""
+    logits = _logits(gen)
+    logits[..., 0] = float("-inf")
+    ent = ef.entropy_from_logits(logits)
+    want = ref_softmax_stats(logits.double().masked_fill(torch.isinf(logits), -1e4), _ids(gen))[1]
+    _assert_close(ent, want, 1e-4, "entropy with index 0 masked")

@@ -269,9 +269,10 @@ class _TokenStatsTorch(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 
 
-def _check_logits(x: torch.Tensor, ids: torch.Tensor) -> bool:
+def _check_logits(x: torch.Tensor, ids: torch.Tensor | None) -> bool:
     """SPEC §13 for the logits: NaN and +inf are errors; −inf is allowed where each row keeps a
-    finite logit and the sampled token's logit is finite. Returns whether a −inf was seen."""
+    finite logit and (when ``ids`` is given) the sampled token's logit is finite. Returns whether
+    a −inf was seen."""
     if x.numel() == 0:
         return False
     lo, hi = torch.aminmax(x.detach())
@@ -285,6 +286,8 @@ def _check_logits(x: torch.Tensor, ids: torch.Tensor) -> bool:
     dead = torch.amax(x.detach(), dim=-1) == float("-inf")
     if bool(dead.any()):
         raise NonFiniteError("logits", 0, int(dead.sum()) * v)  # rows without a finite logit: softmax undefined
+    if ids is None:
+        return True
     picked = x.detach().gather(-1, ids.unsqueeze(-1))
     if bool((picked == float("-inf")).any()):
         n = int((picked == float("-inf")).sum())
@@ -367,7 +370,7 @@ def token_stats(
             lo, hi = int(lo), int(hi)
             if lo < 0 or hi >= v:
                 raise ShapeError("token_ids", f"values in [0, {v})", f"range [{lo}, {hi}]")
-        clamp = _check_logits(logits, token_ids.long())
+        clamp = _check_logits(logits, token_ids.long() if want[0] else None)
     x3 = _as_3d(logits)
     if _use_triton(logits, backend):
         from entflow.core import triton_token_stats

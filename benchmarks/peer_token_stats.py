@@ -80,7 +80,7 @@ def _function(variant: str):
     return f
 
 
-def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: int) -> dict:
+def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: int, clock: str = "wall") -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -102,12 +102,13 @@ def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: i
         objective(out).backward()
     del small, out
 
+    now = time.perf_counter if clock == "wall" else time.process_time
     base = _rss_bytes()
-    t0 = time.perf_counter()
+    t0 = now()
     out = f(logits, ids)
     if backward:
         objective(out).backward()
-    elapsed = time.perf_counter() - t0
+    elapsed = now() - t0
     peak = _peak_rss_bytes()
     res = {"variant": variant, "mode": mode, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB}
     res["logp_sum"], res["entropy_sum"] = float(out[0].detach().double().sum()), float(out[1].detach().double().sum())
@@ -119,7 +120,7 @@ def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: i
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", variant, mode]
     cmd += ["--rows", str(args.rows), "--vocab", str(args.vocab), "--threads", str(args.threads)]
-    cmd += ["--seed", str(args.seed)]
+    cmd += ["--seed", str(args.seed), "--clock", args.clock]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -134,10 +135,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time (use with --threads 1 on a loaded machine)",
+    )
     ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.rows, args.vocab, args.threads, args.seed)))
+        print(json.dumps(worker(*args.worker, args.rows, args.vocab, args.threads, args.seed, args.clock)))
         return
 
     pairs = [(v, m) for m in args.modes.split(",") for v in args.variants.split(",")]
@@ -157,7 +164,8 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"\nrows={args.rows}, V={args.vocab}, float32 logits ({args.rows * args.vocab * 4 / MIB:.0f} MiB), "
-        f"{args.threads} threads, median of {args.runs} fresh processes, {time.time() - start:.0f} s; "
+        f"{args.threads} threads, {args.clock} clock, median of {args.runs} fresh processes, "
+        f"{time.time() - start:.0f} s; "
         f"{platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}\n"
     )

@@ -1,4 +1,5 @@
-"""Benchmark: chunked ``ef.token_stats`` vs a naive full-softmax computation (SPEC §3).
+"""Benchmark: ``ef.token_stats`` at its default (automatic) chunk size vs a naive full-softmax
+computation (SPEC §3; issue 7 acceptance 4: memory at the default ≤ 1/8 of naive).
 
 Both compute the same four per-token statistics (logp, entropy, Σπ², Σπ² log π) of
 ``[tokens, vocab]`` float32 logits. Every measurement runs in a fresh subprocess, so memory is
@@ -6,7 +7,8 @@ measured robustly: peak extra memory = peak RSS of the process (``ru_maxrss``) m
 just after the logits were allocated (and a small warm-up call ran). Variants are interleaved
 (order alternating per repetition) and the median of ``--runs`` repetitions is reported.
 
-    python benchmarks/token_stats.py                      # V = 151,936, 2,048 tokens, K = 128, 5 runs
+    python benchmarks/token_stats.py                      # V = 151,936, 2,048 tokens, default chunk, 5 runs
+    python benchmarks/token_stats.py --chunk 128          # an explicit chunk size instead
     python benchmarks/token_stats.py --tokens 256 --runs 2  # quick smoke run
 
 Variants: ``naive`` (forward), ``chunked`` (forward), ``chunked_fwd_bwd`` (forward + backward of
@@ -25,6 +27,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from entflow.core.token_stats import auto_chunk_size
 
 MIB = 1024 * 1024
 
@@ -49,7 +53,7 @@ def _naive(logits, ids):
     return logp, entropy, p2.sum(-1), (p2 * logpi).sum(-1)
 
 
-def worker(variant: str, tokens: int, vocab: int, chunk: int, seed: int) -> dict:
+def worker(variant: str, tokens: int, vocab: int, chunk: int | None, seed: int) -> dict:
     import torch
 
     import entflow as ef
@@ -97,7 +101,7 @@ def run_variant(variant: str, args: argparse.Namespace, seed: int) -> dict:
         "--vocab",
         str(args.vocab),
         "--chunk",
-        str(args.chunk),
+        args.chunk,
         "--seed",
         str(seed),
     ]
@@ -109,7 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--vocab", type=int, default=151_936)
-    ap.add_argument("--chunk", type=int, default=128)
+    ap.add_argument("--chunk", default="auto", help="rows per chunk, or 'auto' (chunk_size=None, the default)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-backward", action="store_true", help="skip chunked forward+backward")
@@ -118,7 +122,8 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.worker:
-        print(json.dumps(worker(args.worker, args.tokens, args.vocab, args.chunk, args.seed)))
+        chunk = None if args.chunk == "auto" else int(args.chunk)
+        print(json.dumps(worker(args.worker, args.tokens, args.vocab, chunk, args.seed)))
         return
 
     variants = ["naive", "chunked"]
@@ -140,7 +145,8 @@ def main() -> None:
     logits_mib = args.tokens * args.vocab * 4 / MIB
     print()
     print(
-        f"tokens={args.tokens}, vocab={args.vocab}, float32, chunk_size={args.chunk}, "
+        f"tokens={args.tokens}, vocab={args.vocab}, float32, chunk_size={args.chunk}"
+        f"{f' (= {auto_chunk_size(args.vocab)} rows)' if args.chunk == 'auto' else ''}, "
         f"runs={args.runs} (median; min–max), logits = {logits_mib:.0f} MiB; "
         f"torch threads = {__import__('torch').get_num_threads()}"
     )

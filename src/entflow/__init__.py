@@ -24,6 +24,7 @@ from entflow.errors import (
 )
 from entflow.methods import Method, get_method, list_methods
 from entflow.objective import LossOutput, compute_advantages, policy_loss, prepare_statistics
+from entflow.requirements import required_token_stats
 
 __version__ = "0.1.0"
 
@@ -53,5 +54,6 @@ __all__ = [
     "policy_loss",
     "prepare_statistics",
     "read_metrics",
+    "required_token_stats",
     "token_stats",
 ]

@@ -40,6 +40,7 @@ from entflow.lab.rundir import (
 )
 from entflow.methods import Method, get_method
 from entflow.objective import compute_advantages, policy_loss
+from entflow.requirements import required_token_stats
 
 # --------------------------------------------------------------------------------------------
 # Rollouts and token statistics
@@ -79,17 +80,24 @@ def response_token_stats(
     response_ids: torch.Tensor,
     temperature: float,
     chunk_size: int | None = None,
+    stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
 ) -> TokenStats:
-    """Token statistics of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
+    """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
     Positions are counted from the first real prompt token, as ``generate`` does with left
-    padding, so these log-probs are exactly those the samples were drawn from.
+    padding, so these log-probs are exactly those the samples were drawn from. Only the last
+    T + 1 positions' logits are computed; their ``[:, :-1]`` slice is read in place.
     """
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids_from_mask(attention)).logits
-    lp = prompt_ids.shape[1]
-    return token_stats(logits[:, lp - 1 : -1], response_ids, temperature=temperature, chunk_size=chunk_size)
+    t = response_ids.shape[1]
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids_from_mask(attention),
+        logits_to_keep=t + 1,
+    ).logits
+    return token_stats(logits[:, :-1], response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
 
 
 @torch.no_grad()
@@ -171,13 +179,21 @@ def train_step(
 
     t0 = time.perf_counter()
     with torch.no_grad():
+        # only what the method and the audit read (the audit evaluates every estimator, tabular too)
+        old_stats = required_token_stats(method, ESTIMATORS if cfg.audit else ())
         old = response_token_stats(
-            model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+            model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, old_stats
         )
         ref_logp = None
         if ref_model is not None:
             ref_logp = response_token_stats(
-                ref_model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+                ref_model,
+                roll.prompt_ids,
+                roll.prompt_mask,
+                roll.response_ids,
+                cfg.temperature,
+                cfg.chunk_size,
+                ("logp",),
             ).logp
     full = TokenBatch(
         logp=old.logp,
@@ -204,11 +220,13 @@ def train_step(
     counts: dict[str, int] = defaultdict(int)
     applied_weights = torch.ones_like(roll.mask)
     grad_norms = []
+    # the loss reads H from old_entropy; the current entropy only where a method differentiates it
+    cur_stats = required_token_stats(method, entropy=False)
     for epoch in range(cfg.ppo_epochs):
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(cfg.mini_batches):
             cur = response_token_stats(
-                model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size
+                model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats
             )
             batch = TokenBatch(
                 logp=cur.logp,
@@ -218,8 +236,8 @@ def train_step(
                 entropy=cur.entropy,
                 old_entropy=old.entropy[idx],
                 ref_logp=None if ref_logp is None else ref_logp[idx],
-                sum_p2=old.sum_p2[idx],
-                sum_p2_logp=old.sum_p2_logp[idx],
+                sum_p2=None if old.sum_p2 is None else old.sum_p2[idx],
+                sum_p2_logp=None if old.sum_p2_logp is None else old.sum_p2_logp[idx],
                 rewards=roll.rewards[idx],
                 group_index=roll.group_index[idx],
                 step=step,
@@ -264,7 +282,13 @@ def train_step(
         t0 = time.perf_counter()
         with torch.no_grad():
             after = response_token_stats(
-                model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size
+                model,
+                roll.prompt_ids,
+                roll.prompt_mask,
+                roll.response_ids,
+                cfg.temperature,
+                cfg.chunk_size,
+                ("entropy",),
             )
         full.advantages = adv
         metrics.update(audit_entropy_change(after.entropy - old.entropy, full, applied_weights, cfg))

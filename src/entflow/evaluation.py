@@ -114,8 +114,9 @@ class SamplingConfig:
 
 class _EntropyRecorder:
     """A logits processor that records, per generation step, the entropy of the distribution the
-    token is drawn from. Placed after the sampling warpers (``generate`` appends user processors
-    to its own), so it sees the temperature-scaled (and top-k/top-p truncated) scores."""
+    token is drawn from. It must run after the temperature / top-k / top-p warpers, so
+    :func:`generate_batched` passes those warpers itself, in order, ahead of it (``generate``
+    in transformers 5 would put its own warpers *after* user processors)."""
 
     def __init__(self) -> None:
         self.steps: list[torch.Tensor] = []
@@ -146,7 +147,7 @@ def generate_batched(
 ) -> Generation:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), batched by
     ``sampling.batch_size`` rows, left-padded, KV cache; reproducible from ``sampling.seed``."""
-    from transformers import LogitsProcessorList
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     from entflow.lab.policy import decode_responses, encode_prompts, response_mask
 
@@ -164,24 +165,30 @@ def generate_batched(
             for s in range(0, len(prompts), per_call):
                 enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts[s : s + per_call])).items()}
                 recorder = _EntropyRecorder()
-                kwargs: dict[str, Any] = (
-                    {"do_sample": False}
-                    if greedy
-                    else {
+                warpers: list[Any] = []
+                if greedy:
+                    kwargs: dict[str, Any] = {"do_sample": False}
+                else:  # generate's own warpers off; ours run in this order, then the recorder
+                    kwargs = {
                         "do_sample": True,
-                        "temperature": sampling.temperature,
-                        "top_p": sampling.top_p,
-                        "top_k": sampling.top_k,
+                        "temperature": 1.0,
+                        "top_p": 1.0,
+                        "top_k": 0,
                         "num_return_sequences": n,
                     }
-                )
+                    if sampling.temperature != 1.0:
+                        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+                    if sampling.top_k > 0:
+                        warpers.append(TopKLogitsWarper(sampling.top_k))
+                    if sampling.top_p < 1.0:
+                        warpers.append(TopPLogitsWarper(sampling.top_p))
                 seq = model.generate(
                     **enc,
                     **kwargs,
                     max_new_tokens=sampling.max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,
-                    logits_processor=LogitsProcessorList([recorder]),
+                    logits_processor=LogitsProcessorList([*warpers, recorder]),
                     use_cache=True,
                 )
                 resp = seq[:, enc["input_ids"].shape[1] :].cpu()

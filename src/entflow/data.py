@@ -50,7 +50,9 @@ __all__ = [
 #: appended to math prompts by default (the instruction of the Qwen2.5-Math / DeepSeek-R1 evaluations)
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 #: reasoning-gym tasks with a tested default reward; any other reasoning-gym name also loads
-GYM_TASKS = {"gsm_symbolic": "math_verify", "basic_arithmetic": "math_verify"}
+#: (basic_arithmetic: exact match of the final number — math-verify would evaluate a restated
+#: "2 + 9" in the response and reward it)
+GYM_TASKS = {"gsm_symbolic": "math_verify", "basic_arithmetic": "exact_match"}
 
 
 @dataclass

@@ -256,11 +256,14 @@ class EvalResult:
 
 def _answer_parser(task: Any) -> tuple[Callable[[str], Any], Callable[[Any, Any], bool]]:
     """How responses are parsed for maj@k and 'unparseable': math-verify for math rewards, the
-    stripped text otherwise."""
-    from entflow.rewards import answers_equal, parse_answer
+    final number (or boxed content) for exact match, the stripped text otherwise."""
+    from entflow.rewards import answers_equal, exact_match_reward, final_answer, parse_answer
 
-    if "math_verify" in getattr(task.reward_fn, "name", ""):
+    name = getattr(task.reward_fn, "name", "")
+    if "math_verify" in name:
         return (lambda t: parse_answer(t) or None), answers_equal
+    if "exact_match" in name:
+        return final_answer, (lambda a, b: exact_match_reward([a], answer=[b]) == [1.0])
     return (lambda t: t.strip() or None), (lambda a, b: a == b)
 
 

@@ -82,11 +82,13 @@ class RealTrainConfig(TrainConfig):
         need(not self.pretrain, "pretrain", "is for the lab's tiny policy; a real model is not warm-started")
         resolve_model(self.model, allow_hub=self.allow_hub, convert=False)
         try:
-            load_data(self.task, allow_hub=self.allow_hub, **self.task_params)
+            data = load_data(self.task, allow_hub=self.allow_hub, **self.task_params)
         except EntflowError as e:
             raise ConfigError(getattr(e, "key", "task"), str(e)) from e
         except TypeError as e:
             raise ConfigError("task_params", str(e)) from e
+        if self.reward is None and isinstance(data.reward, str):
+            self.reward = data.reward  # config.yaml names the reward actually used
         if self.reward is not None:
             get_reward(self.reward)
 

@@ -9,8 +9,11 @@ length (``answer=[...]``; ``prompts=[...]`` too, unused here). So they plug into
 - :func:`math_verify_reward` — ``math-verify``: the response's answer (a ``\\boxed{}`` expression
   if there is one, else the last number or expression) is compared symbolically with the gold
   answer (parsed once per distinct gold string). 1 if equal, else 0.
-- :func:`exact_match_reward` — the response, stripped, equals the gold answer string (procedural
-  tasks whose answer is one exact string, such as the lab's).
+- :func:`exact_match_reward` — the response's final answer (the last ``\\boxed{}`` content, else
+  the last number literal, else the whole stripped text) equals the gold answer: as numbers when
+  both are numbers (``25.0`` = ``25``, ``1,000`` = ``1000``), else as strings. For procedural
+  tasks whose answer is one value (``basic_arithmetic``): unlike math-verify it never *evaluates*
+  an expression, so restating the question ("2 + 9") is not an answer.
 - :func:`format_reward` — 1 if the response puts an answer in ``\\boxed{...}``.
 
 :class:`GuardedReward` wraps any of them (or your own): each completion is scored on its own, and
@@ -28,6 +31,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from entflow.errors import ConfigError, UnknownMethodError
@@ -39,6 +43,7 @@ __all__ = [
     "answers_equal",
     "completion_text",
     "exact_match_reward",
+    "final_answer",
     "format_reward",
     "get_reward",
     "math_verify_reward",
@@ -99,28 +104,59 @@ def math_verify_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]
     return out
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def final_answer(text: str) -> str | None:
+    """The last ``\\boxed{...}`` content, else the last number literal, else the stripped text
+    (``None`` if empty)."""
+    boxed = _boxed_contents(text)
+    if boxed:
+        return boxed[-1].strip()
+    numbers = _NUMBER.findall(text)
+    if numbers:
+        return numbers[-1]
+    return text.strip() or None
+
+
+def _as_number(s: str) -> Decimal | None:
+    try:
+        return Decimal(s.replace(",", "").strip())
+    except InvalidOperation:
+        return None
+
+
 def exact_match_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """1.0 where the stripped completion equals the stripped ``answer`` string, else 0.0."""
+    """1.0 where the completion's :func:`final_answer` equals ``answer`` (as numbers when both
+    are numbers, else as stripped strings), else 0.0."""
     answers = _column(kwargs, "answer", len(completions), "exact_match")
-    return [
-        1.0 if completion_text(c).strip() == str(a).strip() else 0.0 for c, a in zip(completions, answers, strict=True)
-    ]
+    out = []
+    for c, a in zip(completions, answers, strict=True):
+        got, gold = final_answer(completion_text(c)), str(a).strip()
+        if got is None:
+            out.append(0.0)
+            continue
+        x, y = _as_number(got), _as_number(gold)
+        out.append(1.0 if (x == y if x is not None and y is not None else got == gold) else 0.0)
+    return out
 
 
-def _has_boxed(text: str) -> bool:
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every balanced, non-empty ``\\boxed{...}`` in ``text``, in order."""
+    out = []
     for m in re.finditer(r"\\boxed\{", text):
         depth, j = 1, m.end()
         while j < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
-        if depth == 0 and text[m.end() : j - 1].strip():  # balanced and not empty
-            return True
-    return False
+        if depth == 0 and text[m.end() : j - 1].strip():
+            out.append(text[m.end() : j - 1])
+    return out
 
 
 def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 where the completion gives its answer in a non-empty, balanced ``\\boxed{...}``."""
-    return [1.0 if _has_boxed(completion_text(c)) else 0.0 for c in completions]
+    return [1.0 if _boxed_contents(completion_text(c)) else 0.0 for c in completions]
 
 
 REWARDS: dict[str, RewardFn] = {

@@ -281,13 +281,7 @@ def evaluate_task(
     keep_samples: int = 8,
 ) -> EvalResult:
     """Metrics of the module docstring for ``problems`` of a :class:`~entflow.data.ChatTask`."""
-    sampling = sampling or SamplingConfig()
-    sampling.validate()
-    n_samples = k if n_samples is None else n_samples
-    if not isinstance(k, int) or k < 1:
-        raise ConfigError("k", f"must be an integer >= 1, got {k!r}")
-    if n_samples < k:
-        raise ConfigError("k", f"k={k} exceeds n_samples={n_samples} (samples per problem)")
+    sampling, n_samples = _checked_settings(k, n_samples, sampling)
     if not problems:
         raise ConfigError("n", "no problems to evaluate")
     prompts = [p.prompt for p in problems]
@@ -346,6 +340,18 @@ def evaluate_task(
         **asdict(sampling),
     }
     return EvalResult(metrics, extras, settings, samples)
+
+
+def _checked_settings(k: int, n_samples: int | None, sampling: SamplingConfig | None) -> tuple[SamplingConfig, int]:
+    """Validated (sampling, n_samples): k ≥ 1 and k ≤ n_samples (default k)."""
+    sampling = sampling or SamplingConfig()
+    sampling.validate()
+    n_samples = k if n_samples is None else n_samples
+    if not isinstance(k, int) or k < 1:
+        raise ConfigError("k", f"must be an integer >= 1, got {k!r}")
+    if n_samples < k:
+        raise ConfigError("k", f"k={k} exceeds n_samples={n_samples} (samples per problem)")
+    return sampling, n_samples
 
 
 class _Bar:
@@ -440,13 +446,7 @@ def run_eval(
     from entflow.data import ChatTask, load_data
     from entflow.models import load_model, resolve_model
 
-    sampling = sampling or SamplingConfig()
-    sampling.validate()
-    n_samples = k if n_samples is None else n_samples
-    if not isinstance(k, int) or k < 1:
-        raise ConfigError("k", f"must be an integer >= 1, got {k!r}")
-    if n_samples < k:
-        raise ConfigError("k", f"k={k} exceeds n_samples={n_samples} (samples per problem)")
+    sampling, n_samples = _checked_settings(k, n_samples, sampling)
     if not isinstance(n, int) or n < 1:
         raise ConfigError("n", f"must be an integer >= 1, got {n!r}")
     params = dict(data_params or {})

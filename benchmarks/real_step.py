@@ -33,7 +33,7 @@ def main() -> None:
         rows = [r for r in read_jsonl(Path(run) / "timing.jsonl") if "time/eval_s" not in r]
         med = {p: statistics.median(r.get(f"time/{p}_s", 0.0) for r in rows) for p in PHASES}
         total = statistics.median(sum(r.get(f"time/{p}_s", 0.0) for p in PHASES if p != "verify") for r in rows)
-        cells = " | ".join(f"{med[p]:.1f}" for p in PHASES)
+        cells = " | ".join(f"{med[p]:.2f}" for p in PHASES)
         print(f"| {Path(run).name} | {len(rows)} | {cells} | {total:.1f} | {med['update'] / total:.0%} |")
 
 

@@ -90,6 +90,8 @@ def test_reasoning_gym_splits_are_fixed_and_disjoint(name):
     b = load_data(name, val_size=20)
     assert [(e.prompt, e.answer) for e in a.validation] == [(e.prompt, e.answer) for e in b.validation]
     assert len({e.prompt for e in a.validation}) == 20
+    small = load_data(name, val_size=5)  # a smaller validation set is a prefix of a larger one
+    assert [e.prompt for e in small.validation] == [e.prompt for e in a.validation[:5]]
     train = a.sample_train(50, random.Random(0))
     assert train == b.sample_train(50, random.Random(0))  # seeded by the rng
     assert {e.prompt for e in train}.isdisjoint({e.prompt for e in a.validation})

@@ -96,6 +96,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     prepare_tokenizer(tokenizer, model)
+    tokenizer.clean_up_tokenization_spaces = False  # GGUF metadata sets it; it is wrong for BPE (and warns)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     try:

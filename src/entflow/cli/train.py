@@ -9,7 +9,11 @@ from entflow.cli._common import add_config_arguments, base_config, config_keys_h
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = config_keys_help()
+    p.epilog = config_keys_help() + (
+        ". With --model (a real model, docs/real-models.md) also: model, allow_hub=False, dtype=float32, "
+        "max_new_tokens=48, system_prompt, prompt_suffix, reward, reward_timeout_s=5.0, val_size=16; "
+        "task is the data (--data) and task_params its parameters"
+    )
     p.add_argument("--method", help="method name or composition a+b (default: grpo)")
     p.add_argument("--name", help="run name (directory under out_dir; default: the method)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")

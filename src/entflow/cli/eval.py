@@ -1,4 +1,7 @@
-"""``entflow eval``: avg@k, pass@k and greedy accuracy of a run's final policy on the held-out set."""
+"""``entflow eval``: avg@k, pass@k and greedy accuracy of a run's final policy on the held-out set.
+
+With ``--model NAME_OR_PATH --data TASK_OR_FILE`` it evaluates a real Hugging Face model instead
+(avg@k, pass@k, maj@k, greedy, each with its standard error): see :mod:`entflow.evaluation`."""
 
 from __future__ import annotations
 
@@ -6,13 +9,20 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", help="a run directory or a saved policy directory")
+    p.add_argument("path", nargs="?", help="a run directory or a saved policy directory (lab); omit with --model")
     p.add_argument("--task", help="task (default: the run's)")
     p.add_argument("--k", type=int, default=8, help="samples per prompt [8]")
     p.add_argument("--seed", type=int, default=0)
+    from entflow.evaluation import add_arguments as add_real_model_arguments
+
+    add_real_model_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "model", None) is not None:
+        from entflow.evaluation import run_cli
+
+        return run_cli(args)
     from pathlib import Path
 
     import torch
@@ -25,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from entflow.lab.pretrain import evaluate
     from entflow.lab.tasks import get_task
 
+    if args.path is None:
+        raise ConfigError("path", "give a run directory, or --model NAME_OR_PATH --data TASK_OR_FILE")
     path = Path(args.path)
     task_name = args.task
     if (path / "config.yaml").exists():

@@ -1,4 +1,5 @@
-"""``entflow train``: one lab run with one method (or a composition)."""
+"""``entflow train``: one lab run with one method (or a composition); with ``--model`` a real
+Hugging Face model on real data (:mod:`entflow.realtrain`), same run directory."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ from entflow.cli._common import add_config_arguments, base_config, config_keys_h
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = config_keys_help()
+    p.epilog = config_keys_help() + (
+        ". With --model (a real model, docs/real-models.md) also: model, allow_hub=False, dtype=float32, "
+        "max_new_tokens=48, system_prompt, prompt_suffix, reward, reward_timeout_s=5.0, val_size=16; "
+        "task is the data (--data) and task_params its parameters"
+    )
     p.add_argument("--method", help="method name or composition a+b (default: grpo)")
     p.add_argument("--name", help="run name (directory under out_dir; default: the method)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--model", help="train a real model: smollm2, a saved model dir, or a hub id (allow_hub=true)")
+    p.add_argument("--data", help="with --model: basic_arithmetic | gsm_symbolic | a lab task | a .jsonl/.parquet file")
     add_config_arguments(p)
 
 
@@ -32,7 +39,29 @@ def run(args: argparse.Namespace) -> int:
         base["method"] = args.method
     if args.name:
         base["name"] = args.name
-    cfg = build_config(base, args.overrides)
-    run_dir = train(cfg, resume=bool(args.resume), overwrite=args.overwrite)
+    cls, setup = config_class_and_setup(base, args)
+    cfg = build_config(base, args.overrides, cls=cls)
+    run_dir = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, setup=setup)
     print(f"run written to {run_dir}  (entflow analyze {run_dir})")
     return 0
+
+
+def config_class_and_setup(base: dict, args: argparse.Namespace):
+    """The lab's config and setup, or the real-model ones when ``--model`` is given or the run
+    being resumed was a real-model run."""
+    from entflow.lab.config import TrainConfig
+    from entflow.lab.trainer import lab_setup
+
+    if args.model:
+        base["model"] = args.model
+    if args.data:
+        if "model" not in base:
+            from entflow.errors import ConfigError
+
+            raise ConfigError("data", "--data needs --model (lab runs choose their task with task=...)")
+        base["task"] = args.data
+    if "model" not in base:
+        return TrainConfig, lab_setup
+    from entflow.realtrain import RealTrainConfig, real_setup
+
+    return RealTrainConfig, real_setup

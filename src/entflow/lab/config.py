@@ -137,9 +137,9 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _check_type(key: str, value: Any, annotation: Any) -> Any:
-    """Coerce/verify ``value`` against a field annotation (str form, from ``__future__``)."""
-    hint = typing.get_type_hints(TrainConfig)[key]
+def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
+    """Coerce/verify ``value`` against the annotation of field ``key`` of ``cls``."""
+    hint = typing.get_type_hints(cls)[key]
     origin = typing.get_origin(hint)
     allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
     if value is None:
@@ -172,8 +172,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(raw) if raw else None
 
 
-def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """A validated :class:`TrainConfig` from a dict (e.g. YAML) plus ``key=value`` overrides.
+def build_config(
+    base: dict[str, Any] | None = None, overrides: list[str] | None = None, cls: type[TrainConfig] = TrainConfig
+) -> TrainConfig:
+    """A validated :class:`TrainConfig` (or subclass ``cls``) from a dict (e.g. YAML) plus
+    ``key=value`` overrides.
 
     Unknown keys, wrong types and impossible values raise :class:`ConfigError` naming the key,
     before any work is done.
@@ -191,14 +194,14 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
         if not isinstance(extra, dict):
             raise ConfigError("method_params", f"expected a mapping, got {extra!r}")
         params |= extra
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    known = {f.name for f in dataclasses.fields(cls)}
     for key in values:
         if key not in known:
             raise ConfigError(key, f"unknown key; known keys: {', '.join(sorted(known))}")
     if not isinstance(params, dict):
         raise ConfigError("method_params", f"expected a mapping, got {params!r}")
-    typed = {k: _check_type(k, v, None) for k, v in values.items()}
-    cfg = TrainConfig(**typed, method_params=params)
+    typed = {k: _check_type(k, v, cls) for k, v in values.items()}
+    cfg = cls(**typed, method_params=params)
     cfg.validate()
     return cfg
 

@@ -157,14 +157,14 @@ def decode_responses(tokenizer, ids: Tensor) -> list[str]:
     """Response token ids ``[N, T]`` (``generate`` output with the prompt columns removed) →
     strings: each row is cut at its first ``<eos>``, leading/trailing ``<pad>`` are stripped, and a
     special token the model generated *inside* a response becomes ``GARBAGE_CHAR`` (so a verifier
-    rejects it instead of silently reading around it)."""
+    rejects it instead of silently reading around it). Any other (subword) tokenizer decodes with
+    its own ``batch_decode(skip_special_tokens=True)`` after the same cut."""
     if ids.dim() == 1:
         ids = ids.unsqueeze(0)
     if ids.dim() != 2:
         raise ParameterError("decode_responses", "ids", f"must be [N, T], got shape {tuple(ids.shape)}")
-    table = _id_to_char(tokenizer)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    out: list[str] = []
+    rows: list[list[int]] = []
     for row in ids.tolist():
         if eos in row:
             row = row[: row.index(eos)]
@@ -173,8 +173,20 @@ def decode_responses(tokenizer, ids: Tensor) -> list[str]:
             lo += 1
         while hi > lo and row[hi - 1] == pad:
             hi -= 1
-        out.append("".join(table[i] if 0 <= i < len(table) else GARBAGE_CHAR for i in row[lo:hi]))
-    return out
+        rows.append(row[lo:hi])
+    if not is_char_tokenizer(tokenizer):  # a real (subword) tokenizer: its own decoder, specials dropped
+        return tokenizer.batch_decode(rows, skip_special_tokens=True)
+    table = _id_to_char(tokenizer)
+    return ["".join(table[i] if 0 <= i < len(table) else GARBAGE_CHAR for i in row) for row in rows]
+
+
+def is_char_tokenizer(tokenizer) -> bool:
+    """True for the lab's character-level tokenizer (every token one character or a special)."""
+    flag = getattr(tokenizer, "_entflow_is_char", None)
+    if flag is None:
+        flag = all(len(t) == 1 or t in SPECIAL_TOKENS for t in tokenizer.get_vocab())
+        tokenizer._entflow_is_char = flag
+    return flag
 
 
 def response_mask(tokenizer, ids: Tensor) -> Tensor:

@@ -59,6 +59,7 @@ class Rollout:
     rewards: torch.Tensor  # [N]
     group_index: torch.Tensor  # [N]
     prompts: list[str]
+    verify_s: float = 0.0  # wall time spent in the task's verifier (part of sample_rollout)
 
     def select(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         return {
@@ -126,11 +127,15 @@ def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollo
     mask = response_mask(tokenizer, response_ids)
     response_ids = response_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
     texts = decode_responses(tokenizer, response_ids)
+    t0 = time.perf_counter()
     rewards = torch.tensor(
         [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(texts)], dtype=torch.float32
     )
+    verify_s = time.perf_counter() - t0
     group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
-    return Rollout(enc["input_ids"], enc["attention_mask"], response_ids, mask, texts, rewards, group_index, prompts)
+    return Rollout(
+        enc["input_ids"], enc["attention_mask"], response_ids, mask, texts, rewards, group_index, prompts, verify_s
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,6 +181,7 @@ def train_step(
     t0 = time.perf_counter()
     roll = sample_rollout(model, tokenizer, task, cfg, step)
     timings["time/rollout_s"] = time.perf_counter() - t0
+    timings["time/verify_s"] = roll.verify_s  # included in rollout_s
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -277,6 +283,8 @@ def train_step(
     )
     if grad_norms:
         metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    if hasattr(task, "pop_metrics"):  # e.g. reward calls that failed or timed out (entflow.data.ChatTask)
+        metrics.update(task.pop_metrics())
 
     if cfg.audit:
         t0 = time.perf_counter()
@@ -334,6 +342,31 @@ def validate_policy(model, tokenizer, task, cfg: TrainConfig, step: int) -> dict
     return {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
 
 
+@dataclass
+class RunSetup:
+    """What a run trains: the task, the policy, where the policy came from, how to load a frozen
+    reference copy, and how to validate. :func:`lab_setup` builds the lab's; ``entflow.realtrain``
+    builds one for a Hugging Face model and real data."""
+
+    task: Any
+    model: Any
+    tokenizer: Any
+    policy_path: str
+    load_reference: Callable[[], Any]
+    validate: Callable[..., dict[str, float]] = validate_policy  # (model, tokenizer, task, cfg, step)
+
+
+def lab_setup(cfg: TrainConfig) -> RunSetup:
+    """The lab task and the cached warm-started tiny policy."""
+    from entflow.lab.pretrain import load_policy
+    from entflow.lab.tasks import get_task
+
+    task = get_task(cfg.task, **cfg.task_params)
+    policy_path = resolve_policy(cfg)
+    model, tokenizer = load_policy(policy_path)
+    return RunSetup(task, model, tokenizer, str(policy_path), lambda: load_policy(policy_path)[0])
+
+
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
     return step == cfg.steps or (cfg.eval_every > 0 and step % cfg.eval_every == 0)
 
@@ -343,11 +376,10 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    setup: Callable[[TrainConfig], RunSetup] = lab_setup,
 ) -> Path:
-    """Run (or resume) a lab training run; returns its run directory."""
-    from entflow.lab.pretrain import load_policy
-    from entflow.lab.tasks import get_task
-
+    """Run (or resume) a training run; returns its run directory. ``setup`` builds the task and
+    policy (default: the lab's)."""
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     _quiet_transformers()
@@ -364,13 +396,12 @@ def train(
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    task = get_task(cfg.task, **cfg.task_params)
-    policy_path = resolve_policy(cfg)
-    model, tokenizer = load_policy(policy_path)
+    parts = setup(cfg)
+    task, model, tokenizer, policy_path = parts.task, parts.model, parts.tokenizer, parts.policy_path
     method = get_method(cfg.method, **cfg.method_params)
     ref_model = None
     if "ref_logp" in method.needs:
-        ref_model, _ = load_policy(policy_path)
+        ref_model = parts.load_reference()
         ref_model.eval().requires_grad_(False)
     optimizer = make_optimizer(model, cfg)
 
@@ -406,7 +437,7 @@ def train(
 
     t_start = time.perf_counter()
     if start == 0:
-        record = {"step": 0, **validate_policy(model, tokenizer, task, cfg, 0)}
+        record = {"step": 0, **parts.validate(model, tokenizer, task, cfg, 0)}
         emit(record)
     progress = _progress(cfg, start)
     try:
@@ -417,7 +448,7 @@ def train(
             record = {"step": step, **metrics}
             if _due_eval(cfg, step):
                 t0 = time.perf_counter()
-                record.update(validate_policy(model, tokenizer, task, cfg, step))
+                record.update(parts.validate(model, tokenizer, task, cfg, step))
                 timings["time/eval_s"] = time.perf_counter() - t0
             emit(record)
             if step not in done_steps:

@@ -79,6 +79,9 @@ class PretrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     eval_k: int = 4  # samples per validation problem in the warm-start evaluation
+    # fraction of traces that are well-formed but wrong (a base model's noisy mix of right and wrong
+    # attempts): RL then has a wrong mode to unlearn, which is what GRPO's accuracy gain is made of
+    wrong_frac: float = 0.0
     threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
 
     def __post_init__(self) -> None:
@@ -102,6 +105,7 @@ class PretrainConfig:
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(self.grad_clip > 0, "grad_clip", "must be > 0")
         need(self.eval_k >= 1, "eval_k", "must be >= 1")
+        need(0 <= self.wrong_frac < 1, "wrong_frac", "must be in [0, 1)")
         need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
         self.policy.validate()
         get_task(self.task, **self.task_params)  # unknown task / task parameter: fail before any work
@@ -328,7 +332,10 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
         torch.manual_seed(cfg.seed)
         for step in range(cfg.steps):
             problems = task.sample_problems(cfg.batch_size, rng)
-            responses = [task.solution_traces(p, rng, 1)[0] for p in problems]
+            responses = [
+                (task.wrong_traces if rng.random() < cfg.wrong_frac else task.solution_traces)(p, rng, 1)[0]
+                for p in problems
+            ]
             batch = make_sft_batch(tokenizer, [p.prompt for p in problems], responses)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)

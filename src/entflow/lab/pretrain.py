@@ -82,6 +82,10 @@ class PretrainConfig:
     # fraction of traces that are well-formed but wrong (a base model's noisy mix of right and wrong
     # attempts): RL then has a wrong mode to unlearn, which is what GRPO's accuracy gain is made of
     wrong_frac: float = 0.0
+    # label smoothing ε of the supervised loss: the warm policy keeps a floor of probability on every
+    # character, like a base model sampled too hot, so temperature-1 samples slip; RL's gain is
+    # sharpening that away (the entropy–performance exchange the papers study)
+    label_smoothing: float = 0.0
     threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
 
     def __post_init__(self) -> None:
@@ -106,6 +110,7 @@ class PretrainConfig:
         need(self.grad_clip > 0, "grad_clip", "must be > 0")
         need(self.eval_k >= 1, "eval_k", "must be >= 1")
         need(0 <= self.wrong_frac < 1, "wrong_frac", "must be in [0, 1)")
+        need(0 <= self.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
         need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
         self.policy.validate()
         get_task(self.task, **self.task_params)  # unknown task / task parameter: fail before any work
@@ -171,12 +176,15 @@ def make_sft_batch(tokenizer, prompts: list[str], responses: list[str]) -> dict[
     return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}
 
 
-def sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross-entropy over the loss-masked (response) tokens."""
+def sft_loss(model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean next-token cross-entropy (with optional label smoothing) over the loss-masked
+    (response) tokens."""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     targets = batch["input_ids"][:, 1:]
     mask = batch["loss_mask"][:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().transpose(1, 2), targets, reduction="none", label_smoothing=label_smoothing
+    )
     return (nll * mask).sum() / mask.sum().clamp_min(1.0)
 
 
@@ -339,7 +347,7 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
             batch = make_sft_batch(tokenizer, [p.prompt for p in problems], responses)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            loss = sft_loss(model, batch)
+            loss = sft_loss(model, batch, cfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -134,3 +134,46 @@ def test_validation_steps_log_diagnostics_and_whole_groups(tmp_path, micro_polic
     assert len(at[1]) == 2  # one response per logged prompt off validation steps
     assert len(at[2]) == 2 * 4 and sorted({r["group"] for r in at[2]}) == [0, 1]  # whole groups of G = 4
     assert all(len({r["prompt"] for r in at[2] if r["group"] == g}) == 1 for g in (0, 1))
+
+
+def test_warm_start_label_smoothing_loss_matches_hand_formula():
+    import torch
+
+    from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+    from entflow.lab.pretrain import make_sft_batch, sft_loss
+    from entflow.lab.tasks import LAB_ALPHABET
+
+    tok = build_tokenizer(LAB_ALPHABET)
+    model = build_policy(tok, PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), seed=1)
+    batch = make_sft_batch(tok, ["3 5 7>15:", "1 2>3:"], ["3*5", "1+2"])
+    eps = 0.2
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].double()
+        logq = logits.log_softmax(-1)
+        tgt = batch["input_ids"][:, 1:]
+        nll = -logq.gather(-1, tgt[..., None])[..., 0]
+        smooth = -logq.mean(-1)  # cross-entropy against the uniform distribution
+        per_tok = (1 - eps) * nll + eps * smooth
+        m = batch["loss_mask"][:, 1:].double()
+        want = float((per_tok * m).sum() / m.sum())
+        assert float(sft_loss(model, batch, eps)) == pytest.approx(want, rel=1e-5)
+        assert float(sft_loss(model, batch)) == pytest.approx(float((nll * m).sum() / m.sum()), rel=1e-5)
+
+
+def test_wrong_traces_are_well_formed_and_wrong():
+    import random
+
+    from entflow.lab.tasks import get_task, parse_expression
+
+    rng = random.Random(0)
+    task = get_task("countdown")
+    for p in task.sample_problems(20, rng):
+        for t in task.wrong_traces(p, rng, 5):
+            value, used = parse_expression(t)
+            assert value != p.answer.target and task.reward(p, t) == 0.0
+            pool = list(p.answer.numbers)
+            for u in used:
+                pool.remove(u)  # only the prompt's numbers, each at most once
+    arith = get_task("arithmetic")
+    for p in arith.sample_problems(20, rng):
+        assert all(arith.reward(p, t) == 0.0 and t.lstrip("-").isdigit() for t in arith.wrong_traces(p, rng, 5))

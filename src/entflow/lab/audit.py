@@ -43,7 +43,10 @@ class AuditConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
     prompts_per_step: int = 8
     group_size: int = 8
-    lr: float = 1e-2  # plain SGD step size (float64: the change stays first-order yet measurable)
+    # plain SGD step sizes, small enough for the change to be first-order (the estimators are
+    # first-order), yet far above float64 round-off
+    lr: float = 1e-3  # batch variant (token-mean loss over the whole batch)
+    lr_isolated: float = 1e-4  # isolated variant (one token's loss)
     isolated_tokens: int = 24  # tokens per step in the isolated (per-token step) variant
     temperature: float = 1.0
     task: str = "countdown"
@@ -126,7 +129,7 @@ def audit_policy(policy_path, cfg: AuditConfig, progress: bool = False) -> dict[
                     a = adv[i, t] if adv.dim() == 2 else adv[i]
                     model.zero_grad(set_to_none=True)
                     (-a * cur.logp[0, t]).backward()
-                    _sgd(model, cfg.lr)
+                    _sgd(model, cfg.lr_isolated)
                     with torch.no_grad():
                         after = _stats(model, _Sub(roll, sel), cfg)
                     truth.append(float(after.entropy[0, t] - old.entropy[i, t]))

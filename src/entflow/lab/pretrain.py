@@ -63,9 +63,10 @@ _NOT_HASHED = ("threads",)
 
 @dataclass
 class PretrainConfig:
-    """Supervised warm start. The defaults finish in about a minute on 2 CPU cores and leave the
-    countdown policy at roughly 30–35 % validation accuracy (temperature 1, seeds 0 and 1) with
-    mean token entropy ≈ 0.5 nats — room for GRPO to gain accuracy and to collapse entropy."""
+    """Supervised warm start. The defaults finish in about a minute on 2 CPU cores. With label
+    smoothing 0.2 the countdown policy keeps a floor of probability on every character: temperature-1
+    accuracy ≈ 0.07–0.10 and mean token entropy ≈ 1.5 nats while greedy decoding reaches ≈ 0.55 —
+    room for GRPO to gain accuracy (by sharpening) while its entropy collapses."""
 
     task: str = "countdown"
     task_params: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +86,7 @@ class PretrainConfig:
     # label smoothing ε of the supervised loss: the warm policy keeps a floor of probability on every
     # character, like a base model sampled too hot, so temperature-1 samples slip; RL's gain is
     # sharpening that away (the entropy–performance exchange the papers study)
-    label_smoothing: float = 0.0
+    label_smoothing: float = 0.2
     threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
 FULL_OVERRIDES = ["steps=80"]
 # --quick: every claim exercised on fewer steps and smaller batches (a smoke run of the whole
 # pipeline; its verdicts are weak evidence)
-QUICK_OVERRIDES = ["steps=16", "prompts_per_step=8", "group_size=8", "mini_batches=2", "eval_every=4", "eval_k=4"]
+QUICK_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=8", "mini_batches=1", "eval_every=4", "eval_k=2"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     audit = None
     if not args.no_audit:
         audit = AuditConfig(
-            steps=3 if args.quick else 10,
+            steps=2 if args.quick else 10,
             seeds=tuple(seeds),
             task=task,
             task_params=dict(base.get("task_params") or {}),

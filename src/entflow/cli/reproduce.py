@@ -11,7 +11,8 @@ COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
 FULL_OVERRIDES = ["steps=80"]
 # --quick: every claim exercised on fewer steps and smaller batches (a smoke run of the whole
 # pipeline; its verdicts are weak evidence)
-QUICK_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=8", "mini_batches=1", "eval_every=4", "eval_k=2"]
+# (2 mini-batches, so that the second step is off-policy and clip / KL-Cov have something to act on)
+QUICK_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=8", "mini_batches=2", "eval_every=4", "eval_k=2"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,9 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "kl_cov": ("kl_cov", {"ratio": 0.05}, {}),
     "positive_only": ("positive_only", {}, {}),
     "negative_only": ("negative_only", {}, {}),
-    "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy"}, {}),
+    # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
+    # ~1.5 nats and GRPO takes it to ~0.5): with the SPEC default 0.2 neither would ever act here
+    "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
     "steer": ("steer", {}, {}),
     "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
     "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
@@ -47,7 +49,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "opefo_strict": ("opefo", {}, {"strict_on_policy": True}),
     "ppl_shaping": ("ppl_shaping", {}, {}),
     "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
-    "adaptive_entropy": ("adaptive_entropy", {"delta": 0.01, "c_max": 0.3}, {}),
+    "adaptive_entropy": ("adaptive_entropy", {"target": 0.8, "delta": 0.01, "c_max": 0.3}, {}),
 }
 
 

@@ -44,6 +44,7 @@ def _run(root: Path, name: str, group: str, seed: int, accs, entropy: float) -> 
         if s % 5 == 0:
             rec["val/acc"] = accs[s // 5 - 1]
             rec["diag/distinct_n"] = 0.5
+            rec |= {f"diag/pos_entropy/{k}/b{i}": 0.1 * i for k in ("correct", "incorrect") for i in range(5)}
         lines.append(rec)
     import json
 
@@ -73,6 +74,8 @@ def test_seed_groups_aggregate_with_intervals(tmp_path: Path):
     assert (tmp_path / "rep" / "plots" / "entropy_band.png").exists()
     assert (tmp_path / "rep" / "plots" / "val_acc_band.png").exists()
     assert "Over seeds" in report.read_text()
+    assert (tmp_path / "rep" / "plots" / "positional_entropy.png").exists()
+    assert summaries[0]["pos_entropy_last"]["correct"] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
 
 
 def test_compare_with_seeds_names_and_seeds_runs(tmp_path: Path):

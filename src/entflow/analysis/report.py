@@ -78,6 +78,7 @@ PLOT_NAMES = (
     "entropy_vs_acc.png",
     "entropy_band.png",
     "val_acc_band.png",
+    "positional_entropy.png",
 )
 BEST_WINDOW = 3  # "best" validation accuracy = best mean of this many consecutive evaluations
 # (metrics key, summary tag) of the §9 diagnostics the trainer logs on validation steps
@@ -843,6 +844,23 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
             line_panel(ax, [(f"audit/{est}/spearman", "-")], "Spearman", f"estimator {est}: Spearman vs true ΔH")
             ax.axhline(0, color="k", lw=0.5)
         save(fig, "audit_spearman.png")
+
+    n_bins = max((_n_pos_bins(recs) for _, recs in runs), default=0)
+    if n_bins:  # paper 004 Fig. 6a: entropy by relative position, at the last evaluation
+        fig = Figure(figsize=(7, 4))
+        ax = fig.subplots()
+        centres = (np.arange(n_bins) + 0.5) / n_bins
+        for label, recs in runs:
+            for kind, style in (("correct", "-"), ("incorrect", "--")):
+                y = [_last(recs, f"diag/pos_entropy/{kind}/b{i}") for i in range(n_bins)]
+                if any(math.isfinite(v) for v in y):
+                    ax.plot(centres, y, style, marker=".", color=color[label], label=f"{label} {kind}")
+        ax.set_xlabel("relative position in the response")
+        ax.set_ylabel("mean token entropy (nats)")
+        ax.set_title("Positional entropy at the last evaluation (solid: correct; dashed: incorrect)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+        save(fig, "positional_entropy.png")
 
     if has("val/acc"):
         fig = Figure(figsize=(6, 4.5))

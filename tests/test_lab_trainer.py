@@ -172,7 +172,7 @@ def test_bad_config_fails_before_any_work(tmp_path):
         "unknown_method": ({"method": "no_such_method"}, "method"),
         "bad_method_param": ({"method": "steer", "method_params": {"lambda_min": 2.0}}, "method_params"),
         "negative_lr": ({"lr": -1.0}, "lr"),
-        "strict_with_epochs": ({"strict_on_policy": True, "ppo_epochs": 2}, "ppo_epochs"),
+        "bad_schedule_steps": ({"schedule_steps": 0}, "schedule_steps"),
         "unknown_task": ({"task": "chess"}, "task"),
     }
     for label, (values, key) in cases.items():

@@ -76,6 +76,38 @@ PLOT_NAMES = (
     "flow.png",
     "audit_spearman.png",
     "entropy_vs_acc.png",
+    "entropy_band.png",
+    "val_acc_band.png",
+    "positional_entropy.png",
+)
+BEST_WINDOW = 3  # "best" validation accuracy = best mean of this many consecutive evaluations
+# (metrics key, summary tag) of the §9 diagnostics the trainer logs on validation steps
+DIAG_KEYS = (
+    ("diag/distinct_n", "distinct_n"),
+    ("diag/self_bleu", "self_bleu"),
+    ("diag/calib/gap", "calib_gap"),
+    ("diag/calib/auroc", "calib_auroc"),
+    ("diag/gnorm/mean", "gnorm_mean"),
+    ("diag/gnorm/top20_entropy_share", "gnorm_top20_share"),
+)
+# summary keys averaged over seeds (mean ± 95 % t-interval)
+AGGREGATE_KEYS = (
+    "entropy_initial",
+    "entropy_final",
+    "entropy_retention",
+    "val_acc_warm",
+    "val_acc_best_window",
+    "val_acc_gain_window",
+    "val_acc_final",
+    "val_acc_greedy_final",
+    "val_pass_at_k_final",
+    "reward_final",
+    "law_r2",
+    "law_ceiling",
+    "distinct_n_last",
+    "self_bleu_last",
+    "calib_auroc_last",
+    "wall_time_s",
 )
 # early law prediction fits on the first 15 % of the evaluations: with fewer than 14 of them the
 # fit would rest on the 2-point minimum, so it is not reported
@@ -238,6 +270,7 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     cfg = load_config(run_dir)
     out: dict[str, Any] = {
         "name": str(cfg.get("name") or run_dir.name),
+        "group": cfg.get("group"),
         "method": str(cfg.get("method", "?")),
         "task": str(cfg.get("task", "?")),
         "seed": cfg.get("seed"),
@@ -273,6 +306,19 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         out[f"{tag}_final"] = float(v[-1]) if v.size else math.nan
     _, pk = series(records, "val/pass@k")
     out["val_pass_at_k_final"] = float(pk[-1]) if pk.size else math.nan
+    s, v = series(records, "val/acc")
+    best, best_step = windowed_best(s[s > 0], v[s > 0], BEST_WINDOW)
+    out["val_acc_best_window"], out["val_acc_best_window_step"] = best, best_step
+    out["val_acc_gain_window"] = best - out["val_acc_warm"] if math.isfinite(out["val_acc_warm"]) else math.nan
+    # §9 diagnostics (logged on validation steps): first and last value of each
+    for key, tag in DIAG_KEYS:
+        _, d = series(records, key)
+        out[f"{tag}_first"] = float(d[0]) if d.size else math.nan
+        out[f"{tag}_last"] = float(d[-1]) if d.size else math.nan
+    out["pos_entropy_last"] = {
+        kind: [_last(records, f"diag/pos_entropy/{kind}/b{i}") for i in range(_n_pos_bins(records))]
+        for kind in ("correct", "incorrect")
+    }
 
     for stat in ("spearman", "pearson", "mse"):
         out[f"audit_{stat}"] = {}
@@ -298,6 +344,71 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     except AnalysisError:
         out["plateau_step"] = None
     return out
+
+
+def windowed_best(steps: np.ndarray, values: np.ndarray, window: int = 3) -> tuple[float, int | None]:
+    """Best mean of ``window`` consecutive evaluations and the step ending that window.
+
+    A single maximum over noisy evaluations is biased upward (selection); the mean of 3
+    consecutive evaluations is not much less reactive and far less noisy. With fewer than
+    ``window`` evaluations the mean of all of them is used. (NaN, None) when there are none.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan, None
+    w = min(window, v.size)
+    means = np.convolve(v, np.ones(w) / w, mode="valid")
+    i = int(np.argmax(means))
+    return float(means[i]), int(np.asarray(steps)[i + w - 1])
+
+
+def _last(records: Sequence[dict[str, Any]], key: str) -> float:
+    _, v = series(records, key)
+    return float(v[-1]) if v.size else math.nan
+
+
+def _n_pos_bins(records: Sequence[dict[str, Any]]) -> int:
+    n = 0
+    while any(f"diag/pos_entropy/correct/b{n}" in r for r in records):
+        n += 1
+    return n
+
+
+def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, int]:
+    """(mean, half-width, n) of a Student-t confidence interval over the finite ``values``
+    (e.g. one number per seed): half-width = t_{(1+level)/2, n−1} · s / √n, s the sample std
+    (ddof 1). n = 1 gives a NaN half-width; no value gives (NaN, NaN, 0)."""
+    from scipy import stats
+
+    a = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+    if a.size == 0:
+        return math.nan, math.nan, 0
+    if a.size == 1:
+        return float(a[0]), math.nan, 1
+    half = float(stats.t.ppf(0.5 + level / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
+    return float(a.mean()), half, int(a.size)
+
+
+def group_label(summary: dict[str, Any]) -> str:
+    """The label shared by the seeds of one method (config ``group``; else the run name)."""
+    return str(summary.get("group") or summary["name"])
+
+
+def aggregate_seeds(summaries: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per group (:func:`group_label`), in order of first appearance: ``group``,
+    ``method``, ``seeds`` (list) and, for each numeric key, ``{key: (mean, half-width, n)}`` of the
+    95 % t-interval over the group's runs (see :func:`t_interval`)."""
+    keys = list(keys or AGGREGATE_KEYS)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in summaries:
+        groups.setdefault(group_label(s), []).append(s)
+    rows = []
+    for label, runs in groups.items():
+        row: dict[str, Any] = {"group": label, "method": runs[0]["method"], "seeds": [r.get("seed") for r in runs]}
+        for k in keys:
+            row[k] = t_interval(_num(r.get(k)) for r in runs)
+        rows.append(row)
+    return rows
 
 
 def _elapsed_total(values: Iterable[float]) -> float:
@@ -406,6 +517,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("H retention", "entropy_retention", ".2f"),
     ("acc warm", "val_acc_warm", ".3f"),
     ("acc best", "val_acc_best", ".3f"),
+    ("acc best (3-eval window)", "val_acc_best_window", ".3f"),
     ("acc final", "val_acc_final", ".3f"),
     ("greedy best", "val_acc_greedy_best", ".3f"),
     ("greedy final", "val_acc_greedy_final", ".3f"),
@@ -415,8 +527,26 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("law R²", "law_r2", ".2f"),
     ("law early-pred. RMSE", "law_predict_rmse", ".3f"),
     ("plateau step", "plateau_step", ".0f"),
+    ("distinct-n first→last", "distinct_n", "pair"),
+    ("Self-BLEU first→last", "self_bleu", "pair"),
+    ("calib. AUROC last", "calib_auroc_last", ".2f"),
+    ("calib. gap last", "calib_gap_last", "+.2f"),
+    ("G top-20 % H share last", "gnorm_top20_share_last", ".2f"),
     ("wall s", "wall_time_s", ".0f"),
 )
+
+
+def _cell(s: dict[str, Any], key: str, spec: str) -> str:
+    if spec == "pair":  # first → last of a diagnostic
+        return f"{_fmt(s.get(key + '_first'), '.2f')}→{_fmt(s.get(key + '_last'), '.2f')}"
+    return _fmt(s.get(key), spec)
+
+
+def _fmt_ci(t: tuple[float, float, int], spec: str = ".3f") -> str:
+    mean, half, n = t
+    if n == 0:
+        return "–"
+    return _fmt(mean, spec) if n == 1 else f"{_fmt(mean, spec)} ± {_fmt(half, spec)}"
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -437,7 +567,7 @@ TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("H final", "entropy_final", ".3f"),
     ("H retain", "entropy_retention", ".2f"),
     ("acc warm", "val_acc_warm", ".3f"),
-    ("acc best", "val_acc_best", ".3f"),
+    ("acc best³", "val_acc_best_window", ".3f"),
     ("acc final", "val_acc_final", ".3f"),
     ("greedy", "val_acc_greedy_final", ".3f"),
 )
@@ -501,6 +631,8 @@ def print_summary(summaries: Sequence[dict[str, Any] | str | os.PathLike], conso
     # a pipe or CI log gets 120 columns rather than rich's 80, so the table does not wrap
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     console.print(summary_rich_table(rows))
+    if has_seed_groups(rows):
+        console.print(seeds_rich_table(rows))
     audit = audit_rich_table(rows)
     if audit is not None:
         console.print(audit)
@@ -511,7 +643,9 @@ def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:
     heads = [h for h, _, _ in SUMMARY_COLUMNS]
     lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
     for s in summaries:
-        lines.append("| " + " | ".join(_fmt(s.get(k), spec) for _, k, spec in SUMMARY_COLUMNS) + " |")
+        lines.append("| " + " | ".join(_cell(s, k, spec) for _, k, spec in SUMMARY_COLUMNS) + " |")
+    if has_seed_groups(summaries):
+        lines += ["", "Over seeds (mean ± 95 % t-interval half-width):", "", seeds_markdown(summaries).rstrip("\n")]
     rows = audit_table(summaries)
     if rows:
         lines += [
@@ -525,6 +659,54 @@ def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:
                 f"| {_fmt(r['mse'], '.3g')} | {_fmt(r['rank'], 'd')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+# (header, key, format) of the over-seeds table
+SEED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("H retention", "entropy_retention", ".2f"),
+    ("H initial", "entropy_initial", ".3f"),
+    ("H final", "entropy_final", ".3f"),
+    ("acc warm", "val_acc_warm", ".3f"),
+    ("acc best (3-eval window)", "val_acc_best_window", ".3f"),
+    ("gain (window − warm)", "val_acc_gain_window", "+.3f"),
+    ("acc final", "val_acc_final", ".3f"),
+    ("pass@k final", "val_pass_at_k_final", ".3f"),
+    ("law R²", "law_r2", ".2f"),
+    ("distinct-n last", "distinct_n_last", ".2f"),
+    ("Self-BLEU last", "self_bleu_last", ".2f"),
+)
+
+
+def has_seed_groups(summaries: Sequence[dict[str, Any]]) -> bool:
+    """True when at least one group holds more than one run (several seeds of a method)."""
+    labels = [group_label(s) for s in summaries]
+    return len(set(labels)) < len(labels)
+
+
+def seeds_markdown(summaries: Sequence[dict[str, Any]]) -> str:
+    """Mean ± 95 % t-interval half-width over seeds, one row per method group."""
+    heads = ["method", "seeds"] + [h for h, _, _ in SEED_COLUMNS]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
+    for row in aggregate_seeds(summaries):
+        cells = [row["group"], ",".join(str(x) for x in row["seeds"])]
+        cells += [_fmt_ci(row[k], spec) for _, k, spec in SEED_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def seeds_rich_table(summaries: Sequence[dict[str, Any]]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="over seeds: mean ± 95 % t-interval", box=box.SIMPLE_HEAD)
+    table.add_column("method", overflow="fold")
+    table.add_column("n", justify="right")
+    cols = SEED_COLUMNS[:7]
+    for h, _, _ in cols:
+        table.add_column(h, justify="right")
+    for row in aggregate_seeds(summaries):
+        table.add_row(row["group"], str(len(row["seeds"])), *[_fmt_ci(row[k], spec) for _, k, spec in cols])
+    return table
 
 
 def _jsonable(v: Any) -> Any:
@@ -663,6 +845,23 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
             ax.axhline(0, color="k", lw=0.5)
         save(fig, "audit_spearman.png")
 
+    n_bins = max((_n_pos_bins(recs) for _, recs in runs), default=0)
+    if n_bins:  # paper 004 Fig. 6a: entropy by relative position, at the last evaluation
+        fig = Figure(figsize=(7, 4))
+        ax = fig.subplots()
+        centres = (np.arange(n_bins) + 0.5) / n_bins
+        for label, recs in runs:
+            for kind, style in (("correct", "-"), ("incorrect", "--")):
+                y = [_last(recs, f"diag/pos_entropy/{kind}/b{i}") for i in range(n_bins)]
+                if any(math.isfinite(v) for v in y):
+                    ax.plot(centres, y, style, marker=".", color=color[label], label=f"{label} {kind}")
+        ax.set_xlabel("relative position in the response")
+        ax.set_ylabel("mean token entropy (nats)")
+        ax.set_title("Positional entropy at the last evaluation (solid: correct; dashed: incorrect)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+        save(fig, "positional_entropy.png")
+
     if has("val/acc"):
         fig = Figure(figsize=(6, 4.5))
         ax = fig.subplots()
@@ -694,6 +893,63 @@ def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: 
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
             save(fig, "entropy_vs_acc.png")
+    return written
+
+
+def band(runs: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, 95 % t half-width) of ``key`` over runs, on the steps every run logged."""
+    per_run = [dict(zip(*series(recs, key), strict=True)) for recs in runs]
+    common = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
+    steps = np.asarray(common, dtype=np.float64)
+    mean = np.empty(len(common))
+    half = np.empty(len(common))
+    for i, st in enumerate(common):
+        mean[i], half[i], _ = t_interval(d[st] for d in per_run)
+    return steps, mean, half
+
+
+def write_band_plots(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: str | os.PathLike) -> list[Path]:
+    """``entropy_band.png`` and ``val_acc_band.png``: per method the mean over seeds with a shaded
+    95 % t-interval band (the entropy curve is EMA-smoothed per seed first, β = 0.6)."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    plot_dir = Path(plot_dir)
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    written = []
+    for key, name, ylabel in (
+        ("entropy", "entropy_band.png", "entropy (nats)"),
+        ("val/acc", "val_acc_band.png", "val avg@k"),
+    ):
+        fig = Figure(figsize=(7, 4))
+        ax = fig.subplots()
+        drawn = False
+        for i, (label, runs) in enumerate(groups.items()):
+            if key == "entropy":
+                runs = [
+                    [{"step": st, key: h} for st, h in zip(x, ema(y), strict=True)]
+                    for x, y in (series(r, key) for r in runs)
+                ]
+            x, m, h = band(runs, key)
+            if not x.size:
+                continue
+            c = colors[i % len(colors)]
+            ax.plot(x, m, color=c, lw=1.6, label=f"{label} (n={len(runs)})")
+            hh = np.nan_to_num(h)
+            ax.fill_between(x, m - hh, m + hh, color=c, alpha=0.2)
+            drawn = True
+        if not drawn:
+            continue
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel}: mean over seeds ± 95 % t-interval")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = plot_dir / name
+        fig.savefig(path, dpi=100)
+        written.append(path)
     return written
 
 
@@ -736,11 +992,30 @@ def _render_html(
         "<h2>Summary</h2>",
         _html_table(
             [h for h, _, _ in SUMMARY_COLUMNS],
-            [[_fmt(s.get(k), spec) for _, k, spec in SUMMARY_COLUMNS] for s in summaries],
+            [[_cell(s, k, spec) for _, k, spec in SUMMARY_COLUMNS] for s in summaries],
             left=2,
             cls="summary",
         ),
     ]
+    if has_seed_groups(summaries):
+        agg = aggregate_seeds(summaries)
+        parts.append("<h2>Over seeds</h2>")
+        parts.append(
+            "<p class='note'>Mean over the seeds of each method ± the half-width of a 95 % Student-t "
+            "interval (n − 1 degrees of freedom). Best accuracy = best mean of 3 consecutive evaluations.</p>"
+        )
+        parts.append(
+            _html_table(
+                ["method", "seeds"] + [h for h, _, _ in SEED_COLUMNS],
+                [
+                    [r["group"], ",".join(str(x) for x in r["seeds"])]
+                    + [_fmt_ci(r[k], spec) for _, k, spec in SEED_COLUMNS]
+                    for r in agg
+                ],
+                left=2,
+                cls="seeds",
+            )
+        )
     rows = audit_table(summaries)
     parts.append("<h2>Estimator audit</h2>")
     if rows:
@@ -824,6 +1099,11 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     for name in PLOT_NAMES:  # a plot of ours that no longer applies must not linger (others' files stay)
         (plot_dir / name).unlink(missing_ok=True)
     plots = write_plots([(label, load_metrics(d)) for label, d in zip(labels, dirs, strict=True)], plot_dir)
+    if has_seed_groups(summaries):
+        groups: dict[str, list[list[dict[str, Any]]]] = {}
+        for s, d in zip(summaries, dirs, strict=True):
+            groups.setdefault(group_label(s), []).append(load_metrics(d))
+        plots = write_band_plots(groups, plot_dir) + plots
     (out / "summary.md").write_text(summary_markdown(summaries), encoding="utf-8")
     (out / "summary.json").write_text(
         json.dumps(_jsonable(list(summaries)), indent=2, allow_nan=False) + "\n", encoding="utf-8"

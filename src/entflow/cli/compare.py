@@ -13,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", help="comma-separated method names (or a `methods:` list in --config)")
     p.add_argument("--name", default="compare", help="comparison name: runs go to out_dir/NAME/<method> [compare]")
     p.add_argument("--jobs", type=int, default=2, help="runs trained in parallel [2]")
+    p.epilog += "; seeds=0,1,2 runs every method once per seed and reports mean ± 95 % t-interval"
     p.add_argument("--resume", action="store_true", help="resume every run from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace existing run directories")
     add_config_arguments(p)
@@ -37,7 +38,7 @@ def compare_and_report(
     from pathlib import Path
 
     from entflow.errors import ConfigError
-    from entflow.lab.compare import compare_configs, run_compare
+    from entflow.lab.compare import compare_configs, parse_seeds, run_compare
     from entflow.lab.config import parse_override
 
     methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
@@ -45,17 +46,24 @@ def compare_and_report(
     if not methods:
         raise ConfigError("methods", "give --methods a,b,c or a `methods:` list in --config")
     out_dir = base.pop("out_dir", "runs")
+    seeds_value = base.pop("seeds", None)
     rest = []
     for text in overrides:  # out_dir is the comparison's folder; name is per run
         key, value = parse_override(text)
         if key == "out_dir":
             out_dir = str(value)
+        elif key == "seeds":  # seeds=0,1,2: every method once per seed
+            seeds_value = text.split("=", 1)[1]
+        elif key == "seed":  # one seed for every run: overrides the config's seeds list
+            seeds_value = None
+            rest.append(text)
         elif key == "name":
             raise ConfigError("name", "each run is named after its method; use --name for the comparison")
         else:
             rest.append(text)
     overrides = rest
-    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir)
+    seeds = parse_seeds(seeds_value) if seeds_value is not None else None
+    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir, seeds=seeds)
     if jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {jobs}")
     run_dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)

@@ -13,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="task (default: the run's)")
     p.add_argument("--k", type=int, default=8, help="samples per prompt [8]")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's, else 1)")
     from entflow.evaluation import add_arguments as add_real_model_arguments
 
     add_real_model_arguments(p)
@@ -25,39 +26,72 @@ def run(args: argparse.Namespace) -> int:
         return run_cli(args)
     from pathlib import Path
 
+    from entflow.errors import ConfigError
+
+    if args.path is None:
+        raise ConfigError("path", "give a run directory, or --model NAME_OR_PATH --data TASK_OR_FILE")
+    return eval_lab_policy(Path(args.path), args.task, args.k, args.seed, args.temperature)
+
+
+def lab_eval_settings(path, task_name: str | None = None, temperature: float | None = None):
+    """(policy directory, task, temperature) for ``entflow eval PATH``.
+
+    A run directory is scored on exactly the task it trained on — its ``task`` *and*
+    ``task_params`` from ``config.yaml`` — at its sampling ``temperature``, using
+    ``checkpoints/final``; ``task_name`` / ``temperature`` override (a different task name drops the
+    run's task_params). A bare policy directory uses ``task_name`` (default countdown) at
+    temperature 1 unless given.
+    """
+    from pathlib import Path
+
+    from entflow.errors import ConfigError
+    from entflow.lab.config import load_yaml
+    from entflow.lab.tasks import get_task
+
+    path = Path(path)
+    params: dict = {}
+    run_temperature = 1.0
+    if (path / "config.yaml").exists():
+        cfg = load_yaml(path / "config.yaml")
+        run_task = cfg.get("task") or "countdown"
+        if task_name is None or task_name == run_task:
+            task_name, params = run_task, dict(cfg.get("task_params") or {})
+        run_temperature = float(cfg.get("temperature") or 1.0)
+        path = path / "checkpoints" / "final"
+    if not path.exists():
+        raise ConfigError("path", f"{path} does not exist")
+    t = run_temperature if temperature is None else float(temperature)
+    if not t > 0:
+        raise ConfigError("temperature", f"must be > 0, got {t}")
+    return path, get_task(task_name or "countdown", **params), t
+
+
+def eval_lab_policy(
+    path, task_name: str | None = None, k: int = 8, seed: int = 0, temperature: float | None = None
+) -> int:
+    """Evaluate a lab run (or saved lab policy) on its held-out set and print the table."""
     import torch
     from rich.console import Console
     from rich.table import Table
 
     from entflow.errors import ConfigError
-    from entflow.lab.config import load_yaml
     from entflow.lab.policy import load_policy
     from entflow.lab.pretrain import evaluate
-    from entflow.lab.tasks import get_task
 
-    if args.path is None:
-        raise ConfigError("path", "give a run directory, or --model NAME_OR_PATH --data TASK_OR_FILE")
-    path = Path(args.path)
-    task_name = args.task
-    if (path / "config.yaml").exists():
-        task_name = task_name or load_yaml(path / "config.yaml").get("task")
-        path = path / "checkpoints" / "final"
-    if not path.exists():
-        raise ConfigError("path", f"{path} does not exist")
-    if args.k < 1:
-        raise ConfigError("k", f"must be >= 1, got {args.k}")
-    task = get_task(task_name or "countdown")
-    model, tok = load_policy(path)
-    torch.manual_seed(args.seed)
-    res = evaluate(model, tok, task, task.validation_set(), k=args.k)
+    if k < 1:
+        raise ConfigError("k", f"must be >= 1, got {k}")
+    policy_dir, task, temp = lab_eval_settings(path, task_name, temperature)
+    model, tok = load_policy(policy_dir)
+    torch.manual_seed(seed)
+    res = evaluate(model, tok, task, task.validation_set(), k=k, temperature=temp, seed=seed)
     console = Console()
-    console.print(f"{path}: {task.name}, {len(task.validation_set())} held-out prompts, k={args.k}, temperature 1")
-    names = {"acc": f"avg@{args.k}", "pass@k": f"pass@{args.k} (unbiased)", "acc_greedy": "greedy accuracy"}
+    console.print(f"{policy_dir}: {task!r}, {len(task.validation_set())} held-out prompts, k={k}, temperature {temp:g}")
+    names = {"acc": f"avg@{k}", "pass@k": f"pass@{k} (unbiased)", "acc_greedy": "greedy accuracy"}
     table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for k, v in res.items():
-        if k not in ("k", "n_problems"):
-            table.add_row(names.get(k, k), f"{v:.4f}")
+    for key, v in res.items():
+        if key not in ("k", "n_problems"):
+            table.add_row(names.get(key, key), f"{v:.4f}")
     console.print(table)
     return 0

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimators": ("entflow.cli.estimators", "compare entropy-change estimators on a tabular softmax policy"),
     "methods": ("entflow.cli.methods", "list every method with its formula, paper and parameters"),
     "analyze": ("entflow.cli.analyze", "summary table, plots and report.html for one or more runs"),
+    "reproduce": ("entflow.cli.reproduce", "the five papers' claims over seeds: a table of verdicts + estimator audit"),
 }
 
 

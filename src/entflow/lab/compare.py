@@ -42,15 +42,40 @@ def method_specs(methods: list[Any]) -> list[dict[str, Any]]:
     return specs
 
 
+def parse_seeds(value: Any) -> list[int]:
+    """``0,1,2`` / ``"0,1,2"`` / ``[0, 1, 2]`` / ``3`` → a list of distinct integer seeds."""
+    items = value if isinstance(value, list | tuple) else str(value).replace(" ", "").split(",")
+    try:
+        seeds = [int(x) for x in items if str(x) != ""]
+    except ValueError:
+        raise ConfigError("seeds", f"expected integers like 0,1,2, got {value!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds) or any(x < 0 for x in seeds):
+        raise ConfigError("seeds", f"expected distinct integers >= 0, got {value!r}")
+    return seeds
+
+
 def compare_configs(
-    name: str, methods: list[Any], base: dict[str, Any], overrides: list[str], out_dir: str = "runs"
+    name: str,
+    methods: list[Any],
+    base: dict[str, Any],
+    overrides: list[str],
+    out_dir: str = "runs",
+    seeds: list[int] | None = None,
 ) -> list[TrainConfig]:
-    """One validated config per method, identical except for method, params and name."""
+    """One validated config per method (× seed), identical except for method, params, name and
+    seed. With several ``seeds`` a run is named ``<method>-s<seed>`` and carries ``group=<method>``,
+    which the report uses to average over seeds."""
     configs = []
     for spec in method_specs(methods):
-        values = dict(base) | {"method": spec["method"], "name": spec["name"], "out_dir": str(Path(out_dir) / name)}
-        values["method_params"] = dict(base.get("method_params") or {}) | spec["params"]
-        configs.append(build_config(values, overrides))
+        for seed in seeds or [None]:
+            values = dict(base) | {"method": spec["method"], "out_dir": str(Path(out_dir) / name)}
+            values["name"] = spec["name"] if seed is None or len(seeds or []) == 1 else f"{spec['name']}-s{seed}"
+            values["group"] = spec["name"]
+            values["method_params"] = dict(base.get("method_params") or {}) | spec["params"]
+            cfg = build_config(values, overrides)
+            if seed is not None:
+                cfg.seed = seed
+            configs.append(cfg)
     return configs
 
 

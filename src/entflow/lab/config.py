@@ -31,15 +31,17 @@ class TrainConfig:
     # method
     method: str = "grpo"  # any registered name or composition "a+b"
     method_params: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # label shared by the seeds of one method in a comparison (report grouping)
     # rollout
     steps: int = 140
+    schedule_steps: int | None = None  # total_steps of step schedules (None: steps; kept on resume)
     prompts_per_step: int = 16
     group_size: int = 16  # G responses per prompt
     temperature: float = 1.0
     # update
     ppo_epochs: int = 1
     mini_batches: int = 4  # optimizer steps per rollout batch (per epoch)
-    strict_on_policy: bool = False  # one optimizer step per rollout batch (r ≡ 1)
+    strict_on_policy: bool = False  # one optimizer step per rollout batch (r ≡ 1): forces ppo_epochs = mini_batches = 1
     optimizer: str = "adamw"  # adamw | sgd
     lr: float = 2e-4
     weight_decay: float = 0.0
@@ -59,6 +61,10 @@ class TrainConfig:
     threads: int = 1  # torch threads (bit-identical resume needs the same value)
     chunk_size: int | None = None  # token_stats chunking
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.strict_on_policy:  # SPEC §6: strictly on-policy = one gradient step per rollout batch
+            self.ppo_epochs, self.mini_batches = 1, 1
 
     @property
     def run_name(self) -> str:
@@ -118,9 +124,7 @@ class TrainConfig:
             self.pretrain_config().validate()
         except (EntflowError, TypeError) as e:
             raise ConfigError("pretrain", str(e)) from e
-        if self.strict_on_policy:
-            need(self.ppo_epochs == 1, "ppo_epochs", "must be 1 when strict_on_policy is true")
-            need(self.mini_batches == 1, "mini_batches", "must be 1 when strict_on_policy is true")
+        need(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1 or null")
         try:
             get_method(self.method, **self.method_params)
         except EntflowError as e:

@@ -56,6 +56,10 @@ class Task:
     def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:  # pragma: no cover
         raise NotImplementedError
 
+    def wrong_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:  # pragma: no cover
+        """``k`` well-formed but *incorrect* responses (the warm start's noise, see ``PretrainConfig.wrong_frac``)."""
+        raise NotImplementedError
+
     # -- shared machinery --------------------------------------------------------------------
     def _params(self) -> tuple:
         return ()
@@ -314,6 +318,18 @@ class CountdownTask(Task):
             out.extend(batch[: k - len(out)])
         return out
 
+    def wrong_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:
+        """``k`` expressions over some of the prompt's numbers (each used at most once) that evaluate
+        to anything *but* the target, drawn uniformly from all such expression strings."""
+        numbers, target = problem.answer
+        wrong = _wrong_expressions(tuple(sorted(numbers)), target)
+        return [rng.choice(wrong) for _ in range(k)]
+
+
+@functools.lru_cache(maxsize=8192)
+def _wrong_expressions(numbers: tuple[int, ...], target: int) -> tuple[str, ...]:
+    return tuple(s for v, sols in sorted(countdown_solutions(numbers).items()) if v != target for s in sols)
+
 
 class ArithmeticTask(Task):
     """``"17+8="`` → ``"25"``: one correct answer per prompt (exact match after stripping spaces)."""
@@ -351,6 +367,10 @@ class ArithmeticTask(Task):
 
     def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:
         return [str(problem.answer)] * k
+
+    def wrong_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:
+        """``k`` integers near the answer (off by 1–10 either way), never the answer itself."""
+        return [str(problem.answer + rng.choice([-1, 1]) * rng.randint(1, 10)) for _ in range(k)]
 
 
 TASKS: dict[str, type[Task]] = {"countdown": CountdownTask, "arithmetic": ArithmeticTask}

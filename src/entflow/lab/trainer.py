@@ -11,6 +11,7 @@ RNG states, so ``resume`` reproduces an uninterrupted run bit for bit on the CPU
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -67,6 +68,17 @@ class Rollout:
             "prompt_mask": self.prompt_mask[idx],
             "response_ids": self.response_ids[idx],
         }
+
+
+def method_step(step: int) -> int:
+    """The trainer counts rollout steps 1…steps (step 0 is the warm-start evaluation); methods
+    read ``batch.step`` 0-based in ``[0, total_steps)`` (SPEC §6 schedules), so step k is k − 1."""
+    return step - 1
+
+
+def schedule_steps(cfg: TrainConfig) -> int:
+    """``total_steps`` that step-dependent schedules are laid over (anchored on resume)."""
+    return cfg.schedule_steps if cfg.schedule_steps is not None else cfg.steps
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -166,6 +178,71 @@ def audit_entropy_change(
     return out
 
 
+POSITION_BINS = 5  # relative-position bins of the positional entropy profile (paper 004 Fig. 6a)
+
+
+@torch.no_grad()
+def rollout_diagnostics(
+    model, roll: Rollout, old: TokenStats, weights: torch.Tensor, cfg: TrainConfig
+) -> dict[str, float]:
+    """SPEC §9 diagnostics of one rollout batch, as ``diag/*`` metrics (logged on validation steps):
+
+    - diversity over whole groups (the G responses of a prompt, characters as tokens): distinct
+      n-grams ``diag/distinct_n`` (n = 1…4, averaged) and ``diag/self_bleu`` (paper 002 App. C.1);
+    - calibration from the rollout policy's mean token log-prob of correct vs incorrect responses
+      (paper 002 §5.3): ``diag/calib/{logp_correct,logp_incorrect,gap,auroc}``;
+    - positional entropy (paper 004 Fig. 6a): ``diag/pos_entropy/{correct,incorrect}/b{i}``;
+    - the gradient-norm proxy G_t = |w_t|·sqrt(1 − 2p + Σπ²)·‖h_t‖ (paper 004 Eq. 4) with w_t
+      the weight the update put on the token (A_t times the method's token weight, r = 1):
+      ``diag/gnorm/mean`` and ``diag/gnorm/top20_entropy_share`` (share of ΣG carried by the 20 %
+      highest-entropy tokens).
+    """
+    from entflow.analysis.diagnostics import (
+        calibration,
+        grad_norm_proxy,
+        groups_from_index,
+        ngram_diversity,
+        positional_entropy,
+        self_bleu,
+        sequence_mean_logp,
+    )
+
+    out: dict[str, float] = {}
+    groups = groups_from_index(roll.texts, roll.group_index.tolist())
+    out["diag/distinct_n"] = ngram_diversity(groups)
+    out["diag/self_bleu"] = self_bleu(groups)
+    cal = calibration(sequence_mean_logp(old.logp, roll.mask), roll.rewards)
+    out.update(
+        {
+            "diag/calib/logp_correct": cal.mean_correct,
+            "diag/calib/logp_incorrect": cal.mean_incorrect,
+            "diag/calib/gap": cal.gap,
+            "diag/calib/auroc": cal.auroc,
+        }
+    )
+    prof = positional_entropy(old.entropy, roll.mask, roll.rewards, n_bins=POSITION_BINS)
+    for kind in ("correct", "incorrect"):
+        for i, v in enumerate(prof[kind]):
+            out[f"diag/pos_entropy/{kind}/b{i}"] = float(v)
+    input_ids = torch.cat([roll.prompt_ids, roll.response_ids], dim=1)
+    attention = torch.cat([roll.prompt_mask, torch.ones_like(roll.response_ids)], dim=1)
+    hidden = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids_from_mask(attention),
+        output_hidden_states=True,
+    ).hidden_states[-1]  # after the final norm: the input of the LM head
+    lp = roll.prompt_ids.shape[1]
+    G = grad_norm_proxy(weights, old.logp, old.sum_p2, hidden[:, lp - 1 : -1], roll.mask)
+    valid = roll.mask > 0
+    g, h = G[valid], old.entropy[valid]
+    out["diag/gnorm/mean"] = float(g.mean()) if g.numel() else math.nan
+    if g.numel() and float(g.sum()) > 0:
+        top = h >= torch.quantile(h, 0.8)
+        out["diag/gnorm/top20_entropy_share"] = float(g[top].sum() / g.sum())
+    return out
+
+
 def train_step(
     model,
     tokenizer,
@@ -175,8 +252,10 @@ def train_step(
     cfg: TrainConfig,
     step: int,
     ref_model=None,
+    diagnose: bool = False,
 ) -> tuple[dict[str, float], Rollout, dict[str, float]]:
-    """Rollout → advantages → updates → audit. Returns (metrics, rollout, timings)."""
+    """Rollout → advantages → updates → audit (→ §9 diagnostics when ``diagnose``).
+    Returns (metrics, rollout, timings)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     roll = sample_rollout(model, tokenizer, task, cfg, step)
@@ -212,8 +291,8 @@ def train_step(
         sum_p2_logp=old.sum_p2_logp,
         rewards=roll.rewards,
         group_index=roll.group_index,
-        step=step,
-        total_steps=cfg.steps,
+        step=method_step(step),
+        total_steps=schedule_steps(cfg),
     )
     adv = compute_advantages(full, method, scale=cfg.adv_scale)
     timings["time/reward_s"] = time.perf_counter() - t0
@@ -228,9 +307,12 @@ def train_step(
     grad_norms = []
     # the loss reads H from old_entropy; the current entropy only where a method differentiates it
     cur_stats = required_token_stats(method, entropy=False)
-    for epoch in range(cfg.ppo_epochs):
+    # strictly on-policy (OPEFO's setting): exactly one gradient step on the whole batch, r ≡ 1
+    epochs, chunks = (1, 1) if cfg.strict_on_policy else (cfg.ppo_epochs, cfg.mini_batches)
+    n_updates = 0
+    for epoch in range(epochs):
         order = torch.randperm(n, generator=gen)
-        for idx in order.chunk(cfg.mini_batches):
+        for idx in order.chunk(chunks):
             cur = response_token_stats(
                 model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats
             )
@@ -246,8 +328,8 @@ def train_step(
                 sum_p2_logp=None if old.sum_p2_logp is None else old.sum_p2_logp[idx],
                 rewards=roll.rewards[idx],
                 group_index=roll.group_index[idx],
-                step=step,
-                total_steps=cfg.steps,
+                step=method_step(step),
+                total_steps=schedule_steps(cfg),
             )
             out = policy_loss(batch, method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg)
             optimizer.zero_grad(set_to_none=True)
@@ -255,6 +337,7 @@ def train_step(
             if cfg.grad_clip is not None:
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)))
             optimizer.step()
+            n_updates += 1
             if epoch == 0:
                 applied_weights[idx] = out.token_weights
             for k, v in out.metrics.items():
@@ -279,6 +362,7 @@ def train_step(
             ),
             "entropy": _masked_mean(old.entropy, mask),
             "adv/abs_mean": _masked_mean(adv.abs(), mask),
+            "update/optimizer_steps": float(n_updates),
         }
     )
     if grad_norms:
@@ -301,6 +385,12 @@ def train_step(
         full.advantages = adv
         metrics.update(audit_entropy_change(after.entropy - old.entropy, full, applied_weights, cfg))
         timings["time/audit_s"] = time.perf_counter() - t0
+    if diagnose:
+        t0 = time.perf_counter()
+        model.eval()
+        w = adv * applied_weights if adv.dim() == 2 else adv[:, None] * applied_weights
+        metrics.update(rollout_diagnostics(model, roll, old, w, cfg))
+        timings["time/diag_s"] = time.perf_counter() - t0
     return metrics, roll, timings
 
 
@@ -384,6 +474,7 @@ def train(
     torch.set_num_threads(cfg.threads)
     _quiet_transformers()
     run_dir = cfg.run_dir
+    cfg = dataclasses.replace(cfg, schedule_steps=_anchored_schedule_steps(cfg, run_dir, resume))
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     metrics_path = run_dir / "metrics.jsonl"
     if resume and not ckpt_path.exists() and metrics_path.exists():
@@ -443,25 +534,30 @@ def train(
     try:
         for step in range(start + 1, cfg.steps + 1):
             torch.manual_seed(step_seed(cfg.seed, step))
-            metrics, roll, timings = train_step(model, tokenizer, task, method, optimizer, cfg, step, ref_model)
-            method.update({**metrics, "step": step})
+            due = _due_eval(cfg, step)
+            metrics, roll, timings = train_step(
+                model, tokenizer, task, method, optimizer, cfg, step, ref_model, diagnose=due
+            )
+            method.update({**metrics, "step": method_step(step)})
             record = {"step": step, **metrics}
-            if _due_eval(cfg, step):
+            if due:
                 t0 = time.perf_counter()
                 record.update(parts.validate(model, tokenizer, task, cfg, step))
                 timings["time/eval_s"] = time.perf_counter() - t0
             emit(record)
             if step not in done_steps:
+                # whole groups on validation steps (diversity needs them), one response per prompt otherwise
                 for i in range(min(cfg.samples_logged, cfg.prompts_per_step)):
-                    j = i * cfg.group_size
-                    samples_log.write(
-                        {
-                            "step": step,
-                            "prompt": roll.prompts[j],
-                            "response": roll.texts[j],
-                            "reward": float(roll.rewards[j]),
-                        }
-                    )
+                    for j in range(i * cfg.group_size, (i + 1) * cfg.group_size if due else i * cfg.group_size + 1):
+                        samples_log.write(
+                            {
+                                "step": step,
+                                "group": i,
+                                "prompt": roll.prompts[j],
+                                "response": roll.texts[j],
+                                "reward": float(roll.rewards[j]),
+                            }
+                        )
                 timing_log.write({"step": step, **timings, "time/elapsed_s": time.perf_counter() - t_start})
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 save_checkpoint(
@@ -487,7 +583,38 @@ def train(
 
 
 # keys a resumed run may change: they do not alter what the finished steps computed
-RESUME_MAY_CHANGE = ("steps", "progress", "eval_every", "checkpoint_every", "samples_logged", "out_dir", "name")
+# (``steps`` may grow or shrink; schedules stay anchored to ``schedule_steps``, see below)
+RESUME_MAY_CHANGE = (
+    "steps",
+    "progress",
+    "eval_every",
+    "checkpoint_every",
+    "samples_logged",
+    "out_dir",
+    "name",
+    "group",
+)
+
+
+def _anchored_schedule_steps(cfg: TrainConfig, run_dir: Path, resume: bool) -> int:
+    """The ``total_steps`` schedules use: ``schedule_steps`` if set, else ``steps`` — except on
+    resume, where it is the value the run was started with, so that a changed ``steps`` (training
+    longer or shorter) never shifts a schedule that depends on total_steps (pos_adv_reweight's
+    stage and epoch schedules): finished steps stay reproducible and the schedule continues as
+    planned (after its planned end it stays at its final value)."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if resume and path.exists():
+        old = yaml.safe_load(path.read_text()) or {}
+        anchored = old.get("schedule_steps") or old.get("steps")
+        if anchored is not None:
+            if cfg.schedule_steps is not None and cfg.schedule_steps != anchored:
+                raise ConfigError(
+                    "schedule_steps", f"the run in {run_dir} was started with {anchored}, got {cfg.schedule_steps}"
+                )
+            return int(anchored)
+    return schedule_steps(cfg)
 
 
 def _check_resumable(run_dir: Path, resolved: dict[str, Any]) -> None:

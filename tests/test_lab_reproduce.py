@@ -1,0 +1,115 @@
+"""`entflow reproduce` and the clean audit: verdict rules, claim evaluation on known per-seed
+facts, the audit's ranking rule, and both pipelines end to end on a micro policy."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from entflow.lab.audit import AuditConfig, _rank, audit_markdown, audit_policy
+from entflow.lab.reproduce import CLAIMS, RUNS, claims_markdown, evaluate_claims, reproduce, verdict
+
+MICRO_PRETRAIN = {
+    "policy": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+    "steps": 30,
+    "batch_size": 16,
+    "eval_k": 1,
+}
+TASK_PARAMS = {"validation_size": 8}
+
+
+@pytest.fixture(scope="module")
+def micro_policy(tmp_path_factory) -> str:
+    from entflow.lab.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(task="countdown", task_params=TASK_PARAMS, **MICRO_PRETRAIN)
+    return str(pretrain(cfg, cache_dir=tmp_path_factory.mktemp("cache"), progress=False))
+
+
+def test_verdict_rules():
+    assert verdict("greater", 0.3, 0.2) == "reproduced"
+    assert verdict("greater", 0.1, 0.2) == "inconclusive"
+    assert verdict("greater", -0.3, 0.2) == "not reproduced"
+    assert verdict("less", -0.3, 0.2) == "reproduced" and verdict("less", 0.3, 0.2) == "not reproduced"
+    assert (
+        verdict("at_least", 0.9, 0.05, 0.8) == "reproduced" and verdict("at_least", 0.7, 0.05, 0.8) == "not reproduced"
+    )
+    assert verdict("at_most", 0.3, 0.05, 0.4) == "reproduced" and verdict("at_most", 0.5, 0.05, 0.4) == "not reproduced"
+    assert verdict("greater", 0.3, math.nan) == "inconclusive"  # one seed: no interval, no verdict
+
+
+def test_claims_use_paired_differences_per_seed():
+    keys = (
+        "entropy_retention",
+        "val_pass_at_k_final",
+        "val_acc_best_window",
+        "law_r2",
+        "law_predict_final_abs_err",
+        "gain_first_half_share",
+        "opefo_lambda_mean",
+        "target_rel_err",
+    )
+    facts = {r: {s: {k: 0.5 for k in keys} for s in (0, 1, 2)} for r in RUNS}
+    for s, v in zip((0, 1, 2), (0.68, 0.7, 0.72), strict=True):  # clip_cov retention 0.18–0.22 above GRPO
+        facts["clip_cov"][s]["entropy_retention"] = v
+    rows = {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2])}
+    assert len(rows) == len(CLAIMS)
+    row = rows["003-clipcov-entropy"]
+    assert row["values"] == pytest.approx([0.18, 0.2, 0.22]) and row["mean"] == pytest.approx(0.2)
+    assert row["half"] == pytest.approx(4.30265273 * 0.02 / math.sqrt(3), rel=1e-8)
+    assert row["verdict"] == "reproduced"
+    assert rows["003-klcov-entropy"]["verdict"] == "inconclusive"  # differences all 0: zero-width at 0
+    assert rows["003-collapse"]["verdict"] == "reproduced"  # retention 0.5 ± 0 meets "≤ 0.5"
+    facts["clip_cov"][2]["entropy_retention"] = 1.5  # one wild seed widens the interval over 0
+    assert {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2])}["003-clipcov-entropy"]["verdict"] == "inconclusive"
+    md = claims_markdown(list(rows.values()))
+    assert md.count("\n") == len(CLAIMS) + 2 and "+0.200 ± 0.050 (3)" in md
+
+
+def test_audit_rank_ties_overlapping_intervals():
+    rows = [
+        {"variant": "v", "estimator": "a", "mean": 0.7, "half": 0.05},
+        {"variant": "v", "estimator": "b", "mean": 0.6, "half": 0.08},  # overlaps a
+        {"variant": "v", "estimator": "c", "mean": 0.1, "half": 0.02},
+    ]
+    _rank(rows, "v")
+    assert [r["rank"] for r in rows] == [1, 1, 3]
+
+
+def test_audit_and_reproduce_end_to_end(tmp_path, micro_policy, monkeypatch):
+    from entflow.lab import tasks
+
+    # the micro policy is almost never right; a reward that depends on the response's length gives
+    # every group mixed rewards, so every step has a gradient to audit
+    monkeypatch.setattr(tasks.CountdownTask, "reward", lambda self, problem, response: float(len(response) % 2))
+    cfg = AuditConfig(steps=2, seeds=(0,), prompts_per_step=4, group_size=4, isolated_tokens=5, task_params=TASK_PARAMS)
+    res = audit_policy(micro_policy, cfg)
+    for variant in ("batch", "isolated"):
+        assert set(res["per_step"][variant]) == {"steer", "sampled_logit", "opefo", "tabular", "cov"}
+    vals = [v for d in res["per_step"].values() for vs in d.values() for v in vs]
+    assert vals and all(-1 <= v <= 1 for v in vals if math.isfinite(v))
+    assert "paper 000 Table 1" in audit_markdown(res)
+
+    base = {
+        "policy_path": micro_policy,
+        "task_params": TASK_PARAMS,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "eval_every": 1,
+        "eval_k": 1,
+        "audit": False,
+        "mini_batches": 2,
+    }
+    out = reproduce(base, ["steps=2"], [0, 1], tmp_path / "rep", jobs=1, runs=["grpo", "grpo_strict", "opefo_strict"])
+    data = json.loads((tmp_path / "rep" / "claims.json").read_text())
+    assert [r["id"] for r in data["claims"]] == [c.id for c in CLAIMS]
+    row = {r["id"]: r for r in out["claims"]}["001-opefo-entropy"]
+    assert row["n"] == 2 and all(math.isfinite(v) for v in row["values"])
+    assert math.isnan({r["id"]: r for r in out["claims"]}["000-steer-entropy"]["mean"])  # steer was not run
+    import yaml
+
+    strict = yaml.safe_load((tmp_path / "rep" / "opefo_strict-s0" / "config.yaml").read_text())
+    assert strict["strict_on_policy"] and strict["mini_batches"] == 1 and strict["method"] == "opefo"
+    assert (tmp_path / "rep" / "claims.md").exists()

@@ -264,8 +264,9 @@ def train_step(
 
     t0 = time.perf_counter()
     with torch.no_grad():
-        # only what the method and the audit read (the audit evaluates every estimator, tabular too)
-        old_stats = required_token_stats(method, ESTIMATORS if cfg.audit else ())
+        # only what the method, the audit (every estimator, tabular too) and the §9 diagnostics read
+        # (the gradient-norm proxy needs Σπ², which the tabular estimator's statistics include)
+        old_stats = required_token_stats(method, ESTIMATORS if (cfg.audit or diagnose) else ())
         old = response_token_stats(
             model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, old_stats
         )

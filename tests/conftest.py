@@ -10,3 +10,11 @@ import torch
 def gen() -> torch.Generator:
     """A seeded CPU generator (each test gets a fresh one)."""
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture(scope="session")
+def micro_policy(tmp_path_factory) -> str:
+    """The micro lab policy of ``_lab_micro`` (warm-started once per session)."""
+    from _lab_micro import pretrain_micro_policy
+
+    return pretrain_micro_policy(tmp_path_factory.mktemp("micro-cache"))

@@ -7,25 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from _lab_micro import TASK_PARAMS  # the micro_policy fixture is in conftest
 from entflow.lab.config import build_config
 from entflow.lab.rundir import read_jsonl
 from entflow.lab.trainer import train
-
-MICRO_PRETRAIN = {
-    "policy": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-    "steps": 30,
-    "batch_size": 16,
-    "eval_k": 1,
-}
-TASK_PARAMS = {"validation_size": 8}
-
-
-@pytest.fixture(scope="module")
-def micro_policy(tmp_path_factory) -> str:
-    from entflow.lab.pretrain import PretrainConfig, pretrain
-
-    cfg = PretrainConfig(task="countdown", task_params=TASK_PARAMS, **MICRO_PRETRAIN)
-    return str(pretrain(cfg, cache_dir=tmp_path_factory.mktemp("cache"), progress=False))
 
 
 def micro(out_dir, policy: str, **overrides):

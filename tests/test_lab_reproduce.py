@@ -8,24 +8,9 @@ import math
 
 import pytest
 
+from _lab_micro import TASK_PARAMS  # the micro_policy fixture is in conftest
 from entflow.lab.audit import AuditConfig, _rank, audit_markdown, audit_policy
 from entflow.lab.reproduce import CLAIMS, RUNS, claims_markdown, evaluate_claims, reproduce, verdict
-
-MICRO_PRETRAIN = {
-    "policy": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-    "steps": 30,
-    "batch_size": 16,
-    "eval_k": 1,
-}
-TASK_PARAMS = {"validation_size": 8}
-
-
-@pytest.fixture(scope="module")
-def micro_policy(tmp_path_factory) -> str:
-    from entflow.lab.pretrain import PretrainConfig, pretrain
-
-    cfg = PretrainConfig(task="countdown", task_params=TASK_PARAMS, **MICRO_PRETRAIN)
-    return str(pretrain(cfg, cache_dir=tmp_path_factory.mktemp("cache"), progress=False))
 
 
 def test_verdict_rules():

@@ -61,6 +61,8 @@ class Rollout:
     group_index: torch.Tensor  # [N]
     prompts: list[str]
     verify_s: float = 0.0  # wall time spent in the task's verifier (part of sample_rollout)
+    # [N, T, V] raw logits (before temperature) generate computed for each response position, or None
+    logits: torch.Tensor | None = None
 
     def select(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         return {
@@ -122,7 +124,7 @@ def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollo
     prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
     enc = encode_prompts(tokenizer, prompts)
     model.eval()
-    seq = model.generate(
+    out = model.generate(
         input_ids=enc["input_ids"],
         attention_mask=enc["attention_mask"],
         do_sample=True,
@@ -132,8 +134,15 @@ def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollo
         max_new_tokens=task.max_response_len,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
     )
+    seq = out.sequences
     response_ids = seq[:, enc["input_ids"].shape[1] :]
+    # generate's raw per-step logits are the rollout policy's: same tokens, attention and positions
+    # as a separate full forward (rows that finished are fed pad, masked below), so the old
+    # statistics need no second forward. top_k=0, top_p=1: the sampled law is softmax(logits / T).
+    logits = torch.stack(out.logits, dim=1) if out.logits else None
     if response_ids.shape[1] == 0:  # nothing generated at all: one eos column keeps shapes valid
         response_ids = torch.full((seq.shape[0], 1), tokenizer.eos_token_id, dtype=seq.dtype)
     mask = response_mask(tokenizer, response_ids)
@@ -145,9 +154,8 @@ def sample_rollout(model, tokenizer, task, cfg: TrainConfig, step: int) -> Rollo
     )
     verify_s = time.perf_counter() - t0
     group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
-    return Rollout(
-        enc["input_ids"], enc["attention_mask"], response_ids, mask, texts, rewards, group_index, prompts, verify_s
-    )
+    ids, attn = enc["input_ids"], enc["attention_mask"]
+    return Rollout(ids, attn, response_ids, mask, texts, rewards, group_index, prompts, verify_s, logits)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,9 +275,14 @@ def train_step(
         # only what the method, the audit (every estimator, tabular too) and the §9 diagnostics read
         # (the gradient-norm proxy needs Σπ², which the tabular estimator's statistics include)
         old_stats = required_token_stats(method, ESTIMATORS if (cfg.audit or diagnose) else ())
-        old = response_token_stats(
-            model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, old_stats
-        )
+        if roll.logits is not None:  # the rollout policy's logits, from generate (no second forward)
+            old = token_stats(
+                roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=old_stats
+            )
+        else:
+            old = response_token_stats(
+                model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, old_stats
+            )
         ref_logp = None
         if ref_model is not None:
             ref_logp = response_token_stats(

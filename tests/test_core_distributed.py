@@ -10,14 +10,13 @@ batch-level statistic and every aggregation; and the per-call default is shown t
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import entflow as ef
+from _gloo import spawn_ranks
 
 D = torch.float64
 N, T, F = 16, 6, 3
@@ -155,18 +154,10 @@ def _worker(rank: int, port: int, out_path: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_gloo_ranks_two_micro_batches_equal_one_process(tmp_path):
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
-    out = tmp_path / "report.json"
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    report = json.loads(out.read_text())
+    report = spawn_ranks(_worker, WORLD, tmp_path / "report.json")
     assert report.pop("average_metrics") == {"entropy": 0.5, "x": 1.0}
     assert report.pop("per_call_streams") == {"equals_seed_plus_rank": True, "ranks_differ": True}
     assert len(report) == len(CASES)

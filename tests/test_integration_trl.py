@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 import entflow as ef
+from _gloo import free_port
 from entflow.errors import ConfigError
 from entflow.integrations.trl import STATE_FILE, EntflowGRPOConfig, EntflowGRPOTrainer
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
@@ -168,12 +168,6 @@ def test_global_statistics_equal_one_full_batch(tiny, tmp_path):
     assert rel(deltas["per_call"], deltas["full"]) > 1e-3  # the test can tell the two modes apart
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_equal_one_process_on_the_whole_batch(tiny, tmp_path):
     """Two CPU processes (gloo DDP) × gradient accumulation 2 with global statistics make the
     update of ONE process computing ef.policy_loss on all four micro-batches at once (STEER's
@@ -181,7 +175,7 @@ def test_two_processes_equal_one_process_on_the_whole_batch(tiny, tmp_path):
     path = tiny[0]
     method, params = "steer+clip_cov", {"lambda_min": 0.3, "ratio": 0.1, "cov_low": -1e6, "cov_high": 1e6}
     worker = Path(__file__).with_name("_trl_ddp_worker.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
     cmd += [str(worker), path, str(tmp_path), method, json.dumps(params)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -12,16 +12,15 @@ log-prob is its rank's gradient / 2, and verl logs the rank-average of the losse
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 pytest.importorskip("verl")
 
 import entflow as ef
+from _gloo import spawn_ranks
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import WORKER_METHODS
 
@@ -119,18 +118,10 @@ def _worker(rank: int, port: int, out_path: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_gloo_ranks_with_global_statistics_equal_one_process(tmp_path):
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
-    out = tmp_path / "report.json"
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    report = json.loads(out.read_text())
+    report = spawn_ranks(_worker, WORLD, tmp_path / "report.json")
     for name, _, agg in CASES:
         r = report[f"global/{name}/{agg}"]
         assert r["grad_norm"] > 1e-3, name

@@ -1,0 +1,23 @@
+"""Multi-process test scaffolding: a free loopback port and a gloo spawn that returns rank 0's report."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for ``init_method="tcp://127.0.0.1:PORT"`` or ``--master_port``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(worker: Callable[[int, int, str], None], world: int, out_path: Path) -> dict:
+    """Run ``worker(rank, port, out_path)`` on ``world`` processes; return the JSON rank 0 wrote."""
+    mp.spawn(worker, args=(free_port(), str(out_path)), nprocs=world, join=True)
+    return json.loads(Path(out_path).read_text())

@@ -237,6 +237,14 @@ class Method:
     def parts(self) -> list[Method]:
         return [self]
 
+    def shaping_metrics(self) -> dict[str, Any]:
+        """What the advantage shapers reported in their last ``shape_advantages`` call (every part,
+        under each part's prefix); ``policy_loss`` copies these into its metrics."""
+        out: dict[str, Any] = {}
+        for part in self.parts:
+            out.update(getattr(part, "_shaping_metrics", {}))
+        return out
+
     def params(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 

@@ -65,10 +65,7 @@ def shape_verl_advantages(
 
 def shaping_metrics(method: Method) -> dict[str, float]:
     """What the shapers reported in their last ``shape_advantages`` call, under ``entflow/``."""
-    out: dict[str, float] = {}
-    for p in method.parts:
-        out.update(getattr(p, "_shaping_metrics", {}))
-    return {METRIC_PREFIX + k: float(v) for k, v in out.items()}
+    return {METRIC_PREFIX + k: float(v) for k, v in method.shaping_metrics().items()}
 
 
 class Driver:

@@ -151,3 +151,15 @@ def test_shaper_metrics_reach_the_loss(gen):
     out = ef.policy_loss(ef.TokenBatch(b.logp, b.old_logp, adv, b.mask), m)
     frac = float((b.rewards > 0.5).to(D).mean())
     assert out.metrics["w_reinforce/frac_correct"] == pytest.approx(frac)
+
+
+def test_shaping_metrics_of_a_composition_come_from_every_shaper(gen):
+    b = make_batch(gen)
+    m = ef.get_method("edge_grpo+ppl_shaping")
+    assert m.shaping_metrics() == {}  # nothing shaped yet
+    b.advantages = ef.compute_advantages(b, m)
+    got = m.shaping_metrics()
+    assert any(k.startswith("edge_grpo/") for k in got) and any(k.startswith("ppl_shaping/") for k in got)
+    loss_metrics = ef.policy_loss(b, m).metrics  # policy_loss reports the same values
+    for k, v in got.items():
+        assert loss_metrics[k] == pytest.approx(float(v), rel=1e-12), k

@@ -221,6 +221,22 @@ def test_summary_law_early_prediction(tmp_path: Path):
     assert s["law_r2"] > 0.9
 
 
+def test_law_points_use_the_evaluated_checkpoints_entropy():
+    """The law pairs val/acc with val/entropy of the same evaluation (step 0 included); the
+    rollout entropy on that line (sampled before the step's update, absent at step 0) is the
+    fallback only."""
+    from entflow.analysis.report import law_points
+
+    recs = [{"step": 0, "val/acc": 0.1, "val/entropy": 1.5}]
+    recs += [{"step": k, "entropy": 9.0, "val/acc": 0.1 + k / 100, "val/entropy": 1.5 - k / 50} for k in (10, 20, 30)]
+    steps, h, _, src = law_points(recs)
+    assert src == "val/entropy" and list(steps) == [0, 10, 20, 30]
+    assert h.tolist() == pytest.approx([1.5, 1.3, 1.1, 0.9])
+    no_val_entropy = [{k: v for k, v in rec.items() if k != "val/entropy"} for rec in recs]
+    steps, h, _, src = law_points(no_val_entropy)
+    assert src == "entropy" and list(steps) == [10, 20, 30] and h.tolist() == [9.0] * 3
+
+
 def test_audit_table_ranks_within_run(tmp_path: Path):
     s = summarize_run(make_run(tmp_path, "r", "grpo"))
     rows = {r["estimator"]: r for r in audit_table([s])}

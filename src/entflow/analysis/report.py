@@ -231,11 +231,13 @@ def _is_training_line(rec: dict[str, Any]) -> bool:
 def law_points(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(steps, entropy, val acc) pairs for the entropy–performance law, and the entropy source.
 
-    Uses the rollout ``entropy`` logged on the same line as ``val/acc`` (paper 003 plots policy
-    entropy on the training rollouts); when fewer than 3 lines carry both, falls back to
-    ``val/entropy`` (entropy on the validation samples).
+    Uses ``val/entropy`` — the policy's token entropy on the validation samples, measured by the
+    same evaluation, on the same checkpoint, as ``val/acc`` (step 0, the warm start, included).
+    The rollout ``entropy`` logged on the same line belongs to the rollout sampled *before*
+    that step's update and does not exist at step 0, so it is only the fallback when fewer than
+    3 lines carry ``val/entropy``.
     """
-    for key in ("entropy", "val/entropy"):
+    for key in ("val/entropy", "entropy"):
         s, h, r = [], [], []
         for rec in records:
             H, R, st = _num(rec.get(key)), _num(rec.get("val/acc")), _num(rec.get("step"))
@@ -243,7 +245,7 @@ def law_points(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
                 s.append(st)
                 h.append(H)
                 r.append(R)
-        if len(h) >= 3 or key == "val/entropy":
+        if len(h) >= 3 or key == "entropy":
             return np.asarray(s), np.asarray(h), np.asarray(r), key
     raise AssertionError("unreachable")
 

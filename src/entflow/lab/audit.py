@@ -12,6 +12,14 @@ that the measured change is not round-off:
   (−A_t·log π(o_t)), the entropy change at that token's own position measured, then the weights
   restored. This separates estimator quality (how well a per-token first-order formula predicts
   a token's *own* effect) from parameter sharing (cross-talk between tokens).
+- ``tabular_head``: the same batch step for a *logit-independent* policy, the setting of paper
+  000's Theorem 1 and of paper 003's derivation. Every distinct state of the rollout (prompt +
+  response prefix) gets its own row of free logits, initialised to the network's logits there;
+  one SGD step on the batch's GRPO loss moves each row by its own tokens' gradients only, and
+  the exact entropy change of each row is the truth. No network, no cross-talk: what remains is
+  how well each formula predicts a softmax row's change, across states of very different
+  entropy — exactly where paper 000's Remark 1 locates Cov's error (one batch mean in place of
+  each state's own entropy).
 
 Per step the Spearman correlation between truth and estimate is taken over the tokens; the
 reported number is the mean over steps and seeds with a 95 % t-interval. After each measured
@@ -33,6 +41,9 @@ from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.objective import compute_advantages, policy_loss
 
+#: the audit's variants, in the order the table shows them
+VARIANTS = ("batch", "isolated", "tabular_head")
+
 #: paper 000 (STEER) Table 1, SRCC of estimated vs true entropy change (its ranges over models)
 PAPER_000_TABLE_1 = {"steer": "0.61–0.72", "cov": "0.04–0.08"}
 
@@ -47,6 +58,7 @@ class AuditConfig:
     # first-order), yet far above float64 round-off
     lr: float = 1e-3  # batch variant (token-mean loss over the whole batch)
     lr_isolated: float = 1e-4  # isolated variant (one token's loss)
+    lr_tabular: float = 1.0  # tabular_head variant: rows move by ~lr·|A|/N_tokens ≈ 1e-3 nats
     isolated_tokens: int = 24  # tokens per step in the isolated (per-token step) variant
     temperature: float = 1.0
     task: str = "countdown"
@@ -80,9 +92,11 @@ def _sgd(model, lr: float) -> None:
                 p.add_(p.grad, alpha=-lr)
 
 
-def audit_policy(policy_path, cfg: AuditConfig, progress: bool = False) -> dict[str, Any]:
-    """Run both variants; returns ``{"batch": {est: [per-step Spearman…]}, "isolated": {…},
-    "summary": rows}`` (rows: variant, estimator, mean, half-width, n)."""
+def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> dict[str, Any]:
+    """Run every variant from ``policy_path`` (one path, or ``{seed: path}`` to start each seed
+    from its own policy, e.g. each seed's GRPO-trained one). Returns ``{"per_step": {variant:
+    {estimator: [per-step Spearman…]}}, "summary": rows, "config": …}`` (rows: variant,
+    estimator, mean, half-width, n, rank)."""
     from entflow.analysis.report import t_interval
     from entflow.lab.config import TrainConfig
     from entflow.lab.pretrain import load_policy
@@ -92,12 +106,9 @@ def audit_policy(policy_path, cfg: AuditConfig, progress: bool = False) -> dict[
 
     task = get_task(cfg.task, **cfg.task_params)
     grpo = get_method("grpo")
-    per: dict[str, dict[str, list[float]]] = {
-        "batch": {e: [] for e in ESTIMATORS},
-        "isolated": {e: [] for e in ESTIMATORS},
-    }
+    per: dict[str, dict[str, list[float]]] = {v: {e: [] for e in ESTIMATORS} for v in VARIANTS}
     for seed in cfg.seeds:
-        model, tok = load_policy(policy_path)
+        model, tok = load_policy(policy_path[seed] if isinstance(policy_path, dict) else policy_path)
         model = model.double()
         tcfg = TrainConfig(
             seed=seed, prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size, temperature=cfg.temperature
@@ -141,6 +152,13 @@ def audit_policy(policy_path, cfg: AuditConfig, progress: bool = False) -> dict[
                     est = estimates[e][idx[:, 0], idx[:, 1]]
                     per["isolated"][e].append(spearman(est, torch.tensor(truth, dtype=torch.float64)))
 
+            # tabular_head: the same batch step for free per-state logit rows
+            logits = _logits(model, roll, cfg)
+            true_tab, state = tabular_head_entropy_change(logits, roll, adv, valid, grpo, cfg.lr_tabular)
+            for e in ESTIMATORS:  # a row moves by the sum of its tokens' first-order effects
+                est = torch.zeros_like(true_tab).index_add_(0, state, estimates[e][valid].double())
+                per["tabular_head"][e].append(spearman(est, true_tab))
+
             # batch: one SGD step on the whole batch's GRPO loss; ΔH at every position
             cur = _stats(model, roll, cfg)
             cb = _batch(cur, roll, adv)
@@ -166,6 +184,55 @@ def audit_policy(policy_path, cfg: AuditConfig, progress: bool = False) -> dict[
     return {"per_step": per, "summary": rows, "config": cfg.__dict__ | {"seeds": list(cfg.seeds)}}
 
 
+def _logits(model, roll, cfg) -> torch.Tensor:
+    """Tempered logits ``[N, T, V]`` at every response position (no grad)."""
+    from entflow.lab.policy import position_ids_from_mask
+
+    with torch.no_grad():
+        ids = torch.cat([roll.prompt_ids, roll.response_ids], dim=1)
+        att = torch.cat([roll.prompt_mask, torch.ones_like(roll.response_ids)], dim=1)
+        t = roll.response_ids.shape[1]
+        out = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att), logits_to_keep=t + 1)
+        return out.logits[:, :-1].double() / cfg.temperature
+
+
+def _entropy(z: torch.Tensor) -> torch.Tensor:
+    return -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1)
+
+
+def tabular_head_entropy_change(
+    logits: torch.Tensor, roll: Any, adv: torch.Tensor, valid: torch.Tensor, method: Any, lr: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """True ΔH of every distinct state ``[S]`` after one SGD step of a logit-independent policy,
+    and the state of each valid position ``[n_valid]`` (values in 0..S−1).
+
+    Each distinct state (the prompt's real tokens + the response prefix) owns one row of free
+    logits ``u_s = logits`` there (``logits``: ``[N, T, V]``, tempered). The loss is the batch's
+    GRPO loss (token-mean, r ≡ 1) with ``log π(o_t) = log_softmax(u_{s(t)})[o_t]``; autograd gives
+    each row the sum of its own tokens' gradients, ``u_s ← u_s − lr·∂L/∂u_s``, and the truth is
+    ``H(u_s') − H(u_s)``. States repeat within a group (every response's first token shares the
+    prompt's state), so estimates are compared per state, summed over the state's tokens.
+    """
+    keys: dict[tuple[int, ...], int] = {}
+    state = torch.full(valid.shape, -1, dtype=torch.long)
+    rows = []
+    for i, t in valid.nonzero().tolist():
+        prompt = roll.prompt_ids[i][roll.prompt_mask[i] > 0].tolist()
+        key = (*prompt, -1, *roll.response_ids[i, :t].tolist())
+        if key not in keys:
+            keys[key] = len(rows)
+            rows.append(logits[i, t])
+        state[i, t] = keys[key]
+    u = torch.stack(rows).clone().requires_grad_(True)  # [S, V]
+    idx = state.clamp(min=0)
+    logp = torch.log_softmax(u, -1)[idx, roll.response_ids]  # [N, T]
+    batch = TokenBatch(logp=logp, old_logp=logp.detach(), advantages=adv, mask=roll.mask)
+    policy_loss(batch, method, 0.2, 0.2, None, "token-mean").loss.backward()
+    with torch.no_grad():
+        change = _entropy(u - lr * u.grad) - _entropy(u)  # [S]
+    return change, state[valid]
+
+
 class _Sub:
     """A rollout restricted to some rows (prompt/response tensors only)."""
 
@@ -189,22 +256,25 @@ def _rank(rows: list[dict[str, Any]], variant: str) -> None:
         r["rank"] = 1 + sum(lo(o) > hi(r) for o in rs if o is not r)
 
 
+_TITLES = {
+    "batch": "batch step",
+    "isolated": "isolated per-token step",
+    "tabular_head": "tabular head (logit-independent)",
+}
+
+
 def audit_markdown(result: dict[str, Any]) -> str:
-    """The audit as a markdown table, next to paper 000's Table 1."""
-    lines = [
-        "| estimator | batch step: Spearman (95 % CI) | rank | isolated per-token step: Spearman (95 % CI) | rank "
-        "| paper 000 Table 1 SRCC |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
+    """The audit as a markdown table (Spearman mean ± 95 % CI and rank per variant), next to
+    paper 000's Table 1."""
     by = {(r["variant"], r["estimator"]): r for r in result["summary"]}
+    variants = [v for v in VARIANTS if any(k[0] == v for k in by)]
+    head = "".join(f" {_TITLES[v]}: Spearman (95 % CI) | rank |" for v in variants)
+    lines = ["| estimator |" + head + " paper 000 Table 1 SRCC |", "|---|" + "---:|---:|" * len(variants) + "---|"]
 
     def cell(r):
         return f"{r['mean']:+.3f} ± {r['half']:.3f} (n={r['n']})" if r["n"] else "–"
 
     for e in ESTIMATORS:
-        b, i = by[("batch", e)], by[("isolated", e)]
-        lines.append(
-            f"| {e} | {cell(b)} | {b.get('rank', '–')} | {cell(i)} | {i.get('rank', '–')} "
-            f"| {PAPER_000_TABLE_1.get(e, '–')} |"
-        )
+        cells = "".join(f" {cell(by[(v, e)])} | {by[(v, e)].get('rank', '–')} |" for v in variants)
+        lines.append(f"| {e} |{cells} {PAPER_000_TABLE_1.get(e, '–')} |")
     return "\n".join(lines) + "\n"

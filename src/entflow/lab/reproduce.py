@@ -32,11 +32,10 @@ import numpy as np
 # run name -> (method, params, extra config keys, what is paper-specific about it)
 RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "grpo": ("grpo", {}, {}),
-    # paper 003's law needs a policy whose gains come early and then saturate. The demo's warm start
-    # (label smoothing 0.2) gains most late, as its slips shrink, which is the law's mirror shape
-    # (docs/reproduction.md). A warm start with label smoothing 0.1 learns and then plateaus. A 4×
-    # larger validation set cuts the evaluation noise on that plateau by 2×.
-    "grpo_law": ("grpo", {}, {"pretrain": {"label_smoothing": 0.1}, "task_params": {"validation_size": 256}}),
+    # paper 003's law, measured with 4× the validation prompts: the demo's 64 prompts × 8 samples
+    # leave ±3 points of evaluation noise, as large as the late gains the law has to fit
+    # (docs/reproduction.md). The warm start is the demo's (trained with the usual 64 held out).
+    "grpo_law": ("grpo", {}, {"task_params": {"validation_size": 256}}),
     "clip_higher": ("clip_higher", {}, {}),
     # paper 003 uses ratios 2e-4 / 2e-3 of ~10^6-token batches; the lab's ~2,000-token batches
     # would select a single token, so the ratios are scaled up (as in the demo)
@@ -94,7 +93,7 @@ CLAIMS: tuple[Claim, ...] = (
         "003-saturate",
         "paper 003 §2 (Fig. 2)",
         "…and performance saturates: the gain comes early",
-        "share of GRPO's best-window gain reached in the first half of training (`grpo_law` setting)",
+        "share of GRPO's best-window gain reached in the first half of training (256 val prompts)",
         ("grpo_law",),
         _get("gain_first_half_share", "grpo_law"),
         "at_least",
@@ -104,7 +103,7 @@ CLAIMS: tuple[Claim, ...] = (
         "003-law-fit",
         "paper 003 §2.3 Eq. 1",
         "R = −a·e^H + b fits GRPO's (entropy, accuracy) points",
-        "R² of the fit per GRPO run (`grpo_law` setting)",
+        "R² of the fit per GRPO run (256 val prompts)",
         ("grpo_law",),
         _get("law_r2", "grpo_law"),
         "at_least",
@@ -113,20 +112,20 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "003-law-fit-demo",
         "paper 003 §2.3 Eq. 1",
-        "…also from the demo's warm start (label smoothing 0.2)",
-        "R² of the fit per GRPO run (demo setting)",
+        "…also with the demo's 64 validation prompts",
+        "R² of the fit per GRPO run (64 val prompts)",
         ("grpo",),
         _get("law_r2", "grpo"),
         "at_least",
         0.8,
-        "its gains come late, the law's mirror shape",
+        "evaluation noise ±3 points",
     ),
     Claim(
         "003-law-predict",
         "paper 003 §2.3 / App. B.3",
         "The law fitted on the first third of training predicts the final accuracy",
         "error of the predicted final val accuracy (absolute), law fitted on the first third of evaluations "
-        "(`grpo_law` setting)",
+        "(256 val prompts)",
         ("grpo_law",),
         _get("law_predict_final_abs_err", "grpo_law"),
         "at_most",

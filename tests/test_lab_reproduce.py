@@ -156,3 +156,15 @@ def test_tabular_head_entropy_change_matches_a_hand_computed_update():
     assert len(first) == 6  # 8 valid positions, two pairs share a state
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-12)
     assert got[0] == got[3] and got[1] == got[4]  # shared rows give the same truth
+
+
+def test_a_run_cannot_change_the_warm_start(tmp_path, micro_policy, monkeypatch):
+    """Every run starts from one warm start, resolved before a run's own settings apply, so a
+    ``pretrain`` setting in RUNS would be silently ignored: it fails before any training."""
+    from entflow.errors import ConfigError
+    from entflow.lab import reproduce as rep
+
+    monkeypatch.setitem(rep.RUNS, "grpo_ls", ("grpo", {}, {"pretrain": {"label_smoothing": 0.1}}))
+    with pytest.raises(ConfigError, match="pretrain"):
+        reproduce({"policy_path": micro_policy}, ["steps=1"], [0], tmp_path / "rep", jobs=1, runs=["grpo_ls"])
+    assert not (tmp_path / "rep" / "grpo_ls-s0").exists()

@@ -428,6 +428,7 @@ def reproduce(
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict."""
     from entflow.analysis.report import summarize_run, write_report
+    from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs, run_compare
 
     t0, c0 = time.time(), time.process_time()
@@ -436,6 +437,8 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     configs = compare_configs(out.name, methods, base, overrides, out_dir=str(out.parent), seeds=seeds)
     for cfg in configs:  # the paper's own setting on top of the lab's
+        if "pretrain" in RUNS[cfg.group][2]:  # the warm start is resolved once, for every run
+            raise ConfigError("pretrain", f"run {cfg.group!r}: a run's settings cannot change the warm start")
         for k, v in RUNS[cfg.group][2].items():
             old = getattr(cfg, k)
             setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)

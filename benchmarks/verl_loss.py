@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from verl.workers.config import PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
-from _verl_util import actor_config, entflow_config, verl_micro_batch
+from _verl_util import actor_config, entflow_config, random_token_tensors, verl_micro_batch
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import WORKER_METHODS
 
@@ -38,17 +38,8 @@ def main() -> None:
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     N, T = a.rows, a.tokens
-    mask = torch.arange(T)[None] < torch.randint(T // 4, T + 1, (N,), generator=g)[:, None]
-    old = -torch.rand(N, T, generator=g) * 2
-    t = {
-        "old": old,
-        "logp": old + 0.2 * torch.randn(N, T, generator=g),
-        "adv": (torch.randn(N, generator=g)[:, None] * mask).contiguous(),
-        "mask": mask,
-        "old_H": torch.rand(N, T, generator=g),
-        "H": torch.rand(N, T, generator=g),
-        "ref": old,
-    }
+    t = random_token_tensors(N, T, g, min_len=T // 4)
+    mask = t["mask"]
     data, flat = verl_micro_batch(t, P=8)
     variants = {
         "verl ppo_loss (vanilla)": (ppo_loss, actor_config(PolicyLossConfig(loss_mode="vanilla"))),

@@ -10,6 +10,22 @@ from verl.workers.config import ActorConfig
 from entflow.integrations.verl.config import EntflowPolicyLossConfig
 
 
+def random_token_tensors(N: int, T: int, g: torch.Generator, min_len: int = 1) -> dict[str, torch.Tensor]:
+    """Random per-token inputs ``[N, T]`` for a loss comparison: right-padded response mask (lengths
+    ``min_len..T``), old and current log-probs, per-sequence advantages, entropies, a reference."""
+    mask = torch.arange(T)[None] < torch.randint(min_len, T + 1, (N,), generator=g)[:, None]
+    old = -torch.rand(N, T, generator=g) * 2
+    return {
+        "old": old,
+        "logp": old + 0.2 * torch.randn(N, T, generator=g),
+        "adv": (torch.randn(N, generator=g)[:, None] * mask).contiguous(),
+        "mask": mask,
+        "old_H": torch.rand(N, T, generator=g),
+        "H": torch.rand(N, T, generator=g),
+        "ref": old,
+    }
+
+
 def actor_config(policy_loss, **kw) -> ActorConfig:
     """verl's real actor config dataclass (what its workers pass to the loss)."""
     return ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1, policy_loss=policy_loss, **kw)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
 from tensordict import NonTensorStack, TensorDict  # noqa: E402
 
 import entflow as ef  # noqa: E402
-from _verl_util import verl_micro_batch  # noqa: E402
+from _verl_util import random_token_tensors, verl_micro_batch  # noqa: E402
 from entflow.integrations.verl.check import compose  # noqa: E402
 from entflow.integrations.verl.driver import CHECKPOINT_FILE  # noqa: E402
 from entflow.integrations.verl.losses import entflow_ppo_loss  # noqa: E402
@@ -156,18 +156,8 @@ def test_entflow_trainer_hooks(trainer_module, tmp_path):
     trainer.on_init_end()
     loss_fn = trainer.actor_rollout_wg.loss_fn
     assert isinstance(loss_fn, partial) and loss_fn.func is entflow_ppo_loss and trainer.weights_synced
-    g = torch.Generator().manual_seed(3)
-    mask = torch.arange(T)[None] < torch.randint(1, T + 1, (N,), generator=g)[:, None]
-    old = -torch.rand(N, T, generator=g) * 2
-    t = {
-        "old": old,
-        "logp": old + 0.2 * torch.randn(N, T, generator=g),
-        "adv": (torch.randn(N, generator=g)[:, None] * mask).contiguous(),
-        "mask": mask,
-        "old_H": torch.rand(N, T, generator=g),
-        "H": torch.rand(N, T, generator=g),
-        "ref": old,
-    }
+    t = random_token_tensors(N, T, torch.Generator().manual_seed(3))
+    old, mask = t["old"], t["mask"]
     data, flat = verl_micro_batch(t)
     WORKER_METHODS.clear()
     loss, _ = loss_fn(model_output={"log_probs": flat(t["logp"]), "entropy": flat(t["H"])}, data=data)

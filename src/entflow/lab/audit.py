@@ -185,15 +185,11 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
 
 
 def _logits(model, roll, cfg) -> torch.Tensor:
-    """Tempered logits ``[N, T, V]`` at every response position (no grad)."""
-    from entflow.lab.policy import position_ids_from_mask
+    """Tempered logits ``[N, T, V]`` at every response position (no grad), float64."""
+    from entflow.lab.trainer import response_logits
 
     with torch.no_grad():
-        ids = torch.cat([roll.prompt_ids, roll.response_ids], dim=1)
-        att = torch.cat([roll.prompt_mask, torch.ones_like(roll.response_ids)], dim=1)
-        t = roll.response_ids.shape[1]
-        out = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att), logits_to_keep=t + 1)
-        return out.logits[:, :-1].double() / cfg.temperature
+        return response_logits(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids).double() / cfg.temperature
 
 
 def _entropy(z: torch.Tensor) -> torch.Tensor:

@@ -103,6 +103,15 @@ def response_token_stats(
     padding, so these log-probs are exactly those the samples were drawn from. Only the last
     T + 1 positions' logits are computed; their ``[:, :-1]`` slice is read in place.
     """
+    logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
+
+
+def response_logits(
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+) -> torch.Tensor:
+    """Untempered logits ``[N, T, V]`` that predict each response token (a view of the last T + 1
+    positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``."""
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
     t = response_ids.shape[1]
@@ -112,7 +121,7 @@ def response_token_stats(
         position_ids=position_ids_from_mask(attention),
         logits_to_keep=t + 1,
     ).logits
-    return token_stats(logits[:, :-1], response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
+    return logits[:, :-1]
 
 
 @torch.no_grad()

@@ -1,6 +1,6 @@
 """Random batches and independent reference computations for the method tests.
 
-Nothing here imports entflow's helpers: the references are written from SPEC §4–6 directly,
+Nothing here imports entflow's helpers: the references are written from docs/design.md §4–6 directly,
 with explicit loops where that is clearer.
 """
 
@@ -82,7 +82,7 @@ def ref_indicator(A: torch.Tensor, r: torch.Tensor, lo: float = 0.2, hi: float =
 
 
 def ref_estimate(b: ef.TokenBatch, kind: str, lo: float = 0.2, hi: float = 0.2) -> torch.Tensor:
-    """ΔH_t of SPEC §5 by hand (old_entropy first), 0 off-mask."""
+    """ΔH_t of docs/design.md §5 by hand (old_entropy first), 0 off-mask."""
     A = token_adv(b)
     lp = b.logp.detach()
     r = torch.exp(lp - b.old_logp)

@@ -1,4 +1,4 @@
-"""SPEC §9 diagnostics against hand-worked or independent computations."""
+"""docs/design.md §9 diagnostics against hand-worked or independent computations."""
 
 from __future__ import annotations
 

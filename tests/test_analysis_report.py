@@ -1,4 +1,4 @@
-"""Report layer on synthetic run directories with known values (SPEC §10 layout)."""
+"""Report layer on synthetic run directories with known values (docs/design.md §10 layout)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_summarize_run_exact_values(tmp_path: Path):
     assert s["audit_spearman"]["steer"] == pytest.approx(steer_spearman_mean())
     assert s["audit_spearman"]["cov"] == pytest.approx(0.05)
     assert math.isnan(s["audit_spearman"]["opefo"])
-    assert list(s["audit_spearman"]) == ["steer", "opefo", "cov"]  # SPEC §5 order
+    assert list(s["audit_spearman"]) == ["steer", "opefo", "cov"]  # docs/design.md §5 order
     assert s["audit_pearson"]["steer"] == pytest.approx(0.5)
     # law fitted on (rollout entropy, val acc) at the validation steps
     fit = fit_entropy_law([_entropy(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])

@@ -1,4 +1,4 @@
-"""Bad input (SPEC §13): typed errors that name the field, and defined answers for degenerate input."""
+"""Bad input (docs/design.md §13): typed errors that name the field, and defined answers for degenerate input."""
 
 from __future__ import annotations
 

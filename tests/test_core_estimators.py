@@ -1,4 +1,4 @@
-"""The five entropy-change estimators (SPEC §5) vs hand formulas, and first-order exactness of
+"""The five entropy-change estimators (docs/design.md §5) vs hand formulas, and first-order exactness of
 ``tabular`` against the truly measured entropy change of a tabular softmax policy."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from entflow.analysis.tabular import tabular_experiment
 
 
 def _hand(name, logp, old_logp, A, mask, H, s2=None, s2l=None, lo=0.2, hi=0.2):
-    """Element-by-element hand formula of SPEC §5 (plain Python floats)."""
+    """Element-by-element hand formula of docs/design.md §5 (plain Python floats)."""
     N, T = logp.shape
     out = torch.zeros(N, T, dtype=torch.float64)
     valid = [(i, t) for i in range(N) for t in range(T) if mask[i, t] > 0]

@@ -226,7 +226,7 @@ def test_section8_metrics_vs_hand(gen):
     assert m["clip/frac_high"] == pytest.approx(high.sum().item() / n, abs=1e-12)
     assert m["clip/frac_low"] == pytest.approx(low.sum().item() / n, abs=1e-12)
     assert m["nll"] == pytest.approx(-(logp[valid]).sum().item() / n, abs=1e-9)
-    # H from old_entropy (SPEC §1), not the (different) entropy field
+    # H from old_entropy (docs/design.md §1), not the (different) entropy field
     assert m["entropy"] == pytest.approx(old_entropy[valid].sum().item() / n, abs=1e-9)
     assert m["entropy"] != pytest.approx(entropy[valid].sum().item() / n, abs=1e-6)
     # OPEFO flow: ΔH = −I A r (1−p)² (log p + H)

@@ -1,5 +1,5 @@
 """The method protocol of ``methods/base.py``: registry, parameter validation, composition rules,
-state round-trips, and the clip variants' bounds checked through the gradient (SPEC §6, §7)."""
+state round-trips, and the clip variants' bounds checked through the gradient (docs/design.md §6, §7)."""
 
 from __future__ import annotations
 
@@ -341,7 +341,7 @@ class ZeroFirstToken(Method):
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_zeroed_tokens_still_count_in_the_denominator(gen, agg):
-    """SPEC §4: a token a method zeroes keeps its place in the denominator (Clip-Cov, forking)."""
+    """docs/design.md §4: a token a method zeroes keeps its place in the denominator (Clip-Cov, forking)."""
     batch = _batch(gen)
     (g0,) = torch.autograd.grad(ef.policy_loss(batch, agg=agg).loss, batch.logp)
     out = ef.policy_loss(batch, method=ZeroFirstToken(), agg=agg)

@@ -1,4 +1,4 @@
-"""token_stats / entropy_from_logits against an independent float64 explicit-softmax reference (SPEC §3)."""
+"""token_stats / entropy_from_logits against an independent float64 explicit-softmax reference (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_values_match_float64_reference(gen, temperature, chunk_size):
     want = ref_softmax_stats(logits, ids, temperature)
     for name, g, w in zip(got._fields, got, want, strict=True):
         assert g.dtype == torch.float32
-        # float32 evaluation of O(1) quantities over V=37 terms: 1e-4 absolute (SPEC §3 round-off)
+        # float32 evaluation of O(1) quantities over V=37 terms: 1e-4 absolute (docs/design.md §3 round-off)
         _assert_close(g, w, 1e-4, name)
     # sanity of the reference itself: entropy in [0, log V], sum_p2 in (0, 1]
     assert bool((want[1] >= -1e-12).all()) and bool((want[1] <= torch.log(torch.tensor(float(V))) + 1e-9).all())

@@ -8,7 +8,7 @@ as verl keeps its batch), ``verl.trainer.ppo.v1.trainer_base`` (``register_train
 batch and metrics) — and imports entflow's real trainer module on top. Everything else is real:
 verl's Hydra config with the example's overrides, its config dataclasses, ``response_to_nested``,
 the installed loss function, entflow's methods. Checks each hook against an independent
-computation (``ef.policy_loss``, ``ef.compute_advantages``, the controller rule of SPEC §7).
+computation (``ef.policy_loss``, ``ef.compute_advantages``, the controller rule of docs/design.md §7).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def test_entflow_trainer_hooks(trainer_module, tmp_path):
     assert trainer.sent["entflow_state"] == {"adaptive_entropy": {"coef": 0.0, "active": True}}  # c0, initial
     assert metrics["entflow/steer/weight_mean"] == 0.9 and "actor/entflow/steer/weight_mean" not in metrics
     controller = trainer.entflow.method.parts[2]
-    assert controller.coef == pytest.approx(1e-4) and controller.active  # c + δ (SPEC §7)
+    assert controller.coef == pytest.approx(1e-4) and controller.active  # c + δ (docs/design.md §7)
 
     # checkpoint: written next to verl's, restored on resume
     trainer._save_checkpoint()

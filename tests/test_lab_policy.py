@@ -1,4 +1,4 @@
-"""Lab policy: character-level tokenizer, tiny causal LM, encode/decode (SPEC §10)."""
+"""Lab policy: character-level tokenizer, tiny causal LM, encode/decode (docs/design.md §10)."""
 
 import pytest
 import torch

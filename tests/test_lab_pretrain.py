@@ -1,4 +1,4 @@
-"""Lab warm start: SFT batches, cache (atomic, reused), load, evaluate (SPEC §10)."""
+"""Lab warm start: SFT batches, cache (atomic, reused), load, evaluate (docs/design.md §10)."""
 
 import math
 import os

@@ -1,4 +1,4 @@
-"""Lab tasks: verifiers, traces, validation split (SPEC §10)."""
+"""Lab tasks: verifiers, traces, validation split (docs/design.md §10)."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""``entflow methods``: the table lists every SPEC §6 method; ``entflow methods NAME`` shows
+"""``entflow methods``: the table lists every docs/design.md §6 method; ``entflow methods NAME`` shows
 docstring, formula, paper, parameters with default / range / help, hooks and needed fields."""
 
 from __future__ import annotations

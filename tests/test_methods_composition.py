@@ -1,4 +1,4 @@
-"""Composition rules of SPEC §6 with real methods: clip bounds from the last setter, token
+"""Composition rules of docs/design.md §6 with real methods: clip bounds from the last setter, token
 weights multiply, advantage shapers left to right, loss terms add, per-part state, parameter
 routing, and the conflict errors."""
 

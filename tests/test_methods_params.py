@@ -1,4 +1,4 @@
-"""Every SPEC §6 method is registered with its defaults; unknown and out-of-range
+"""Every docs/design.md §6 method is registered with its defaults; unknown and out-of-range
 parameters raise ParameterError naming the parameter and its allowed range; missing batch
 fields raise MissingInputError naming the field; generic contract of every method on a
 random batch (finite loss, detached weights, 0 off-mask, empty batch)."""

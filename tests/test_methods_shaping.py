@@ -1,5 +1,5 @@
 """Advantage shapers through ``compute_advantages`` against per-response / per-token loops
-written from SPEC §6 (float64, rtol 1e-10): w_reinforce, unlikeliness, entropy_advantage, gtpo,
+written from docs/design.md §6 (float64, rtol 1e-10): w_reinforce, unlikeliness, entropy_advantage, gtpo,
 edge_grpo, ppl_shaping, position_shaping; missing fields raise MissingInputError naming them."""
 
 from __future__ import annotations

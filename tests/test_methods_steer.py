@@ -1,5 +1,5 @@
 """steer: weights of the exp / linear / binary mappings, every scope and a non-default
-estimator against a hand computation of Ω (SPEC §5) and of the mapping (float64, rtol 1e-10);
+estimator against a hand computation of Ω (docs/design.md §5) and of the mapping (float64, rtol 1e-10);
 the gradient w.r.t. logp is −λ_t·I_t·A_t·r_t·m_t/Σm."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prompt/answer data for real models (SPEC §11): files, ``datasets``, reasoning-gym, lab tasks.
+"""Prompt/answer data for real models (docs/design.md §11): files, ``datasets``, reasoning-gym, lab tasks.
 
 ``load_data(spec, **params)`` returns a :class:`PromptData`: a ``train`` sampler, a fixed
 ``validation`` list and the reward that fits the data. ``spec`` is one of

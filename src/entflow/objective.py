@@ -1,4 +1,4 @@
-"""The policy objective: advantages and the loss, with any method (SPEC §2, §4, §6, §8).
+"""The policy objective: advantages and the loss, with any method (docs/design.md §2, §4, §6, §8).
 
 ``compute_advantages`` turns rewards into per-token advantages (GRPO by default, then the
 method's shapers left to right); ``policy_loss`` evaluates PPO-clip with the method's clip

@@ -1,4 +1,4 @@
-"""Training a real Hugging Face model with any entflow method (SPEC §11 + §10).
+"""Training a real Hugging Face model with any entflow method (docs/design.md §11 + §10).
 
 The lab trainer (``entflow.lab.trainer.train``) runs unchanged; this module only supplies what
 differs for a real model — :class:`RealTrainConfig` (the lab's config plus model / generation /

@@ -1,8 +1,8 @@
 """Which per-token statistics a method needs, so that ``token_stats`` computes nothing more.
 
 ``token_stats(..., stats=required_token_stats(method))`` is the call a trainer makes: most methods
-need the log-prob and the entropy; the ``tabular`` entropy-change estimator (SPEC §5), whether a
-method uses it or the caller evaluates it, also needs Σπ² and Σπ² log π (SPEC §3).
+need the log-prob and the entropy; the ``tabular`` entropy-change estimator (docs/design.md §5), whether a
+method uses it or the caller evaluates it, also needs Σπ² and Σπ² log π (docs/design.md §3).
 """
 
 from __future__ import annotations

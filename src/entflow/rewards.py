@@ -1,4 +1,4 @@
-"""Verifiable rewards (SPEC §11) with TRL's reward-function signature.
+"""Verifiable rewards (docs/design.md §11) with TRL's reward-function signature.
 
 Every reward here is ``reward(completions, **kwargs) -> list[float]``: ``completions`` are the
 response texts (or TRL's conversational form, a list of messages per completion — the last
@@ -213,7 +213,7 @@ class GuardedReward:
             self.timeouts += 1
         except ConfigError:
             raise  # a missing column is the caller's mistake, not a bad completion
-        except Exception as e:  # a reward must never crash the run (SPEC §11)
+        except Exception as e:  # a reward must never crash the run (docs/design.md §11)
             self.errors += 1
             self.last_error = f"{type(e).__name__}: {e}"
         return 0.0

@@ -1,1 +1,1 @@
-"""Diagnostics and analysis (SPEC §9): depends on the core, never on the trainer or CLI."""
+"""Diagnostics and analysis (docs/design.md §9): depends on the core, never on the trainer or CLI."""

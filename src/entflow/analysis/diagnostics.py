@@ -1,4 +1,4 @@
-"""Diagnostics of SPEC §9 as pure functions: no trainer, no I/O, no global state.
+"""Diagnostics of docs/design.md §9 as pure functions: no trainer, no I/O, no global state.
 
 * :func:`fit_entropy_law` — paper 003 (Cui et al.) §2: R = −a·exp(H) + b, ceiling −a + b
 * :func:`predict_entropy_law` — paper 003 App. B.3: fit on the first 15 % of steps, RMSE on the rest

@@ -1,4 +1,4 @@
-"""Run directories (SPEC §10) → summary table, plots and a self-contained HTML report.
+"""Run directories (docs/design.md §10) → summary table, plots and a self-contained HTML report.
 
 Reads only ``config.yaml`` and ``metrics.jsonl`` of each run. Conventions:
 
@@ -54,7 +54,7 @@ __all__ = [
     "write_report",
 ]
 
-AUDIT_ESTIMATORS = ESTIMATORS  # the SPEC §5 estimators the lab audits
+AUDIT_ESTIMATORS = ESTIMATORS  # the docs/design.md §5 estimators the lab audits
 METHOD_KEYS = (
     "steer/weight_mean",
     "steer/weight_min",
@@ -453,7 +453,7 @@ def wall_time(run_dir: str | os.PathLike, records: Sequence[dict[str, Any]] | No
 
 
 def _audit_estimators(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Estimators with audit metrics: the SPEC §5 ones first (in order), then any other."""
+    """Estimators with audit metrics: the docs/design.md §5 ones first (in order), then any other."""
     seen: list[str] = []
     for r in records:
         for k in r:
@@ -1023,7 +1023,7 @@ def _render_html(
     if rows:
         parts.append(
             "<p class='note'>Mean over steps of the per-step correlation between each entropy-change estimator "
-            "(SPEC §5) and the measured ΔH (SPEC §9); rank 1 = best mean Spearman within the run "
+            "(docs/design.md §5) and the measured ΔH (docs/design.md §9); rank 1 = best mean Spearman within the run "
             "(paper 000 Table 1 reports SRCC 0.61–0.72 for STEER's Ω, 0.04–0.08 for Cov).</p>"
         )
         parts.append(

@@ -2,7 +2,7 @@
 
 Each of S states has its own logit row z_s ∈ R^V. K tokens are sampled per state with random
 advantages; one SGD step on the (on-policy, hence unclipped) PPO objective moves the rows; the
-true entropy change of each row is compared with the estimators of SPEC §5, scaled by
+true entropy change of each row is compared with the estimators of docs/design.md §5, scaled by
 ``lr / n_tokens`` and summed over the tokens sampled in that state.
 """
 

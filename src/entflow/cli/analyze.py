@@ -1,6 +1,6 @@
 """``entflow analyze RUN [RUN …] [--out DIR]``: summary table, plots and report.html.
 
-Reads each run directory's ``config.yaml`` and ``metrics.jsonl`` (SPEC §10), prints the summary
+Reads each run directory's ``config.yaml`` and ``metrics.jsonl`` (docs/design.md §10), prints the summary
 table, and writes ``DIR/report.html``, ``DIR/plots/*.png``, ``DIR/summary.md`` and
 ``DIR/summary.json``. ``DIR`` defaults to the runs' common parent directory when they share one
 (``runs/COMPARE/`` for a comparison), else the first run directory.
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def default_out_dir(runs: list[Path]) -> Path:
     """The runs' common parent directory if they all share one, else the first run directory.
 
-    A single run reports into its own directory (SPEC §10: ``runs/NAME/report.html``).
+    A single run reports into its own directory (docs/design.md §10: ``runs/NAME/report.html``).
     """
     parents = {r.resolve().parent for r in runs}
     if len(runs) > 1 and len(parents) == 1:

@@ -1,4 +1,4 @@
-"""Group-relative advantages (SPEC §4)."""
+"""Group-relative advantages (docs/design.md §4)."""
 
 from __future__ import annotations
 

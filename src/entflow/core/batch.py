@@ -1,4 +1,4 @@
-"""The rollout batch every loss, estimator and method reads (SPEC §1–2)."""
+"""The rollout batch every loss, estimator and method reads (docs/design.md §1–2)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ class TokenBatch:
 
     def entropy_for_reading(self, needed_by: str) -> torch.Tensor:
         """H for methods/estimators that do not differentiate it: ``old_entropy`` first, else
-        ``entropy`` detached (SPEC §1). ``[N, T]``."""
+        ``entropy`` detached (docs/design.md §1). ``[N, T]``."""
         h = self.old_entropy if self.old_entropy is not None else self.entropy
         if h is None:
             raise MissingInputError("old_entropy", needed_by)

@@ -1,4 +1,4 @@
-"""Input validation shared by the tensor core (SPEC §13)."""
+"""Input validation shared by the tensor core (docs/design.md §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""First-order token entropy-change estimators (SPEC §5).
+"""First-order token entropy-change estimators (docs/design.md §5).
 
 Each returns the estimated change ΔH_t of the entropy at token t's state for a unit step on
 that token's objective term, positive when the update raises entropy, 0 where mask == 0.

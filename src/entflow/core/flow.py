@@ -1,4 +1,4 @@
-"""Clip, entropy-flow and quadrant statistics reported on every update (SPEC §8)."""
+"""Clip, entropy-flow and quadrant statistics reported on every update (docs/design.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PPO-clip per-token loss, clip indicator and loss aggregation (SPEC §4)."""
+"""PPO-clip per-token loss, clip indicator and loss aggregation (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-token statistics of a softmax policy (SPEC §3).
+"""Per-token statistics of a softmax policy (docs/design.md §3).
 
 For logits ``x`` over a vocabulary of size V, temperature τ, ``z = x / τ``, ``π = softmax(z)``
 and the sampled token ``k``::
@@ -157,7 +157,7 @@ def _forward_chunk(rows, ids, inv_temp, want, clamp, u, e):
 def _backward_chunk(rows, ids, lse, saved, grads, inv_temp, clamp, lp, pi, tmp):
     """Gradient w.r.t. the raw logits ``rows`` [R, V] of ``Σ g·stats`` (π = softmax(rows·inv_temp)).
 
-    Closed form, per token b (H = entropy, S2 = Σπ², S2L = Σπ² log π; SPEC §3):
+    Closed form, per token b (H = entropy, S2 = Σπ², S2L = Σπ² log π; docs/design.md §3):
     ∂logp/∂z_b = δ_bk − π_b ;  ∂H/∂z_b = −π_b (log π_b + H) ;
     ∂S2/∂z_b = 2π_b (π_b − S2) ;  ∂S2L/∂z_b = π_b (2π_b log π_b + π_b − 2·S2L − S2),
     collected as π_b · (c0 + c1 log π_b + π_b (c2 + c3 log π_b)) + g_logp δ_bk and multiplied by
@@ -270,7 +270,7 @@ class _TokenStatsTorch(torch.autograd.Function):
 
 
 def _check_logits(x: torch.Tensor, ids: torch.Tensor | None) -> bool:
-    """SPEC §13 for the logits: NaN and +inf are errors; −inf is allowed where each row keeps a
+    """docs/design.md §13 for the logits: NaN and +inf are errors; −inf is allowed where each row keeps a
     finite logit and (when ``ids`` is given) the sampled token's logit is finite. Returns whether
     a −inf was seen."""
     if x.numel() == 0:
@@ -337,7 +337,7 @@ def token_stats(
             and cost nothing. See :func:`entflow.requirements.required_token_stats`.
         row_mask: optional ``[...]`` bool/0-1 mask; rows where it is 0 get every statistic 0 and
             zero gradient (the Triton kernel skips them; the torch path computes and zeroes them).
-        validate: check ids and non-finite logits (SPEC §13; this reads the logits once more
+        validate: check ids and non-finite logits (docs/design.md §13; this reads the logits once more
             and syncs with the host). ``False`` skips the checks: use it on a GPU's hot path.
         backend: ``"auto"`` (Triton kernel for CUDA tensors when Triton is installed, else
             torch), ``"torch"`` or ``"triton"``.

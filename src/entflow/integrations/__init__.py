@@ -1,4 +1,4 @@
-"""Adapters that run entflow's methods inside other trainers (SPEC §12).
+"""Adapters that run entflow's methods inside other trainers (docs/design.md §12).
 
 Each adapter lives in its own submodule and imports its trainer library only when that
 submodule is imported, so ``import entflow`` never needs TRL or verl::

@@ -1,4 +1,4 @@
-"""entflow methods inside TRL's ``GRPOTrainer`` (SPEC §12, first bullet).
+"""entflow methods inside TRL's ``GRPOTrainer`` (docs/design.md §12, first bullet).
 
 Change one import and one config field::
 
@@ -51,7 +51,7 @@ from entflow.errors import ConfigError, EntflowError
 from entflow.methods.base import Composite, Method, get_method
 from entflow.objective import compute_advantages, policy_loss, prepare_statistics
 
-# TRL loss_type → entflow aggregation (SPEC §4). ``dapo`` and ``bnpo`` are both token means; they
+# TRL loss_type → entflow aggregation (docs/design.md §4). ``dapo`` and ``bnpo`` are both token means; they
 # differ in the denominator (global token count of the optimizer step vs the micro-batch's).
 LOSS_TYPE_AGG = {
     "dapo": "token-mean",
@@ -113,7 +113,7 @@ class EntflowGRPOConfig(GRPOConfig):
     )
     entflow_advantage_eps: float = field(
         default=1e-4,
-        metadata={"help": "Added to the reward std in the advantages (TRL uses 1e-4; SPEC §1 uses 1e-6)."},
+        metadata={"help": "Added to the reward std in the advantages (TRL uses 1e-4; docs/design.md §1 uses 1e-6)."},
     )
     entflow_chunk_size: int | None = field(
         default=256,
@@ -221,7 +221,7 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
         if args.use_bias_correction_kl:
             refuse(
                 "use_bias_correction_kl",
-                "entflow's kl_ref is GRPO's k3 without the importance ratio (SPEC §6); "
+                "entflow's kl_ref is GRPO's k3 without the importance ratio (docs/design.md §6); "
                 "set use_bias_correction_kl=False",
             )
     bounds = method.clip_bounds()

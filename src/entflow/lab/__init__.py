@@ -1,1 +1,1 @@
-"""The lab: tiny tasks, a tiny policy, a warm start and a GRPO trainer on one CPU (SPEC §10)."""
+"""The lab: tiny tasks, a tiny policy, a warm start and a GRPO trainer on one CPU (docs/design.md §10)."""

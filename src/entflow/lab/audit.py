@@ -1,4 +1,4 @@
-"""The clean estimator audit (SPEC §9): how well does each entropy-change estimator of SPEC §5
+"""The clean estimator audit (docs/design.md §9): how well does each entropy-change estimator of docs/design.md §5
 rank the *true* change of token entropy caused by one update?
 
 Two variants, both strictly on-policy (r ≡ 1, no clip) with one plain SGD step, in float64 so

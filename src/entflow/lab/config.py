@@ -1,5 +1,5 @@
 """Lab training configuration: one flat dataclass, YAML + ``key=value`` overrides, validated
-before any work (SPEC §10, §13)."""
+before any work (docs/design.md §10, §13)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.strict_on_policy:  # SPEC §6: strictly on-policy = one gradient step per rollout batch
+        if self.strict_on_policy:  # docs/design.md §6: strictly on-policy = one gradient step per rollout batch
             self.ppo_epochs, self.mini_batches = 1, 1
 
     @property

@@ -1,4 +1,4 @@
-"""The lab's tiny policy (SPEC §10): a character-level ``PreTrainedTokenizerFast`` and a 1–5 M
+"""The lab's tiny policy (docs/design.md §10): a character-level ``PreTrainedTokenizerFast`` and a 1–5 M
 parameter Hugging Face causal LM (Llama- or Qwen2-style), built in-process (nothing downloaded).
 
 Sequence layout used everywhere in the lab (generation, warm start, trainer)::

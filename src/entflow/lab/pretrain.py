@@ -1,4 +1,4 @@
-"""Warm start (SPEC §10): a short supervised phase on a task's solution traces, cached on disk.
+"""Warm start (docs/design.md §10): a short supervised phase on a task's solution traces, cached on disk.
 
 ``pretrain(cfg)`` trains the tiny policy on ``[<bos> prompt | response <eos>]`` sequences with
 the loss on response tokens (and the final ``<eos>``) only. Each training problem gets a trace

@@ -44,7 +44,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "positive_only": ("positive_only", {}, {}),
     "negative_only": ("negative_only", {}, {}),
     # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
-    # ~1.5 nats and GRPO takes it to ~0.5): with the SPEC default 0.2 neither would ever act here
+    # ~1.5 nats and GRPO takes it to ~0.5): with the design default 0.2 (docs/design.md §6) neither would ever act here
     "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
     "steer": ("steer", {}, {}),
     "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),

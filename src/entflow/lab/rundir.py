@@ -1,4 +1,4 @@
-"""The run directory (SPEC §10): append-only metrics, samples, TensorBoard and atomic checkpoints.
+"""The run directory (docs/design.md §10): append-only metrics, samples, TensorBoard and atomic checkpoints.
 
 Layout of ``runs/NAME/``::
 

@@ -1,4 +1,4 @@
-"""Lab tasks (SPEC §10): tiny, procedurally generated, seeded problems with exact verifiers.
+"""Lab tasks (docs/design.md §10): tiny, procedurally generated, seeded problems with exact verifiers.
 
 Both tasks are written for a *character-level* policy, so prompts and answers are kept very short
 ("3 5 7>15:" → "3*5"). That is why the generators here are our own rather than reasoning-gym's:

@@ -1,9 +1,9 @@
-"""The lab trainer: GRPO semantics on a Hugging Face causal LM, one readable loop (SPEC §10).
+"""The lab trainer: GRPO semantics on a Hugging Face causal LM, one readable loop (docs/design.md §10).
 
 One step = sample P prompts × G responses at temperature T (batched, left-padded ``generate``
 with KV cache) → rewards → ``compute_advantages`` with the method → ``ppo_epochs`` passes over
 ``mini_batches`` of ``policy_loss`` with the method → optimizer steps → audit of the true
-entropy change (SPEC §9) → ``method.update(metrics)`` → metrics, samples, checkpoint.
+entropy change (docs/design.md §9) → ``method.update(metrics)`` → metrics, samples, checkpoint.
 
 Every step reseeds from (seed, step), and checkpoints hold model, optimizer, method state and
 RNG states, so ``resume`` reproduces an uninterrupted run bit for bit on the CPU.
@@ -74,7 +74,7 @@ class Rollout:
 
 def method_step(step: int) -> int:
     """The trainer counts rollout steps 1…steps (step 0 is the warm-start evaluation); methods
-    read ``batch.step`` 0-based in ``[0, total_steps)`` (SPEC §6 schedules), so step k is k − 1."""
+    read ``batch.step`` 0-based in ``[0, total_steps)`` (docs/design.md §6 schedules), so step k is k − 1."""
     return step - 1
 
 
@@ -202,7 +202,7 @@ POSITION_BINS = 5  # relative-position bins of the positional entropy profile (p
 def rollout_diagnostics(
     model, roll: Rollout, old: TokenStats, weights: torch.Tensor, cfg: TrainConfig
 ) -> dict[str, float]:
-    """SPEC §9 diagnostics of one rollout batch, as ``diag/*`` metrics (logged on validation steps):
+    """docs/design.md §9 diagnostics of one rollout batch, as ``diag/*`` metrics (logged on validation steps):
 
     - diversity over whole groups (the G responses of a prompt, characters as tokens): distinct
       n-grams ``diag/distinct_n`` (n = 1…4, averaged) and ``diag/self_bleu`` (paper 002 App. C.1);

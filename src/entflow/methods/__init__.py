@@ -1,4 +1,4 @@
-"""Entropy interventions, registered by name (SPEC §6). Importing this package registers them."""
+"""Entropy interventions, registered by name (docs/design.md §6). Importing this package registers them."""
 
 from entflow.methods import (  # noqa: F401  (importing a module registers its methods)
     clip,

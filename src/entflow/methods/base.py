@@ -1,4 +1,4 @@
-"""The method protocol, the registry and composition (SPEC §6 last paragraphs, §7).
+"""The method protocol, the registry and composition (docs/design.md §6 last paragraphs, §7).
 
 A method is a small dataclass whose fields are its parameters. It plugs into the loss through
 any of seven hooks, each optional (the base class does nothing):
@@ -153,7 +153,7 @@ class Method:
     # batch fields ``shape_advantages`` reads (checked there, at ``compute_advantages`` time, so a
     # mini-batch given to ``policy_loss`` need not carry rewards); for introspection and docs
     advantage_needs: ClassVar[tuple[str, ...]] = ()
-    reads_entropy: ClassVar[bool] = False  # reads H detached: old_entropy, else entropy (SPEC §1)
+    reads_entropy: ClassVar[bool] = False  # reads H detached: old_entropy, else entropy (docs/design.md §1)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -1,4 +1,4 @@
-"""GRPO and the clip-bound variants (SPEC §6, first rows).
+"""GRPO and the clip-bound variants (docs/design.md §6, first rows).
 
 The clip decides which tokens' gradients are cut (I_t = 0): a higher ε_high lets
 low-probability positive tokens grow (entropy up); a lower bound further from 1 lets negative

@@ -1,4 +1,4 @@
-"""Loss-term regularisers: entropy bonus, adaptive entropy bonus, KL to a reference (SPEC §6, §7).
+"""Loss-term regularisers: entropy bonus, adaptive entropy bonus, KL to a reference (docs/design.md §6, §7).
 
 These add a scalar to the loss instead of reweighting tokens. The entropy bonus is the one
 place in entflow that differentiates the entropy: it reads ``batch.entropy`` (with grad).
@@ -44,7 +44,7 @@ class EntropyBonus(Method):
 @register
 @dataclass(repr=False)
 class AdaptiveEntropy(Method):
-    """Entropy bonus whose coefficient is steered toward a target entropy (SPEC §7).
+    """Entropy bonus whose coefficient is steered toward a target entropy (docs/design.md §7).
 
     After each rollout step, with H the batch mean old entropy: if H < target the coefficient
     grows by ``delta`` (capped at ``c_max``) and the bonus is on; otherwise it shrinks by

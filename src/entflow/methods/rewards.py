@@ -1,4 +1,4 @@
-"""Advantage builders that start again from the rewards (SPEC §6, "Adv."): W-REINFORCE,
+"""Advantage builders that start again from the rewards (docs/design.md §6, "Adv."): W-REINFORCE,
 Unlikeliness reward, GTPO.
 
 They run in ``compute_advantages`` and discard the GRPO advantages they are given
@@ -18,7 +18,7 @@ from entflow.methods._util import ReportsShaping, group_inverse, require_all, re
 from entflow.methods.base import NONNEG, Method, interval, param, register
 
 CORRECT = 0.5  # gtpo: a response is correct when R > 0.5 (rewards are 1/0)
-STD_EPS = 1e-6  # SPEC §1: a division by a std is by (std + 1e-6)
+STD_EPS = 1e-6  # docs/design.md §1: a division by a std is by (std + 1e-6)
 
 
 @register
@@ -99,7 +99,7 @@ class GTPO(ReportsShaping, Method):
     ``H̄_{g,t}`` is the mean entropy at position t over the correct responses of the same group
     that have a token at t; incorrect responses keep ``R'_{i,t} = R_i``. Then
     ``A_{i,t} = (R'_{i,t} − mean_g R)/(std_g R + 1e-6)`` with the group statistics of the
-    unshaped rewards; a group with all-equal rewards gets A = 0 (SPEC §4). H: old_entropy
+    unshaped rewards; a group with all-equal rewards gets A = 0 (docs/design.md §4). H: old_entropy
     first, detached. High-entropy tokens of correct answers get more credit (entropy up).
     """
 
@@ -130,6 +130,6 @@ class GTPO(ReportsShaping, Method):
         bonus = torch.where(ok, self.alpha * Hm / Hbar.clamp(min=1e-30), torch.zeros_like(H))  # Table 6 (GTPO)
         R2 = R.unsqueeze(-1) + bonus
         a = (R2 - mean.unsqueeze(-1)) / (std.unsqueeze(-1) + STD_EPS)
-        a = torch.where((std > 0).unsqueeze(-1), a, torch.zeros_like(a))  # SPEC §4: equal rewards → 0
+        a = torch.where((std > 0).unsqueeze(-1), a, torch.zeros_like(a))  # docs/design.md §4: equal rewards → 0
         self._report(bonus_mean=bonus.masked_fill(~ok, 0).sum() / ok.sum().clamp(min=1))
         return a.to(adv.dtype)

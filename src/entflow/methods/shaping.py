@@ -1,4 +1,4 @@
-"""Advantage shapers that modify the advantages they are given (SPEC §6, "Adv."): entropy
+"""Advantage shapers that modify the advantages they are given (docs/design.md §6, "Adv."): entropy
 advantage, EDGE-GRPO, PPL shaping, position shaping.
 
 They run in ``compute_advantages`` after the GRPO advantages (or after a reward-based builder),
@@ -16,7 +16,7 @@ from entflow.core.batch import TokenBatch
 from entflow.methods._util import ReportsShaping, group_inverse, require_all, response_mean
 from entflow.methods.base import NONNEG, UNIT, Method, integer, interval, one_of, optional, param, register
 
-STD_EPS = 1e-6  # SPEC §1
+STD_EPS = 1e-6  # docs/design.md §1
 
 
 @register

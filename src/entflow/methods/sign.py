@@ -44,7 +44,7 @@ class PosAdvReweight(Method):
     - ``epoch``: ``λ = (e − 1)/(E − 1)`` with E = ``epochs`` and the 1-based epoch
       ``e = min(⌊step·E / total_steps⌋, E − 1) + 1`` — total_steps split into E equal epochs,
       read from the batch (not from ``update``), so it is stateless and resumes trivially.
-    - ``entropy`` (controller, SPEC §7): after each step, if H > target λ ← min(λ+δ, 1)
+    - ``entropy`` (controller, docs/design.md §7): after each step, if H > target λ ← min(λ+δ, 1)
       (more weight on positives lowers entropy) else λ ← max(λ−δ, 0); starts at ``init``.
     """
 
@@ -94,7 +94,7 @@ class PosAdvReweight(Method):
             return
         if "entropy" not in metrics:
             raise MissingInputError("entropy", "pos_adv_reweight.update (metrics of the rollout step)")
-        if float(metrics["entropy"]) > self.target:  # SPEC §7
+        if float(metrics["entropy"]) > self.target:  # docs/design.md §7
             self.lam = min(self.lam + self.delta, 1.0)
         else:
             self.lam = max(self.lam - self.delta, 0.0)

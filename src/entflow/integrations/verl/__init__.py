@@ -1,4 +1,4 @@
-"""entflow inside verl (SPEC §12): every entflow method as a policy loss of verl's distributed engine.
+"""entflow inside verl (docs/design.md §12): every entflow method as a policy loss of verl's distributed engine.
 
 Installed with ``pip install entflow[verl]``; verl finds it through the ``verl.plugins`` entry
 point (``entflow.integrations.verl.plugin``), so ``import verl`` registers:

@@ -91,7 +91,7 @@ class Driver:
 
         ``metrics``: the step's metrics as verl logs them; ``actor/entropy`` is the old-policy
         entropy over the whole batch (all ranks) aggregated with ``loss_agg_mode`` — the token
-        mean under ``token-mean``, which is SPEC §7's H — and entflow's per-micro-batch metrics
+        mean under ``token-mean``, which is docs/design.md §7's H — and entflow's per-micro-batch metrics
         arrive averaged over micro-batches and ranks under ``entflow/`` (or ``actor/entflow/``).
         Returns the metrics the controllers saw.
         """

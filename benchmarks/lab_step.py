@@ -24,8 +24,8 @@ import tempfile
 import time
 
 from entflow.lab.config import build_config
-from entflow.lab.rundir import read_jsonl
-from entflow.lab.trainer import resolve_policy, train
+from entflow.lab.setup import resolve_policy, train
+from entflow.trainer.rundir import read_jsonl
 
 PHASES = ("rollout", "reward", "update", "audit")
 

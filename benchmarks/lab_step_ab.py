@@ -25,8 +25,8 @@ import json, statistics, sys, tempfile, time
 time.perf_counter = time.process_time  # CPU seconds: the machine is shared
 import entflow
 from entflow.lab.config import build_config
-from entflow.lab.rundir import read_jsonl
-from entflow.lab.trainer import train
+from entflow.trainer.rundir import read_jsonl
+from entflow.lab.setup import train
 steps, policy, overrides = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 with tempfile.TemporaryDirectory() as out:
     base = {"out_dir": out, "steps": steps, "threads": 1, "progress": False, "eval_every": 0}
@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from entflow.lab.config import build_config
-    from entflow.lab.trainer import resolve_policy
+    from entflow.lab.setup import resolve_policy
 
     policy = str(resolve_policy(build_config({}, args.overrides)))  # warm start outside the timing
     results: dict[str, list[dict]] = {"before": [], "after": []}

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from entflow.models import load_model
+from entflow.hf.models import load_model
 
 
 def main() -> None:

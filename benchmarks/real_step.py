@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from entflow.lab.rundir import read_jsonl
+from entflow.trainer.rundir import read_jsonl
 
 PHASES = ("rollout", "verify", "reward", "update", "audit")
 

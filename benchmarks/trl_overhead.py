@@ -7,7 +7,7 @@ initialised; ``--model`` for another — same countdown prompts, same seed, same
 
 - ``trl``: ``trl.GRPOTrainer`` (loss_type dapo);
 - ``entflow:grpo`` / ``entflow:steer`` / ``entflow:clip_higher+kl_cov``: ``EntflowGRPOTrainer``;
-- ``lab``: one step of entflow's lab trainer (``entflow.lab.trainer.train_step``, GRPO, one
+- ``lab``: one step of entflow's lab trainer (``entflow.trainer.loop.train_step``, GRPO, one
   mini-batch, no audit) at the same P × G, model and maximum response length (9 tokens).
 
 One "step" is one optimizer step including generation (P·G completions with
@@ -35,11 +35,11 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
-from entflow.lab.config import TrainConfig
+from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
 from entflow.lab.tasks import CountdownAnswer, Problem, get_task
-from entflow.lab.trainer import make_optimizer, train_step
 from entflow.methods import get_method
+from entflow.trainer.loop import make_optimizer, train_step
 
 METHODS = ("grpo", "steer", "clip_higher+kl_cov")
 
@@ -162,7 +162,7 @@ def loss_timings(model_path: str, data, reward, a, out: str) -> dict[str, list[f
 
 def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
     model, tokenizer = load_policy(model_path)
-    cfg = TrainConfig(
+    cfg = LabConfig(
         prompts_per_step=a.prompts, group_size=a.group, mini_batches=1, ppo_epochs=1, audit=False, progress=False
     )
     method = get_method("grpo")

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from verl.workers.config import PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
-from _verl_util import actor_config, entflow_config, random_token_tensors, verl_micro_batch
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import WORKER_METHODS
+from support.verl_util import actor_config, entflow_config, random_token_tensors, verl_micro_batch
 
 
 def main() -> None:

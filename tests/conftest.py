@@ -14,7 +14,7 @@ def gen() -> torch.Generator:
 
 @pytest.fixture(scope="session")
 def micro_policy(tmp_path_factory) -> str:
-    """The micro lab policy of ``_lab_micro`` (warm-started once per session)."""
-    from _lab_micro import pretrain_micro_policy
+    """The micro lab policy of ``support.lab_micro`` (warm-started once per session)."""
+    from support.lab_micro import pretrain_micro_policy
 
     return pretrain_micro_policy(tmp_path_factory.mktemp("micro-cache"))

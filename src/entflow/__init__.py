@@ -23,8 +23,8 @@ from entflow.errors import (
     UnknownMethodError,
 )
 from entflow.methods import Method, get_method, list_methods
-from entflow.objective import LossOutput, compute_advantages, policy_loss, prepare_statistics
-from entflow.requirements import required_token_stats
+from entflow.methods.needs import required_token_stats
+from entflow.methods.objective import LossOutput, compute_advantages, policy_loss, prepare_statistics
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ import torch
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.token_stats import entropy_from_logits, token_stats
-from entflow.objective import policy_loss
+from entflow.methods.objective import policy_loss
 
 
 @dataclass

@@ -17,7 +17,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def base_config(args: argparse.Namespace) -> dict[str, Any]:
-    from entflow.lab.config import load_yaml
+    from entflow.trainer.config import load_yaml
 
     return load_yaml(args.config) if args.config else {}
 
@@ -25,7 +25,7 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
 def config_keys_help() -> str:
     import dataclasses
 
-    from entflow.lab.config import TrainConfig
+    from entflow.trainer.config import TrainConfig
 
     keys = [
         f"{f.name}={f.default if f.default is not dataclasses.MISSING else '{}'}"

@@ -39,7 +39,7 @@ def compare_and_report(
 
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs, parse_seeds, run_compare
-    from entflow.lab.config import parse_override
+    from entflow.trainer.config import parse_override
 
     methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
     base.pop("methods", None)

@@ -1,7 +1,7 @@
 """``entflow eval``: avg@k, pass@k and greedy accuracy of a run's final policy on the held-out set.
 
 With ``--model NAME_OR_PATH --data TASK_OR_FILE`` it evaluates a real Hugging Face model instead
-(avg@k, pass@k, maj@k, greedy, each with its standard error): see :mod:`entflow.evaluation`."""
+(avg@k, pass@k, maj@k, greedy, each with its standard error): see :mod:`entflow.hf.evaluate`."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=8, help="samples per prompt [8]")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's, else 1)")
-    from entflow.evaluation import add_arguments as add_real_model_arguments
+    from entflow.hf.evaluate import add_arguments as add_real_model_arguments
 
     add_real_model_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "model", None) is not None:
-        from entflow.evaluation import run_cli
+        from entflow.hf.evaluate import run_cli
 
         return run_cli(args)
     from pathlib import Path
@@ -45,8 +45,8 @@ def lab_eval_settings(path, task_name: str | None = None, temperature: float | N
     from pathlib import Path
 
     from entflow.errors import ConfigError
-    from entflow.lab.config import load_yaml
     from entflow.lab.tasks import get_task
+    from entflow.trainer.config import load_yaml
 
     path = Path(path)
     params: dict = {}

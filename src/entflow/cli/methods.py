@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.name is None:
-        table = Table(title="entflow methods (docs/design.md §6) — compose with '+', e.g. clip_higher+steer", show_lines=True)
+        title = "entflow methods (docs/design.md §6) — compose with '+', e.g. clip_higher+steer"
+        table = Table(title=title, show_lines=True)
         for col in ("name", "formula", "paper", "parameters (default)"):
             table.add_column(col, overflow="fold")
         for cls in iter_registered():

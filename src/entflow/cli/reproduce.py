@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from entflow.errors import ConfigError
     from entflow.lab.audit import AuditConfig
     from entflow.lab.compare import parse_seeds
-    from entflow.lab.config import load_yaml, parse_override
     from entflow.lab.reproduce import RUNS, claims_markdown, reproduce
+    from entflow.trainer.config import load_yaml, parse_override
 
     base = load_yaml(args.config or str(files("entflow.lab") / "configs" / "demo.yaml"))
     for k in ("methods", "seeds"):

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from importlib.resources import files
 
     from entflow.cli.compare import compare_and_report
-    from entflow.lab.config import load_yaml, parse_override
+    from entflow.trainer.config import load_yaml, parse_override
 
     path = args.config or str(files("entflow.lab") / "configs" / "demo.yaml")
     base = load_yaml(path)

@@ -1,5 +1,5 @@
 """``entflow train``: one lab run with one method (or a composition); with ``--model`` a real
-Hugging Face model on real data (:mod:`entflow.realtrain`), same run directory."""
+Hugging Face model on real data (:mod:`entflow.hf.setup`), same run directory."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from entflow.lab.config import build_config, load_yaml
-    from entflow.lab.trainer import train
+    from entflow.trainer.config import build_config, load_yaml
+    from entflow.trainer.loop import train
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
 def config_class_and_setup(base: dict, args: argparse.Namespace):
     """The lab's config and setup, or the real-model ones when ``--model`` is given or the run
     being resumed was a real-model run."""
-    from entflow.lab.config import TrainConfig
-    from entflow.lab.trainer import lab_setup
+    from entflow.lab.config import LabConfig
+    from entflow.lab.setup import lab_setup
 
     if args.model:
         base["model"] = args.model
@@ -61,7 +61,7 @@ def config_class_and_setup(base: dict, args: argparse.Namespace):
             raise ConfigError("data", "--data needs --model (lab runs choose their task with task=...)")
         base["task"] = args.data
     if "model" not in base:
-        return TrainConfig, lab_setup
-    from entflow.realtrain import RealTrainConfig, real_setup
+        return LabConfig, lab_setup
+    from entflow.hf.setup import RealTrainConfig, real_setup
 
     return RealTrainConfig, real_setup

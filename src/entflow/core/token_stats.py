@@ -334,7 +334,7 @@ def token_stats(
             whatever the number of rows; any value ≥ the number of rows processes everything at
             once.
         stats: which of ``STAT_NAMES`` to compute (default all four). The others are ``None``
-            and cost nothing. See :func:`entflow.requirements.required_token_stats`.
+            and cost nothing. See :func:`entflow.methods.needs.required_token_stats`.
         row_mask: optional ``[...]`` bool/0-1 mask; rows where it is 0 get every statistic 0 and
             zero gradient (the Triton kernel skips them; the torch path computes and zeroes them).
         validate: check ids and non-finite logits (docs/design.md §13; this reads the logits once more

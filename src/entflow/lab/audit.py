@@ -39,7 +39,7 @@ import torch
 from entflow.analysis.correlation import spearman
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
-from entflow.objective import compute_advantages, policy_loss
+from entflow.methods.objective import compute_advantages, policy_loss
 
 #: the audit's variants, in the order the table shows them
 VARIANTS = ("batch", "isolated", "tabular_head")
@@ -66,7 +66,7 @@ class AuditConfig:
 
 
 def _stats(model, roll, cfg):
-    from entflow.lab.trainer import response_token_stats
+    from entflow.trainer.loop import response_token_stats
 
     return response_token_stats(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature)
 
@@ -98,11 +98,11 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     {estimator: [per-step Spearman…]}}, "summary": rows, "config": …}`` (rows: variant,
     estimator, mean, half-width, n, rank)."""
     from entflow.analysis.report import t_interval
-    from entflow.lab.config import TrainConfig
+    from entflow.lab.config import LabConfig
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task
-    from entflow.lab.trainer import sample_rollout, step_seed
     from entflow.methods import get_method
+    from entflow.trainer.loop import sample_rollout, step_seed
 
     task = get_task(cfg.task, **cfg.task_params)
     grpo = get_method("grpo")
@@ -110,7 +110,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     for seed in cfg.seeds:
         model, tok = load_policy(policy_path[seed] if isinstance(policy_path, dict) else policy_path)
         model = model.double()
-        tcfg = TrainConfig(
+        tcfg = LabConfig(
             seed=seed, prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size, temperature=cfg.temperature
         )
         for step in range(1, cfg.steps + 1):
@@ -186,7 +186,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
 
 def _logits(model, roll, cfg) -> torch.Tensor:
     """Tempered logits ``[N, T, V]`` at every response position (no grad), float64."""
-    from entflow.lab.trainer import response_logits
+    from entflow.trainer.loop import response_logits
 
     with torch.no_grad():
         return response_logits(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids).double() / cfg.temperature

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from entflow.errors import ConfigError
-from entflow.lab.config import TrainConfig, build_config
-from entflow.lab.rundir import read_jsonl
+from entflow.lab.config import LabConfig, build_config
+from entflow.trainer.rundir import read_jsonl
 
 
 def method_specs(methods: list[Any]) -> list[dict[str, Any]]:
@@ -61,7 +61,7 @@ def compare_configs(
     overrides: list[str],
     out_dir: str = "runs",
     seeds: list[int] | None = None,
-) -> list[TrainConfig]:
+) -> list[LabConfig]:
     """One validated config per method (× seed), identical except for method, params, name and
     seed. With several ``seeds`` a run is named ``<method>-s<seed>`` and carries ``group=<method>``,
     which the report uses to average over seeds."""
@@ -80,17 +80,17 @@ def compare_configs(
 
 
 def _train_worker(cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
-    from entflow.lab.trainer import train
+    from entflow.lab.setup import train
 
-    cfg = TrainConfig(**cfg_dict)
+    cfg = LabConfig(**cfg_dict)
     return str(train(cfg, resume=resume, overwrite=overwrite))
 
 
 def run_compare(
-    configs: list[TrainConfig], jobs: int = 2, resume: bool = False, overwrite: bool = False, progress: bool = True
+    configs: list[LabConfig], jobs: int = 2, resume: bool = False, overwrite: bool = False, progress: bool = True
 ) -> list[Path]:
     """Train every config (``jobs`` at a time) and return their run directories."""
-    from entflow.lab.trainer import resolve_policy
+    from entflow.lab.setup import resolve_policy
 
     if not configs:
         return []
@@ -100,7 +100,7 @@ def run_compare(
         cfg.progress = False
     payloads = [dataclasses.asdict(c) for c in configs]
     if jobs <= 1:
-        from entflow.lab.trainer import train
+        from entflow.lab.setup import train
 
         bar = _CompareProgress(configs) if progress else None
         dirs = []
@@ -125,7 +125,7 @@ def run_compare(
 class _CompareProgress:
     """One rich progress bar per run, fed from the runs' metrics files."""
 
-    def __init__(self, configs: list[TrainConfig]):
+    def __init__(self, configs: list[LabConfig]):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.configs = configs

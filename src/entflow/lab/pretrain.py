@@ -33,12 +33,11 @@ from entflow.lab.policy import (
     build_policy,
     build_tokenizer,
     count_parameters,
-    decode_responses,
-    encode_prompts,
-    load_policy,  # re-exported: part of this module's interface
-    response_mask,
+    load_policy,
 )
-from entflow.lab.tasks import Problem, Task, get_task
+from entflow.lab.tasks import LabTask, Problem, get_task
+from entflow.trainer.rundir import default_cache_dir
+from entflow.trainer.tokens import decode_responses, encode_prompts, response_mask
 
 __all__ = [
     "INFO_FILE",
@@ -134,10 +133,6 @@ class PretrainConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("ENTFLOW_CACHE") or Path.home() / ".cache" / "entflow")
-
-
 def cache_path(cfg: PretrainConfig, cache_dir: str | Path | None = None) -> Path:
     """Where ``pretrain(cfg, cache_dir)`` puts (or finds) its policy."""
     return Path(cache_dir if cache_dir is not None else default_cache_dir()) / f"{cfg.task}-{cfg.key()}"
@@ -204,7 +199,7 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
 def generate_responses(
     model,
     tokenizer,
-    task: Task,
+    task: LabTask,
     prompts: list[str],
     k: int = 1,
     temperature: float = 1.0,
@@ -236,7 +231,7 @@ def generate_responses(
 def evaluate(
     model,
     tokenizer,
-    task: Task,
+    task: LabTask,
     problems: list[Problem],
     k: int = 4,
     temperature: float = 1.0,

@@ -462,7 +462,7 @@ def reproduce(
     audit_md: list[str] = []
     if audit_cfg is not None:
         from entflow.lab.audit import audit_markdown, audit_policy
-        from entflow.lab.trainer import resolve_policy
+        from entflow.lab.setup import resolve_policy
 
         # twice: from the warm start (entropy still high everywhere) and from each seed's
         # GRPO-trained policy (entropy collapsed, most states near-deterministic and a few

@@ -6,7 +6,7 @@ reasoning-gym's ``countdown`` and ``basic_arithmetic`` produce natural-language 
 hundred characters with 4–6 numbers up to 100 and targets up to 999, and its countdown scorer
 parses with sympy (milliseconds per call, partial credit 0.01/0.05, all numbers required). Our
 rules are a strict subset of its countdown rules except that using *some* of the numbers is
-allowed (that is what gives several correct answers per prompt); ``tests/test_lab_tasks.py``
+allowed (that is what gives several correct answers per prompt); ``tests/lab/test_tasks.py``
 cross-checks our verifier against reasoning-gym's scorer on answers that use every number.
 
 - ``countdown`` (default): ``n_numbers`` digits and a target; the response is an expression with
@@ -21,37 +21,24 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-import zlib
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 from entflow.errors import ParameterError, UnknownMethodError
+from entflow.trainer import task as trainer_task
+from entflow.trainer.task import Problem
 
 #: one alphabet for every lab task, so one tokenizer (and one cached policy format) serves all
 LAB_ALPHABET = "0123456789+-*() >:="
 _MAX_RESPONSE_CHARS = 64  # verifiers reject anything longer without parsing it
 
 
-@dataclass(frozen=True)
-class Problem:
-    prompt: str  # the text fed to the model (short)
-    answer: Any  # what the verifier needs
+class LabTask(trainer_task.Task):
+    """Base class of the lab's tasks: a :class:`~entflow.trainer.task.Task` written over the lab's
+    one alphabet, with solution and wrong traces for the warm start. Subclasses set ``name``,
+    ``max_response_len`` and implement ``_sample_one``, ``reward`` and ``solution_traces``."""
 
-
-class Task:
-    """Base class. Subclasses set ``name``, ``alphabet``, ``max_response_len`` and implement
-    ``_sample_one``, ``reward`` and ``solution_traces``."""
-
-    name: ClassVar[str] = "task"
     alphabet: str = LAB_ALPHABET
     max_response_len: int = 16  # characters = tokens, including the eos token
-    validation_size: int = 64
-
-    def _sample_one(self, rng: random.Random) -> Problem:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def reward(self, problem: Problem, response: str) -> float:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def solution_traces(self, problem: Problem, rng: random.Random, k: int) -> list[str]:  # pragma: no cover
         raise NotImplementedError
@@ -60,46 +47,8 @@ class Task:
         """``k`` well-formed but *incorrect* responses (the warm start's noise, see ``PretrainConfig.wrong_frac``)."""
         raise NotImplementedError
 
-    # -- shared machinery --------------------------------------------------------------------
-    def _params(self) -> tuple:
-        return ()
 
-    def validation_set(self) -> list[Problem]:
-        """Fixed held-out problems: the same list for every call and every instance with the same
-        parameters (seeded by the task name and parameters, not by any global RNG)."""
-        if getattr(self, "_val", None) is None:
-            seed = zlib.crc32(repr((self.name, "validation", self._params())).encode())
-            rng = random.Random(seed)
-            seen: dict[str, Problem] = {}
-            tries = 0
-            while len(seen) < self.validation_size:
-                p = self._sample_one(rng)
-                seen.setdefault(p.prompt, p)
-                tries += 1
-                if tries > 100 * self.validation_size:  # pragma: no cover - tiny problem spaces only
-                    raise ParameterError(self.name, "validation_size", "exceeds the number of distinct problems")
-            self._val = list(seen.values())
-            self._val_prompts = frozenset(seen)
-        return list(self._val)
-
-    def is_validation(self, problem: Problem) -> bool:
-        self.validation_set()
-        return problem.prompt in self._val_prompts
-
-    def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
-        """``n`` training problems drawn with ``rng`` (repeats possible), never from the validation set."""
-        if n < 0:
-            raise ParameterError(self.name, "n", f"must be >= 0, got {n}")
-        self.validation_set()
-        out: list[Problem] = []
-        while len(out) < n:
-            p = self._sample_one(rng)
-            if p.prompt not in self._val_prompts:
-                out.append(p)
-        return out
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}{self._params()}"
+Task = LabTask  # the 0.1.0 name of the lab's base class
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +179,7 @@ class CountdownAnswer(NamedTuple):
     target: int
 
 
-class CountdownTask(Task):
+class CountdownTask(LabTask):
     """Reach ``target`` with some of ``numbers`` (each at most once) and ``+ - *``, parentheses.
 
     Prompt ``"3 5 7>15:"``; correct responses include ``"3*5"``, ``"5*3"``, ``"3+5+7"``, ``"7+5+3"``…
@@ -331,7 +280,7 @@ def _wrong_expressions(numbers: tuple[int, ...], target: int) -> tuple[str, ...]
     return tuple(s for v, sols in sorted(countdown_solutions(numbers).items()) if v != target for s in sols)
 
 
-class ArithmeticTask(Task):
+class ArithmeticTask(LabTask):
     """``"17+8="`` → ``"25"``: one correct answer per prompt (exact match after stripping spaces)."""
 
     name = "arithmetic"
@@ -373,10 +322,10 @@ class ArithmeticTask(Task):
         return [str(problem.answer + rng.choice([-1, 1]) * rng.randint(1, 10)) for _ in range(k)]
 
 
-TASKS: dict[str, type[Task]] = {"countdown": CountdownTask, "arithmetic": ArithmeticTask}
+TASKS: dict[str, type[LabTask]] = {"countdown": CountdownTask, "arithmetic": ArithmeticTask}
 
 
-def get_task(name: str = "countdown", **kwargs: Any) -> Task:
+def get_task(name: str = "countdown", **kwargs: Any) -> LabTask:
     """Build a registered task; unknown names and parameters raise typed errors."""
     if name not in TASKS:
         raise UnknownMethodError(name, sorted(TASKS), kind="task")

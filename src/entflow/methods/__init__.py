@@ -7,7 +7,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     opefo,
     quadrant,
     regularizers,
-    rewards,
+    reward_advantages,
     shaping,
     sign,
     steer,

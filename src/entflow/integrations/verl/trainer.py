@@ -14,7 +14,7 @@ A subclass of verl's synchronous trainer (``PPOTrainerSync``), registered with v
 - ``_save_checkpoint`` / ``_load_checkpoint``: the method's state in ``global_step_<k>/entflow_method.pt``.
 
 It needs Ray, GPUs and a rollout engine like any verl trainer and was not run end to end (no GPU);
-``tests/test_integration_verl_trainer.py`` runs its hooks over stand-ins for verl's base trainer
+``tests/integrations/test_verl_trainer.py`` runs its hooks over stand-ins for verl's base trainer
 and TransferQueue.
 """
 

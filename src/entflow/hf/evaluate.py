@@ -1,0 +1,553 @@
+"""Evaluation of a real model on held-out problems (docs/design.md §11): avg@k, pass@k, maj@k, greedy.
+
+For each of ``n`` problems, ``n_samples`` (≥ k) responses are sampled with explicit settings
+(temperature, top-p, top-k, max_new_tokens, seed) plus one greedy response, all with batched,
+left-padded ``generate`` and a KV cache (vLLM instead when it is installed and a GPU is present —
+untested here: no GPU in this project's sessions). Per problem i with c_i correct of n_samples:
+
+- ``avg@k``   = c_i / n_samples (mean accuracy of a sample);
+- ``pass@k``  = 1 − C(n_samples − c_i, k) / C(n_samples, k) (the unbiased estimator of
+  Chen et al. 2021, "Evaluating Large Language Models Trained on Code", Eq. 1);
+- ``maj@k``   = 1 if the most frequent *parsed* answer among the first k samples is correct
+  (answers are grouped by symbolic equality with math-verify, or by exact text for tasks
+  without a math reward; unparseable responses do not vote; ties go to the answer seen first);
+- ``greedy``  = the greedy response's reward.
+
+Each is averaged over problems and reported with its standard error (sample standard deviation
+of the per-problem values / √n). Also: mean response length (tokens, eos included), mean token
+entropy of the sampled responses (full-vocabulary entropy of the temperature-scaled softmax the
+token was drawn from, nats), the fraction of sampled responses with no parseable answer, and
+samples per second of sampling wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from entflow.errors import ConfigError
+
+__all__ = [
+    "EvalResult",
+    "SamplingConfig",
+    "evaluate_task",
+    "generate_batched",
+    "majority_correct",
+    "mean_and_se",
+    "pass_at_k",
+    "run_eval",
+]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct: 1 − C(n−c, k)/C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ConfigError("k", f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample std with ddof 1 / √n; 0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def majority_correct(
+    answers: Sequence[Any | None], rewards: Sequence[float], same: Callable[[Any, Any], bool]
+) -> float:
+    """1.0 if the most frequent answer (``None`` = unparseable, no vote) was rewarded, else 0.0.
+
+    Answers are grouped with ``same``; a group's reward is that of its first member; ties go to
+    the group seen first."""
+    groups: list[list[int]] = []
+    for i, a in enumerate(answers):
+        if a is None:
+            continue
+        for g in groups:
+            if same(answers[g[0]], a):
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    if not groups:
+        return 0.0
+    best = max(groups, key=len)  # max keeps the first of equal lengths
+    return 1.0 if rewards[best[0]] > 0 else 0.0
+
+
+@dataclass
+class SamplingConfig:
+    """Explicit sampling settings (``top_k=0`` and ``top_p=1`` mean no truncation)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    seed: int = 0
+    batch_size: int = 32  # sequences per generate call
+
+    def validate(self) -> None:
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
+
+        need(self.temperature > 0, "temperature", "must be > 0")
+        need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        need(self.top_k >= 0, "top_k", "must be >= 0 (0 = off)")
+        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+
+
+class _EntropyRecorder:
+    """A logits processor that records, per generation step, the entropy of the distribution the
+    token is drawn from. It must run after the temperature / top-k / top-p warpers, so
+    :func:`generate_batched` passes those warpers itself, in order, ahead of it (``generate``
+    in transformers 5 would put its own warpers *after* user processors)."""
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(scores.float(), dim=-1)
+        self.steps.append(torch.special.entr(p).sum(-1))  # entr(0) = 0, so truncated tokens add nothing
+        return scores
+
+
+@dataclass
+class Generation:
+    texts: list[str]  # [N]
+    lengths: list[int]  # [N] response tokens, eos included
+    entropy: list[float]  # [N] summed token entropy over the response (nan if unknown)
+    seconds: float
+
+
+@torch.no_grad()
+def generate_batched(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    n: int,
+    sampling: SamplingConfig,
+    greedy: bool = False,
+    on_batch: Callable[[int], None] | None = None,
+) -> Generation:
+    """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), batched by
+    ``sampling.batch_size`` rows, left-padded, KV cache; reproducible from ``sampling.seed``."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from entflow.trainer.tokens import decode_responses, encode_prompts, response_mask
+
+    per_call = max(1, sampling.batch_size // n)
+    texts: list[str] = []
+    lengths: list[int] = []
+    entropy: list[float] = []
+    t0 = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sampling.seed)
+            for s in range(0, len(prompts), per_call):
+                enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts[s : s + per_call])).items()}
+                recorder = _EntropyRecorder()
+                warpers: list[Any] = []
+                if greedy:
+                    kwargs: dict[str, Any] = {"do_sample": False}
+                else:  # generate's own warpers off; ours run in this order, then the recorder
+                    kwargs = {
+                        "do_sample": True,
+                        "temperature": 1.0,
+                        "top_p": 1.0,
+                        "top_k": 0,
+                        "num_return_sequences": n,
+                    }
+                    if sampling.temperature != 1.0:
+                        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+                    if sampling.top_k > 0:
+                        warpers.append(TopKLogitsWarper(sampling.top_k))
+                    if sampling.top_p < 1.0:
+                        warpers.append(TopPLogitsWarper(sampling.top_p))
+                seq = model.generate(
+                    **enc,
+                    **kwargs,
+                    max_new_tokens=sampling.max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    logits_processor=LogitsProcessorList([*warpers, recorder]),
+                    use_cache=True,
+                )
+                resp = seq[:, enc["input_ids"].shape[1] :].cpu()
+                mask = response_mask(tokenizer, resp)
+                ent = torch.stack(recorder.steps, dim=1).cpu() if recorder.steps else torch.zeros_like(mask)
+                if greedy and n > 1:
+                    resp, mask, ent = (x.repeat_interleave(n, 0) for x in (resp, mask, ent))
+                texts.extend(decode_responses(tokenizer, resp))
+                lengths.extend(int(v) for v in mask.sum(-1))
+                entropy.extend(float(v) for v in (ent[:, : mask.shape[1]] * mask).sum(-1))
+                if on_batch is not None:
+                    on_batch(resp.shape[0])
+    finally:
+        model.train(was_training)
+    return Generation(texts, lengths, entropy, time.perf_counter() - t0)
+
+
+def _vllm_usable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def _generate_vllm(
+    model_path: str, prompts: Sequence[str], n: int, sampling: SamplingConfig, greedy: bool
+) -> Generation:
+    """vLLM rollouts (GPU only; untested in this project: no GPU). Token entropy is not
+    available from vLLM's top-logprobs, so it is reported as NaN."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path, seed=sampling.seed)
+    params = SamplingParams(
+        n=1 if greedy else n,
+        temperature=0.0 if greedy else sampling.temperature,
+        top_p=1.0 if greedy else sampling.top_p,
+        top_k=-1 if greedy or sampling.top_k == 0 else sampling.top_k,
+        max_tokens=sampling.max_new_tokens,
+        seed=sampling.seed,
+    )
+    t0 = time.perf_counter()
+    outs = llm.generate(list(prompts), params)
+    texts, lengths = [], []
+    for o in outs:
+        for c in o.outputs * (n if greedy else 1):
+            texts.append(c.text)
+            lengths.append(len(c.token_ids))
+    return Generation(texts, lengths, [math.nan] * len(texts), time.perf_counter() - t0)
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, tuple[float, float]]  # name -> (value, standard error)
+    extras: dict[str, float]  # response length, entropy, unparseable fraction, samples/s, wall time
+    settings: dict[str, Any]
+    samples: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "metrics": {k: {"value": v, "se": se} for k, (v, se) in self.metrics.items()},
+            **self.extras,
+            "samples": self.samples,
+        }
+
+
+def _answer_parser(task: Any) -> tuple[Callable[[str], Any], Callable[[Any, Any], bool]]:
+    """How responses are parsed for maj@k and 'unparseable': math-verify for math rewards, the
+    final number (or boxed content) for exact match, the stripped text otherwise."""
+    from entflow.hf.rewards import answers_equal, exact_match_reward, final_answer, parse_answer
+
+    name = getattr(task.reward_fn, "name", "")
+    if "math_verify" in name:
+        return (lambda t: parse_answer(t) or None), answers_equal
+    if "exact_match" in name:
+        return final_answer, (lambda a, b: exact_match_reward([a], answer=[b]) == [1.0])
+    return (lambda t: t.strip() or None), (lambda a, b: a == b)
+
+
+def evaluate_task(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    problems: Sequence[Any],
+    k: int,
+    n_samples: int | None = None,
+    sampling: SamplingConfig | None = None,
+    greedy: bool = True,
+    progress: bool = False,
+    model_path: str | None = None,
+    keep_samples: int = 8,
+) -> EvalResult:
+    """Metrics of the module docstring for ``problems`` of a :class:`~entflow.hf.data.ChatTask`."""
+    sampling, n_samples = _checked_settings(k, n_samples, sampling)
+    if not problems:
+        raise ConfigError("n", "no problems to evaluate")
+    prompts = [p.prompt for p in problems]
+    use_vllm = model_path is not None and _vllm_usable()
+    bar = _Bar(len(prompts) * (n_samples + int(greedy)), progress)
+    try:
+        if use_vllm:  # pragma: no cover - GPU only
+            gen = _generate_vllm(model_path, prompts, n_samples, sampling, False)
+            g_gen = _generate_vllm(model_path, prompts, 1, sampling, True) if greedy else None
+        else:
+            gen = generate_batched(model, tokenizer, prompts, n_samples, sampling, on_batch=bar.advance)
+            g_gen = generate_batched(model, tokenizer, prompts, 1, sampling, True, bar.advance) if greedy else None
+    finally:
+        bar.close()
+
+    t_score = time.perf_counter()
+    rewards = task.rewards([p for p in problems for _ in range(n_samples)], gen.texts)
+    parse, same = _answer_parser(task)
+    parsed = [parse(t) for t in gen.texts]
+    avg, passk, maj = [], [], []
+    for i in range(len(problems)):
+        r = rewards[i * n_samples : (i + 1) * n_samples]
+        c = sum(1 for v in r if v > 0)
+        avg.append(sum(r) / n_samples)
+        passk.append(pass_at_k(n_samples, c, k))
+        maj.append(majority_correct(parsed[i * n_samples : i * n_samples + k], r[:k], same))
+    metrics = {f"avg@{k}": mean_and_se(avg), f"pass@{k}": mean_and_se(passk), f"maj@{k}": mean_and_se(maj)}
+    if g_gen is not None:
+        metrics["greedy"] = mean_and_se(task.rewards(list(problems), g_gen.texts))
+    n_tok = sum(gen.lengths)
+    extras = {
+        "response_len": n_tok / len(gen.lengths),
+        "token_entropy": sum(gen.entropy) / max(n_tok, 1),
+        "unparseable_frac": sum(1 for a in parsed if a is None) / len(parsed),
+        "samples_per_s": len(gen.texts) / gen.seconds if gen.seconds > 0 else math.nan,
+        "sampling_s": gen.seconds,
+        "greedy_s": g_gen.seconds if g_gen is not None else 0.0,
+        "scoring_s": time.perf_counter() - t_score,
+        **{f"reward_{k_}": float(v) for k_, v in task.reward_fn.pop_counts().items()},
+    }
+    samples = [
+        {
+            "prompt": problems[i // n_samples].answer.prompt,
+            "answer": problems[i // n_samples].answer.answer,
+            "response": gen.texts[i],
+            "reward": rewards[i],
+        }
+        for i in range(0, min(len(gen.texts), keep_samples * n_samples), n_samples)
+    ]
+    settings = {
+        "k": k,
+        "n_samples": n_samples,
+        "n_problems": len(problems),
+        "greedy": greedy,
+        "backend": "vllm" if use_vllm else "transformers",
+        **asdict(sampling),
+    }
+    return EvalResult(metrics, extras, settings, samples)
+
+
+def _checked_settings(k: int, n_samples: int | None, sampling: SamplingConfig | None) -> tuple[SamplingConfig, int]:
+    """Validated (sampling, n_samples): k ≥ 1 and k ≤ n_samples (default k)."""
+    sampling = sampling or SamplingConfig()
+    sampling.validate()
+    n_samples = k if n_samples is None else n_samples
+    if not isinstance(k, int) or k < 1:
+        raise ConfigError("k", f"must be an integer >= 1, got {k!r}")
+    if n_samples < k:
+        raise ConfigError("k", f"k={k} exceeds n_samples={n_samples} (samples per problem)")
+    return sampling, n_samples
+
+
+class _Bar:
+    """A rich progress bar on a terminal; elsewhere (logs, nohup) one line per finished batch."""
+
+    def __init__(self, total: int, enabled: bool):
+        from rich.console import Console
+
+        self._p, self._done, self._total, self._t0 = None, 0, total, time.perf_counter()
+        self._lines = enabled and not Console(stderr=True).is_terminal
+        if enabled and not self._lines:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            self._p.start()
+            self._t = self._p.add_task("gen", total=total)
+
+    def advance(self, n: int) -> None:
+        self._done += n
+        if self._p is not None:
+            self._p.advance(self._t, n)
+        elif self._lines:
+            import sys
+
+            print(f"generated {self._done}/{self._total} ({time.perf_counter() - self._t0:.0f} s)", file=sys.stderr)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# CLI: entflow eval --model NAME_OR_PATH --data TASK_OR_FILE
+
+
+def _add(p: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
+    """Add an option unless the lab branch of ``entflow eval`` already defines it."""
+    if not any(f in p._option_string_actions for f in flags):
+        p.add_argument(*flags, **kwargs)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``entflow eval --model ... --data ...`` (real models)."""
+    g = p.add_argument_group("real models (with --model)")
+    _add(g, "--model", help="model: short name (smollm2), a saved model directory, or a hub id with --hub")
+    _add(g, "--data", help="gsm_symbolic | basic_arithmetic | a lab task | a .jsonl/.parquet file or datasets dir")
+    _add(g, "--n", type=int, help="number of held-out problems [100]")
+    _add(g, "--samples", type=int, help="samples per problem (>= k) [k]")
+    _add(g, "--temperature", type=float, help="sampling temperature [1.0]")
+    _add(g, "--top-p", type=float, help="nucleus sampling [1.0 = off]")
+    _add(g, "--top-k", type=int, help="top-k sampling [0 = off]")
+    _add(g, "--max-new-tokens", type=int, help="response length limit in tokens [256]")
+    _add(g, "--batch-size", type=int, help="sequences per generate call [32]")
+    _add(g, "--system-prompt", help="system message for the chat template")
+    _add(g, "--prompt-suffix", help="text appended to every question (default: the boxed-answer instruction)")
+    _add(g, "--reward", help="reward: math_verify | exact_match | format | weighted sum a+0.1*b [the data's]")
+    _add(g, "--no-greedy", action="store_true", help="skip the greedy pass")
+    _add(g, "--hub", action="store_true", help="allow a hub id for --model/--data (needs network)")
+    _add(g, "--out", help="JSON file for the results [eval-<model>-<data>.json]")
+    _add(
+        g,
+        "--data-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="reasoning-gym config, e.g. max_terms=2",
+    )
+
+
+def _opt(args: argparse.Namespace, name: str, default: Any) -> Any:
+    v = getattr(args, name, None)
+    return default if v is None else v
+
+
+def run_eval(
+    model: str,
+    data: str,
+    n: int = 100,
+    k: int = 4,
+    n_samples: int | None = None,
+    sampling: SamplingConfig | None = None,
+    greedy: bool = True,
+    system_prompt: str | None = None,
+    prompt_suffix: str | None = None,
+    reward: str | None = None,
+    allow_hub: bool = False,
+    data_params: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    """Load ``model`` and ``data``, evaluate the first ``n`` held-out problems. Every argument is
+    checked (model path, data fields, k ≤ n_samples, n ≤ held-out size) before generation."""
+    from entflow.hf.data import ChatTask, load_data
+    from entflow.hf.models import load_model, resolve_model
+
+    sampling, n_samples = _checked_settings(k, n_samples, sampling)
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError("n", f"must be an integer >= 1, got {n!r}")
+    params = dict(data_params or {})
+    if isinstance(data, str) and "val_size" not in params:
+        params["val_size"] = n if not Path(data).exists() else None
+    prompts_data = load_data(data, allow_hub=allow_hub, **params)
+    if n > len(prompts_data.validation):
+        raise ConfigError("n", f"{n} problems requested, {prompts_data.name} holds {len(prompts_data.validation)}")
+    if reward is not None:
+        from entflow.hf.rewards import get_reward
+
+        get_reward(reward)  # unknown names fail here, before the model loads
+    resolve_model(model, allow_hub=allow_hub)  # a missing model fails before any loading
+    t0 = time.perf_counter()
+    policy, tokenizer = load_model(model, allow_hub=allow_hub)
+    load_s = time.perf_counter() - t0
+    task = ChatTask(prompts_data, tokenizer, sampling.max_new_tokens, system_prompt, prompt_suffix, reward, val_size=n)
+    res = evaluate_task(
+        policy,
+        tokenizer,
+        task,
+        task.validation_set(),
+        k,
+        n_samples,
+        sampling,
+        greedy,
+        progress,
+        model_path=resolve_model(model, allow_hub=allow_hub),
+    )
+    res.settings.update(
+        model=model,
+        data=prompts_data.name,
+        reward=task.reward_fn.name,
+        system_prompt=system_prompt,
+        prompt_suffix=task.suffix,
+        data_params=data_params or {},
+    )
+    res.extras["load_s"] = load_s
+    return res
+
+
+def print_result(res: EvalResult, console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    s = res.settings
+    table = Table(
+        title=f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "
+        f"(T={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, max_new_tokens={s['max_new_tokens']})"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("± s.e.", justify="right")
+    for name, (v, se) in res.metrics.items():
+        table.add_row(name, f"{v:.3f}", f"{se:.3f}")
+    e = res.extras
+    table.add_row("mean response length (tokens)", f"{e['response_len']:.1f}", "")
+    table.add_row("token entropy (nats)", f"{e['token_entropy']:.3f}", "")
+    table.add_row("unparseable fraction", f"{e['unparseable_frac']:.3f}", "")
+    table.add_row("samples / s", f"{e['samples_per_s']:.2f}", "")
+    table.add_row(
+        "reward errors / timeouts", f"{e.get('reward_errors', 0):.0f} / {e.get('reward_timeouts', 0):.0f}", ""
+    )
+    console.print(table)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """``entflow eval --model ... --data ...``."""
+    from entflow.trainer.config import parse_override
+
+    if not args.data:
+        raise ConfigError("data", "--model needs --data (a task name or a file)")
+    k = _opt(args, "k", 4)
+    sampling = SamplingConfig(
+        temperature=_opt(args, "temperature", 1.0),
+        top_p=_opt(args, "top_p", 1.0),
+        top_k=_opt(args, "top_k", 0),
+        max_new_tokens=_opt(args, "max_new_tokens", 256),
+        seed=_opt(args, "seed", 0),
+        batch_size=_opt(args, "batch_size", 32),
+    )
+    data_params = dict(parse_override(t) for t in getattr(args, "data_param", []) or [])
+    t0 = time.perf_counter()
+    res = run_eval(
+        args.model,
+        args.data,
+        n=_opt(args, "n", 100),
+        k=k,
+        n_samples=_opt(args, "samples", None),
+        sampling=sampling,
+        greedy=not getattr(args, "no_greedy", False),
+        system_prompt=getattr(args, "system_prompt", None),
+        prompt_suffix=getattr(args, "prompt_suffix", None),
+        reward=getattr(args, "reward", None),
+        allow_hub=bool(getattr(args, "hub", False)),
+        data_params=data_params,
+    )
+    res.extras["wall_s"] = time.perf_counter() - t0
+    out = Path(_opt(args, "out", f"eval-{Path(args.model).name}-{Path(str(args.data)).stem}.json"))
+    out.write_text(json.dumps(res.to_json(), indent=2, default=str))
+    print_result(res)
+    print(f"wall time {res.extras['wall_s']:.0f} s (model load {res.extras['load_s']:.1f} s); results in {out}")
+    return 0

@@ -1,0 +1,139 @@
+"""Training a real Hugging Face model with any entflow method (docs/design.md §11 + §10).
+
+The lab trainer (``entflow.trainer.loop.train``) runs unchanged; this module only supplies what
+differs for a real model — :class:`RealTrainConfig` (the lab's config plus model / generation /
+reward keys, with defaults sized for SmolLM2-135M on a CPU) and :func:`real_setup` (the model,
+its tokenizer and a :class:`~entflow.hf.data.ChatTask`). So a real run writes the same run
+directory as a lab run (``config.yaml``, ``metrics.jsonl``, ``timing.jsonl``, ``samples.jsonl``,
+checkpoints, resume, ``entflow analyze`` report, the entropy-change audit).
+
+``task`` names the data (``basic_arithmetic``, ``gsm_symbolic``, a lab task or a file) and
+``task_params`` go to :func:`entflow.hf.data.load_data`. Validation (step 0, every ``eval_every``
+steps and the last) is :func:`entflow.hf.evaluate.evaluate_task` on ``val_size`` held-out problems
+with ``eval_k`` samples at the training temperature, logged as ``val/acc`` (avg@k),
+``val/pass@k``, ``val/maj@k``, ``val/acc_greedy``, ``val/entropy``, ``val/response_len`` and
+``val/unparseable_frac``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from entflow.errors import ConfigError, EntflowError
+from entflow.trainer.config import TrainConfig
+from entflow.trainer.loop import RunSetup, step_seed, train
+
+__all__ = ["RealTrainConfig", "real_setup", "train_real"]
+
+
+@dataclass
+class RealTrainConfig(TrainConfig):
+    """:class:`~entflow.trainer.config.TrainConfig` + the keys of a real model. ``task`` is the data."""
+
+    # the model
+    model: str = "smollm2"  # short name, saved model directory, or hub id (with allow_hub)
+    allow_hub: bool = False
+    dtype: str = "float32"
+    # prompts, generation, reward
+    max_new_tokens: int = 48
+    system_prompt: str | None = None
+    prompt_suffix: str | None = None  # None: the data's default (math: the boxed-answer instruction)
+    reward: str | None = None  # None: the data's default reward
+    reward_timeout_s: float | None = 5.0
+    val_size: int = 16  # held-out problems evaluated every eval_every steps
+    # lab keys with defaults sized for a 135M model on a 2-core CPU
+    task: str = "basic_arithmetic"
+    steps: int = 10
+    prompts_per_step: int = 2
+    group_size: int = 4
+    mini_batches: int = 2
+    lr: float = 1e-6
+    eval_every: int = 5
+    eval_k: int = 2
+    chunk_size: int | None = 1024
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{Path(self.model).name}-{self.method.replace('+', '_')}"
+
+    def validate_task(self) -> None:
+        """The model, data and reward keys, checked before any model is loaded or converted
+        (the shared keys are checked by :meth:`TrainConfig.validate`, which calls this)."""
+        from entflow.hf.data import load_data
+        from entflow.hf.models import resolve_model
+        from entflow.hf.rewards import get_reward
+
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
+
+        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
+        need(self.val_size >= 1, "val_size", "must be >= 1")
+        need(self.reward_timeout_s is None or self.reward_timeout_s > 0, "reward_timeout_s", "must be > 0 or null")
+        need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype", "must be a float dtype name")
+        need(not self.pretrain, "pretrain", "is for the lab's tiny policy; a real model is not warm-started")
+        resolve_model(self.model, allow_hub=self.allow_hub, convert=False)
+        try:
+            data = load_data(self.task, allow_hub=self.allow_hub, **self.task_params)
+        except EntflowError as e:
+            raise ConfigError(getattr(e, "key", "task"), str(e)) from e
+        except TypeError as e:
+            raise ConfigError("task_params", str(e)) from e
+        if self.reward is None and isinstance(data.reward, str):
+            self.reward = data.reward  # config.yaml names the reward actually used
+        if self.reward is not None:
+            get_reward(self.reward)
+
+
+def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step: int) -> dict[str, float]:
+    from entflow.hf.evaluate import SamplingConfig, evaluate_task
+
+    sampling = SamplingConfig(
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=step_seed(cfg.seed + 1, step),
+        batch_size=max(cfg.eval_k, cfg.prompts_per_step * cfg.group_size),
+    )
+    res = evaluate_task(model, tokenizer, task, task.validation_set(), cfg.eval_k, sampling=sampling)
+    m = {name: v for name, (v, _) in res.metrics.items()}
+    k = cfg.eval_k
+    return {
+        "val/acc": m[f"avg@{k}"],
+        "val/pass@k": m[f"pass@{k}"],
+        "val/maj@k": m[f"maj@{k}"],
+        "val/acc_greedy": m["greedy"],
+        "val/entropy": res.extras["token_entropy"],
+        "val/response_len": res.extras["response_len"],
+        "val/unparseable_frac": res.extras["unparseable_frac"],
+    }
+
+
+def real_setup(cfg: RealTrainConfig) -> RunSetup:
+    """The model and tokenizer of ``cfg.model`` and a :class:`~entflow.hf.data.ChatTask` for ``cfg.task``."""
+    from entflow.hf.data import ChatTask, load_data
+    from entflow.hf.models import load_model, resolve_model
+
+    def load() -> tuple[Any, Any]:
+        return load_model(cfg.model, dtype=cfg.dtype, allow_hub=cfg.allow_hub)
+
+    model, tokenizer = load()
+    data = load_data(cfg.task, allow_hub=cfg.allow_hub, val_size=cfg.val_size, **cfg.task_params)
+    task = ChatTask(
+        data,
+        tokenizer,
+        cfg.max_new_tokens,
+        cfg.system_prompt,
+        cfg.prompt_suffix,
+        cfg.reward,
+        cfg.reward_timeout_s,
+        val_size=cfg.val_size,
+    )
+    path = resolve_model(cfg.model, allow_hub=cfg.allow_hub)
+    return RunSetup(task, model, tokenizer, path, lambda: load()[0], validate=_validate)
+
+
+def train_real(cfg: RealTrainConfig, resume: bool = False, overwrite: bool = False, on_step=None) -> Path:
+    """Train (or resume) a real model; returns the run directory (same layout as a lab run)."""
+    return train(cfg, resume=resume, overwrite=overwrite, on_step=on_step, setup=real_setup)

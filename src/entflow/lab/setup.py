@@ -1,0 +1,61 @@
+"""The lab plugged into the trainer (docs/design.md §10): its task, its cached warm-started tiny
+policy, and its validation (avg@k, pass@k, greedy accuracy at every evaluation step)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from entflow.lab.config import LabConfig
+from entflow.trainer.loop import RunSetup, step_seed
+from entflow.trainer.loop import train as train_run
+
+
+def resolve_policy(cfg: LabConfig) -> Path:
+    """The warm-started policy this run starts from (pretrained and cached on first use)."""
+    if cfg.policy_path:
+        return Path(cfg.policy_path)
+    from entflow.lab.pretrain import pretrain
+
+    return pretrain(cfg.pretrain_config(), progress=cfg.progress)
+
+
+def validate_policy(model, tokenizer, task, cfg: LabConfig, step: int) -> dict[str, float]:
+    """Held-out accuracy at temperature 1 over ``eval_k`` samples (avg@k, pass@k), greedy
+    accuracy, entropy and distinct correct answers, as ``val/*`` metrics."""
+    from entflow.lab.pretrain import evaluate
+
+    res = evaluate(
+        model,
+        tokenizer,
+        task,
+        task.validation_set(),
+        k=cfg.eval_k,
+        temperature=cfg.temperature,
+        greedy=True,
+        seed=step_seed(cfg.seed + 1, step),
+    )
+    return {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
+
+
+def lab_setup(cfg: LabConfig) -> RunSetup:
+    """The lab task and the cached warm-started tiny policy."""
+    from entflow.lab.pretrain import load_policy
+    from entflow.lab.tasks import get_task
+
+    task = get_task(cfg.task, **cfg.task_params)
+    policy_path = resolve_policy(cfg)
+    model, tokenizer = load_policy(policy_path)
+    return RunSetup(task, model, tokenizer, str(policy_path), lambda: load_policy(policy_path)[0], validate_policy)
+
+
+def train(
+    cfg: LabConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Run (or resume) a lab run; returns its run directory (:func:`entflow.trainer.loop.train`
+    with :func:`lab_setup`)."""
+    return train_run(cfg, resume=resume, overwrite=overwrite, on_step=on_step, setup=lab_setup)

@@ -1,0 +1,212 @@
+"""Training configuration: one flat dataclass, YAML + ``key=value`` overrides, validated before any
+work (docs/design.md §10, §13). The lab and real models subclass it with their task checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from entflow.errors import ConfigError, EntflowError
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; ``config.yaml`` in the run directory is this, resolved.
+
+    The trainer reads every key except ``task``, ``task_params``, ``policy_path`` and ``pretrain``,
+    which the run's setup reads (the lab: :mod:`entflow.lab.setup`; real models:
+    :mod:`entflow.hf.setup`)."""
+
+    # identity
+    name: str | None = None  # run directory name (default: the method name)
+    out_dir: str = "runs"
+    seed: int = 0
+    # task and policy
+    task: str = "countdown"
+    task_params: dict[str, Any] = field(default_factory=dict)  # e.g. {validation_size: 32}
+    policy_path: str | None = None  # a saved policy; None = the cached warm start (pretrained if missing)
+    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides for the warm start
+    # method
+    method: str = "grpo"  # any registered name or composition "a+b"
+    method_params: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # label shared by the seeds of one method in a comparison (report grouping)
+    # rollout
+    steps: int = 140
+    schedule_steps: int | None = None  # total_steps of step schedules (None: steps; kept on resume)
+    prompts_per_step: int = 16
+    group_size: int = 16  # G responses per prompt
+    temperature: float = 1.0
+    # update
+    ppo_epochs: int = 1
+    mini_batches: int = 4  # optimizer steps per rollout batch (per epoch)
+    strict_on_policy: bool = False  # one optimizer step per rollout batch (r ≡ 1): forces ppo_epochs = mini_batches = 1
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg: str = "token-mean"
+    adv_scale: str = "group"  # group | batch | none
+    # diagnostics
+    audit: bool = True  # true entropy change vs every estimator, each step
+    eval_every: int = 10
+    eval_k: int = 8  # samples per validation prompt at temperature 1
+    samples_logged: int = 4  # responses written to samples.jsonl per step
+    # machinery
+    checkpoint_every: int = 1
+    threads: int = 1  # torch threads (bit-identical resume needs the same value)
+    chunk_size: int | None = None  # token_stats chunking
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.strict_on_policy:  # docs/design.md §6: strictly on-policy = one gradient step per rollout batch
+            self.ppo_epochs, self.mini_batches = 1, 1
+
+    @property
+    def run_name(self) -> str:
+        return self.name or self.method.replace("+", "_")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.run_name
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the key for any impossible value."""
+        from entflow.core.advantages import SCALES
+        from entflow.core.ppo import AGG_MODES
+        from entflow.methods import get_method
+
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
+
+        need(self.steps >= 1, "steps", "must be >= 1")
+        need(self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1")
+        need(self.group_size >= 2, "group_size", "must be >= 2 (group advantages need G >= 2)")
+        need(self.temperature > 0, "temperature", "must be > 0")
+        need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
+        need(self.mini_batches >= 1, "mini_batches", "must be >= 1")
+        need(
+            self.mini_batches <= self.prompts_per_step * self.group_size,
+            "mini_batches",
+            f"must be <= prompts_per_step * group_size = {self.prompts_per_step * self.group_size}",
+        )
+        need(self.optimizer in ("adamw", "sgd"), "optimizer", "must be 'adamw' or 'sgd'")
+        need(self.lr > 0, "lr", "must be > 0")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
+        need(0 <= self.clip_low <= 1, "clip_low", "must be in [0, 1]")
+        need(self.clip_high >= 0, "clip_high", "must be >= 0")
+        need(self.dual_clip is None or self.dual_clip > 1, "dual_clip", "must be > 1 or null")
+        need(self.agg in AGG_MODES, "agg", f"must be one of {AGG_MODES}")
+        need(self.adv_scale in SCALES, "adv_scale", f"must be one of {SCALES}")
+        need(self.eval_every >= 0, "eval_every", "must be >= 0 (0 = only at start and end)")
+        need(self.eval_k >= 1, "eval_k", "must be >= 1")
+        need(self.samples_logged >= 0, "samples_logged", "must be >= 0")
+        need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+        need(self.threads >= 1, "threads", "must be >= 1")
+        need(self.chunk_size is None or self.chunk_size >= 1, "chunk_size", "must be >= 1 or null")
+        need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")
+        self.validate_task()
+        need(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1 or null")
+        try:
+            get_method(self.method, **self.method_params)
+        except EntflowError as e:
+            key = "method" if "param" not in type(e).__name__.lower() else "method_params"
+            raise ConfigError(key, str(e)) from e
+
+    def validate_task(self) -> None:
+        """Checks of ``task``, ``task_params`` and ``pretrain``, which only the code that builds the
+        task can make: the lab's :class:`~entflow.lab.config.LabConfig` and the real-model
+        :class:`~entflow.hf.setup.RealTrainConfig` override it. Raises :class:`ConfigError`."""
+        if not isinstance(self.task, str) or not self.task:
+            raise ConfigError("task", f"must name a task, got {self.task!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
+    """Coerce/verify ``value`` against the annotation of field ``key`` of ``cls``."""
+    hint = typing.get_type_hints(cls)[key]
+    origin = typing.get_origin(hint)
+    allowed = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ConfigError(key, f"must not be null (expected {hint})")
+    for t in allowed:
+        base = typing.get_origin(t) or t
+        if base is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if base is bool and isinstance(value, bool):
+            return value
+        if base in (int, float, str, dict) and isinstance(value, base) and not isinstance(value, bool):
+            return value
+    raise ConfigError(key, f"expected {hint}, got {type(value).__name__} {value!r}")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"lr=1e-3"`` → ("lr", 0.001); values parsed as YAML scalars. ``method.lambda_min=0.5``
+    sets a method parameter."""
+    if "=" not in text:
+        raise ConfigError(text, "overrides are written key=value")
+    key, raw = text.split("=", 1)
+    raw = raw.strip()
+    for number in (int, float):  # YAML 1.1 reads "3e-4" as a string; a user means a number
+        try:
+            return key.strip(), number(raw)
+        except ValueError:
+            pass
+    return key.strip(), yaml.safe_load(raw) if raw else None
+
+
+def build_config(
+    base: dict[str, Any] | None = None, overrides: list[str] | None = None, cls: type[TrainConfig] = TrainConfig
+) -> TrainConfig:
+    """A validated :class:`TrainConfig` (or subclass ``cls``) from a dict (e.g. YAML) plus
+    ``key=value`` overrides.
+
+    Unknown keys, wrong types and impossible values raise :class:`ConfigError` naming the key,
+    before any work is done.
+    """
+    values: dict[str, Any] = dict(base or {})
+    params: dict[str, Any] = dict(values.pop("method_params", None) or {})
+    for text in overrides or []:
+        key, value = parse_override(text)
+        if key.startswith("method."):
+            params[key.removeprefix("method.")] = value
+        else:
+            values[key] = value
+    if "method_params" in values:  # given as an override: method_params={a: 1}
+        extra = values.pop("method_params")
+        if not isinstance(extra, dict):
+            raise ConfigError("method_params", f"expected a mapping, got {extra!r}")
+        params |= extra
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(key, f"unknown key; known keys: {', '.join(sorted(known))}")
+    if not isinstance(params, dict):
+        raise ConfigError("method_params", f"expected a mapping, got {params!r}")
+    typed = {k: _check_type(k, v, cls) for k, v in values.items()}
+    cfg = cls(**typed, method_params=params)
+    cfg.validate()
+    return cfg
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict (empty file → {})."""
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "a config file must hold a mapping of key: value")
+    return data

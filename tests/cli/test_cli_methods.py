@@ -1,0 +1,40 @@
+"""``entflow methods``: the table lists every docs/design.md §6 method; ``entflow methods NAME`` shows
+docstring, formula, paper, parameters with default / range / help, hooks and needed fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from entflow.cli.main import main
+from support.method_defaults import DESIGN_NAMES
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+def test_methods_lists_every_spec_method(capsys):
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    for name in DESIGN_NAMES:
+        assert f" {name} " in out, name
+    assert "lambda_min=0.8" in out and "paper 001 Eq. 7–9" in out
+
+
+def test_methods_one_in_full(capsys):
+    assert main(["methods", "clip_cov"]) == 0
+    out = capsys.readouterr().out
+    for text in ("Clip-Cov", "paper 003 Eq. 9–10", "ratio", "0.0002", "a number in [0, 1]", "token_weights",
+                 "fraction of valid tokens to clip", "state (state_dict): generator"):  # fmt: skip
+        assert text in out, text
+    assert main(["methods", "kl_ref"]) == 0
+    assert "needed by policy_loss: ref_logp" in capsys.readouterr().out
+    assert main(["methods", "gtpo"]) == 0
+    out = capsys.readouterr().out
+    assert "compute_advantages: rewards, group_index" in out and "old_entropy" in out
+
+
+def test_methods_unknown_name(capsys):
+    assert main(["methods", "stear"]) == 2
+    assert "unknown method 'stear'" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The real-model training path (entflow.hf.setup on the lab trainer) on a tiny in-process
+model: `entflow train --model DIR --data basic_arithmetic` writes the lab's run directory,
+resumes to the same metrics, feeds the report, and refuses bad input before any work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from entflow.errors import ConfigError, UnknownMethodError
+from entflow.hf.rewards import REWARDS
+from entflow.hf.setup import RealTrainConfig, train_real
+from entflow.trainer.config import build_config
+from support.real_tiny import save_tiny_model
+
+
+def parity_reward(completions, **kwargs):
+    """Deterministic and varied on a random model (so groups are not degenerate): 1 if the
+    response has an even number of characters."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+def parity(monkeypatch):
+    monkeypatch.setitem(REWARDS, "parity", parity_reward)
+
+
+def _overrides(out: Path, **extra) -> list[str]:
+    base = {
+        "out_dir": str(out),
+        "steps": 2,
+        "prompts_per_step": 2,
+        "group_size": 4,
+        "mini_batches": 2,
+        "max_new_tokens": 6,
+        "val_size": 3,
+        "eval_k": 2,
+        "eval_every": 1,
+        "lr": 1e-2,
+        "reward": "parity",
+        "progress": False,
+        "task_params": "{max_terms: 2, max_digits: 1}",
+    } | extra
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def _lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_cli_train_two_steps_writes_the_lab_run_directory(tiny_dir, tmp_path, parity, capsys):
+    from entflow.analysis.report import summarize_run
+    from entflow.cli.main import main
+
+    rc = main(["train", "--model", str(tiny_dir), "--data", "basic_arithmetic", "--method", "steer", "--name", "r",
+               *_overrides(tmp_path)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    run = tmp_path / "r"
+    for f in ("config.yaml", "metrics.jsonl", "samples.jsonl", "timing.jsonl", "checkpoints/last.pt"):
+        assert (run / f).is_file(), f
+    assert (run / "checkpoints" / "final" / "config.json").is_file()
+    lines = _lines(run)
+    assert [r["step"] for r in lines] == [0, 1, 2]
+    for r in lines[1:]:
+        assert 0.0 <= r["reward/mean"] <= 1.0 and r["entropy"] > 0 and r["reward/errors"] == 0.0
+        assert "audit/steer/spearman" in r and "steer/weight_mean" in r and "loss" in r
+    assert any(r["batch/degenerate_group_frac"] < 1 for r in lines[1:])  # the update had a signal
+    for r in lines:
+        assert {"val/acc", "val/pass@k", "val/maj@k", "val/acc_greedy", "val/entropy"} <= set(r)
+    sample = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
+    assert sample["prompt"].startswith("<|im_start|>user\nCalculate")  # chat template applied
+    t = json.loads((run / "timing.jsonl").read_text().splitlines()[0])
+    assert {"time/rollout_s", "time/verify_s", "time/reward_s", "time/update_s"} <= set(t)
+    s = summarize_run(run)  # the lab's report reads it
+    assert s["method"] == "steer" and s["task"] == "basic_arithmetic" and s["steps"] == 2
+    assert s["entropy_initial"] > 0 and 0 <= s["reward_final"] <= 1
+
+
+def test_resume_reproduces_the_uninterrupted_run(tiny_dir, tmp_path, parity):
+    full = build_config({"model": str(tiny_dir), "name": "full"}, _overrides(tmp_path), cls=RealTrainConfig)
+    train_real(full)
+    part = build_config({"model": str(tiny_dir), "name": "part"}, _overrides(tmp_path, steps=1), cls=RealTrainConfig)
+    train_real(part)  # stops after step 1, as a killed run would after its checkpoint
+    more = build_config({"model": str(tiny_dir), "name": "part"}, _overrides(tmp_path), cls=RealTrainConfig)
+    train_real(more, resume=True)
+    a, b = _lines(tmp_path / "full"), _lines(tmp_path / "part")
+    assert [r["step"] for r in b] == [0, 1, 2]  # step 2 continued from step 1's checkpoint
+    assert a[0] == b[0] and a[-1] == b[-1]  # step 2 bit for bit (metrics, validation)
+
+
+def test_bad_input_fails_before_loading(tiny_dir, tmp_path, monkeypatch):
+    import entflow.hf.models
+
+    monkeypatch.setattr(entflow.hf.models, "load_model", lambda *a, **k: pytest.fail("loaded before validating"))
+
+    def cfg(**kw):
+        return build_config({"model": str(tiny_dir)} | kw, [f"out_dir={tmp_path}"], cls=RealTrainConfig)
+
+    with pytest.raises(ConfigError, match="'model'"):
+        cfg(model=str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match=r"'task'.*gsm_symbolc.*known: .*gsm_symbolic"):
+        cfg(task="gsm_symbolc")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1+1", "answer": "2"}\n')
+    with pytest.raises(ConfigError, match="'prompt'"):
+        cfg(task=str(bad))
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        cfg(max_new_tokens=0)
+    with pytest.raises(ConfigError, match="group_size"):  # the lab's own checks still apply
+        cfg(group_size=1)
+    with pytest.raises(ConfigError, match="pretrain"):
+        cfg(pretrain={"steps": 3})
+    with pytest.raises(UnknownMethodError, match="reward"):
+        cfg(reward="bleu")
+    from entflow.cli.main import main
+
+    assert main(["train", "--data", "gsm_symbolic"]) == 2  # --data without --model

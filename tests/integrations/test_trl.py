@@ -1,0 +1,476 @@
+"""entflow inside TRL's GRPOTrainer (issue 8): equivalence with TRL, end-to-end training with
+methods, the loss against ``ef.policy_loss`` on the same tensors, checkpoints, bad input.
+
+A tiny Llama (2 layers, hidden 32, character vocabulary) is built in-process and saved to a
+temporary directory; TRL generates on CPU with ``transformers``' ``generate`` (no vLLM, no hub).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+import entflow as ef
+from entflow.errors import ConfigError
+from entflow.integrations.trl import STATE_FILE, EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from support.gloo import free_port
+
+TOKENS = "0123456789+-*() >:="
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(model_dir, tokenizer, dataset): a 2-layer Llama with a character tokenizer, 8 prompts."""
+    tok = build_tokenizer(TOKENS)
+    model = build_policy(tok, PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0)
+    with torch.no_grad():  # make <eos> likely enough that completion lengths vary (token-count normalisers differ)
+        h = model.model(**tok(["3 5>16:"], return_tensors="pt")).last_hidden_state[0, -1]
+        model.lm_head.weight[tok.eos_token_id] += h / h.norm() ** 2
+    path = tmp_path_factory.mktemp("tiny_llama")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    data = Dataset.from_dict({"prompt": [f"{i} {i + 2}>{3 * i + 1}:" for i in range(8)]})
+    return str(path), tok, data
+
+
+def reward_ones(completions, **kwargs):
+    """A continuous reward (TRL's signature): groups almost never tie, so advantages are non-zero."""
+    return [(c.count("1") + 0.5 * c.count("2") + 0.1 * len(c)) / (len(c) + 1) for c in completions]
+
+
+def base_args(out, **kw):
+    args = dict(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        optim="sgd",  # plain SGD: the update is lr·gradient, so a wrong loss scale shows (Adam would hide it)
+        learning_rate=0.5,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        seed=0,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        bf16=False,  # TRL defaults to bf16 autocast, also on CPU; float32 makes the comparisons exact
+    )
+    args.update(kw)
+    return args
+
+
+def weights(trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def initial_weights(path) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+# --------------------------------------------------------------------------------------------
+# (1) equivalence: EntflowGRPOTrainer with grpo == TRL's GRPOTrainer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(loss_type="dapo"),
+        dict(loss_type="grpo"),
+        dict(loss_type="dr_grpo"),
+        # two passes over the batch: TRL computes old log-probs, ratios move off 1, the clip acts
+        dict(loss_type="dapo", num_iterations=2, max_steps=2, epsilon_high=0.28, learning_rate=2.0),
+    ],
+    ids=["dapo", "grpo", "dr_grpo", "dapo-2iter-clip"],
+)
+def test_grpo_matches_trl(tiny, tmp_path, case):
+    path, tok, data = tiny
+    w0 = initial_weights(path)
+    runs = {}
+    for name, trainer_cls, cfg_cls, extra in (
+        ("trl", GRPOTrainer, GRPOConfig, {}),
+        ("entflow", EntflowGRPOTrainer, EntflowGRPOConfig, {"entflow_method": "grpo"}),
+    ):
+        args = cfg_cls(**base_args(tmp_path / name, **case), **extra)
+        trainer = trainer_cls(model=path, reward_funcs=reward_ones, args=args, train_dataset=data, processing_class=tok)
+        trainer.train()
+        runs[name] = (weights(trainer), list(trainer._logs["completion"]), trainer.state.log_history)
+    (w_trl, c_trl, h_trl), (w_ef, c_ef, h_ef) = runs["trl"], runs["entflow"]
+    assert c_trl == c_ef and len(c_trl) > 0  # same generations: the comparison is like for like
+    assert len({len(c) for c in c_trl}) > 1  # lengths differ, so the three normalisers differ
+    for k in w_trl:
+        delta_trl, delta_ef = w_trl[k] - w0[k], w_ef[k] - w0[k]
+        if delta_trl.norm() == 0:  # e.g. embeddings of tokens never seen
+            assert delta_ef.norm() == 0, k
+            continue
+        assert rel(w_ef[k], w_trl[k]) <= 1e-6, k  # acceptance: updated weights to 1e-6 relative
+        assert rel(delta_ef, delta_trl) <= 1e-4, k  # stronger: the update itself (float32 round-off)
+    moved = sum(float((w_trl[k] - w0[k]).norm()) for k in w_trl)
+    assert moved > 1e-3  # the step did something
+    if "epsilon_high" in case:  # the clip was exercised in at least one logged step
+        clipped = [h.get("clip_ratio/region_mean", 0) for h in h_trl if "loss" in h]
+        assert max(clipped) > 0
+        ours = [h.get("clip_ratio/region_mean", 0) for h in h_ef if "loss" in h]
+        assert ours == pytest.approx(clipped, rel=1e-5, abs=1e-7)
+
+
+def test_global_statistics_equal_one_full_batch(tiny, tmp_path):
+    """Gradient accumulation with global statistics gives the update of one micro-batch holding
+    the whole batch (STEER's max|Ω|, Clip-Cov's means and draws over all 8 completions); per
+    micro-batch statistics do not."""
+    path, tok, data = tiny
+    w0 = initial_weights(path)
+    method = dict(
+        entflow_method="steer+clip_cov",
+        entflow_method_params={"lambda_min": 0.3, "ratio": 0.1, "cov_low": -1e6, "cov_high": 1e6},
+    )
+    deltas = {}
+    for name, kw in (
+        ("full", dict(per_device_train_batch_size=8, gradient_accumulation_steps=1)),
+        ("global", dict(per_device_train_batch_size=4, gradient_accumulation_steps=2)),
+        ("per_call", dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, entflow_global_stats=False)),
+    ):
+        args = EntflowGRPOConfig(
+            **base_args(tmp_path / name, **{k: v for k, v in kw.items() if k.startswith(("per", "grad"))}),
+            **method,
+            **{k: v for k, v in kw.items() if k.startswith("entflow")},
+        )
+        trainer = EntflowGRPOTrainer(
+            model=path, reward_funcs=reward_ones, args=args, train_dataset=data, processing_class=tok
+        )
+        trainer.train()
+        w = weights(trainer)
+        deltas[name] = torch.cat([(w[k] - w0[k]).flatten() for k in sorted(w)])
+        assert trainer.state.log_history[0]["clip_cov/n_selected"] > 0
+    assert rel(deltas["global"], deltas["full"]) <= 1e-5
+    assert rel(deltas["per_call"], deltas["full"]) > 1e-3  # the test can tell the two modes apart
+
+
+def test_two_processes_equal_one_process_on_the_whole_batch(tiny, tmp_path):
+    """Two CPU processes (gloo DDP) × gradient accumulation 2 with global statistics make the
+    update of ONE process computing ef.policy_loss on all four micro-batches at once (STEER's
+    max|Ω| and Clip-Cov's means and draws over every completion of both ranks)."""
+    path = tiny[0]
+    method, params = "steer+clip_cov", {"lambda_min": 0.3, "ratio": 0.1, "cov_low": -1e6, "cov_high": 1e6}
+    worker = Path(__file__).parents[1] / "support" / "trl_ddp_worker.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    cmd += [str(worker), path, str(tmp_path), method, json.dumps(params)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=False)
+    assert r0["world"] == 2 and len(r0["seen"]) == len(r1["seen"]) == 2
+    for k in r0["weights"]:
+        assert torch.equal(r0["weights"][k], r1["weights"][k]), k  # the ranks stayed in sync
+
+    # independent reference: one process, one batch = rank 0's micro-batches then rank 1's
+    model = AutoModelForCausalLM.from_pretrained(path)
+    micro = r0["seen"] + r1["seen"]
+    T = max(mb["completion_ids"].shape[1] for mb in micro)
+    logps, ents, masks, advs = [], [], [], []
+    for mb in micro:
+        t = mb["completion_ids"].shape[1]
+        ids = torch.cat([mb["prompt_ids"], mb["completion_ids"]], 1)
+        attn = torch.cat([mb["prompt_mask"], mb["completion_mask"]], 1)
+        st = ef.token_stats(model(input_ids=ids, attention_mask=attn).logits[:, -t - 1 : -1], mb["completion_ids"])
+        pad = (0, T - t)
+        logps.append(torch.nn.functional.pad(st.logp, pad))
+        ents.append(torch.nn.functional.pad(st.entropy, pad))
+        masks.append(torch.nn.functional.pad(mb["completion_mask"], pad))
+        advs.append(torch.nn.functional.pad(mb["advantages"], pad))
+    logp, H = torch.cat(logps), torch.cat(ents)
+    batch = ef.TokenBatch(logp, logp.detach(), torch.cat(advs), torch.cat(masks), entropy=H, old_entropy=H.detach())
+    m = ef.get_method(method, **params)
+    m.set_rank(0)
+    out = ef.policy_loss(batch, m)
+    assert out.metrics["clip_cov/n_selected"] > 0 and out.metrics["steer/weight_min"] < 1
+    out.loss.backward()
+    w0 = initial_weights(path)
+    for name, p in model.named_parameters():
+        if p.grad is None or p.grad.norm() == 0:
+            continue
+        expected = w0[name] - 0.5 * p.grad  # SGD, lr 0.5
+        assert rel(r0["weights"][name] - w0[name], expected - w0[name]) <= 1e-4, name
+
+
+# --------------------------------------------------------------------------------------------
+# (2) end to end with methods: weights change, metrics logged, save + resume restores state
+# --------------------------------------------------------------------------------------------
+
+METHODS = [
+    ("steer", {}, "steer/weight_mean"),
+    ("clip_cov", {"ratio": 0.2, "cov_low": -1e6, "cov_high": 1e6, "seed": 3}, "clip_cov/n_selected"),
+    ("adaptive_entropy", {"target": 50.0, "delta": 1e-3}, "adaptive_entropy/coef"),
+    # two iterations per generation: KL-Cov acts once the policy has moved; TRL computes old
+    # log-probs (the adapter takes the rollout entropy from that pass) and the second optimizer
+    # step's global statistics need a fresh no-grad forward
+    ("clip_higher+kl_cov", {"ratio": 0.1}, "kl_cov/n_selected"),
+]
+EXTRA = {"clip_higher+kl_cov": {"num_iterations": 2}}
+
+
+class _Snapshots(TrainerCallback):
+    """Records the method state at each save (what the checkpoint must hold)."""
+
+    def __init__(self):
+        self.trainer = None
+        self.at_save: dict[int, dict] = {}
+
+    def on_save(self, args, state, control, **kwargs):
+        self.at_save[state.global_step] = copy.deepcopy(self.trainer.entflow_state_dict())
+
+
+class _RecordingResume(EntflowGRPOTrainer):
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        self.loaded_state = copy.deepcopy(self.entflow_state_dict())
+
+
+def _assert_same_state(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same_state(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("method,params,metric", METHODS, ids=[m[0] for m in METHODS])
+def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
+    path, tok, data = tiny
+    w0 = initial_weights(path)
+    common = base_args(
+        tmp_path / "run",
+        max_steps=3,
+        save_strategy="steps",
+        save_steps=2,
+        learning_rate=0.05,
+        entflow_method=method,
+        entflow_method_params=params,
+        **EXTRA.get(method, {}),
+    )
+    snaps = _Snapshots()
+    trainer = EntflowGRPOTrainer(
+        model=path,
+        reward_funcs=reward_ones,
+        args=EntflowGRPOConfig(**common),
+        train_dataset=data,
+        processing_class=tok,
+        callbacks=[snaps],
+    )
+    snaps.trainer = trainer
+    trainer.train()
+    w = weights(trainer)
+    assert sum(float((w[k] - w0[k]).norm()) for k in w) > 1e-4  # the weights moved
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == 3
+    assert all(metric in h for h in logged), metric  # the method's own metric reaches TRL's log
+    assert all(k in logged[0] for k in ("entropy", "flow/lambda_star", "quadrant/II/frac", "clip_ratio/high_mean"))
+    final = copy.deepcopy(trainer.entflow_state_dict())
+    n_gen = 3 * 2 // (2 * common.get("num_iterations", 1))  # micro-steps / (steps_per_generation × iterations)
+    assert final["gen_step"] == n_gen  # update() once per generation step
+    if method == "adaptive_entropy":  # entropy (≈3 nats) < target: the coefficient grew every step
+        assert final["method_state"]["coef"] == pytest.approx(3e-3)
+        assert [h["adaptive_entropy/coef"] for h in logged] == pytest.approx([0.0, 1e-3, 2e-3])
+    if method == "clip_higher+kl_cov":  # first iteration: |Δlogp| = 0; second: the KL-Cov penalty is on
+        assert logged[0]["kl_cov/kl_mean"] == 0.0 and logged[1]["kl_cov/kl_mean"] > 0.0
+    if method == "clip_cov":  # tokens were drawn: the generator advanced
+        assert any(h["clip_cov/n_selected"] > 0 for h in logged)
+        streams = final["method_state"]["generator"]
+        assert list(streams) == ["shared"]  # gradient accumulation 2: global statistics, one shared stream
+        start = ef.get_method("clip_cov", **params).generator("cpu", shared=True).get_state()
+        assert not torch.equal(streams["shared"]["state"], start)
+
+    ckpt = tmp_path / "run" / "checkpoint-2"
+    assert (ckpt / STATE_FILE).exists()
+    _assert_same_state(torch.load(ckpt / STATE_FILE, weights_only=True), snaps.at_save[2])
+    resumed = _RecordingResume(
+        model=path,
+        reward_funcs=reward_ones,
+        args=EntflowGRPOConfig(**{**common, "output_dir": str(tmp_path / "resumed")}),
+        train_dataset=data,
+        processing_class=tok,
+    )
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    _assert_same_state(resumed.loaded_state, snaps.at_save[2])  # state restored exactly
+    assert resumed.entflow_state_dict()["gen_step"] == n_gen
+
+
+# --------------------------------------------------------------------------------------------
+# (3) the trainer's loss is ef.policy_loss on the tensors TRL produced
+# --------------------------------------------------------------------------------------------
+
+
+class _Capturing(EntflowGRPOTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.captured_inputs = {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+        self.captured_weights = {
+            k: v.detach().clone() for k, v in self.accelerator.unwrap_model(model).state_dict().items()
+        }
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.captured_loss = loss.detach().clone()
+        return loss
+
+
+def test_composed_loss_equals_policy_loss(tiny, tmp_path):
+    path, tok, data = tiny
+    # entropy_advantage reads the rollout entropy at advantage time and the tabular estimator needs
+    # Σπ², Σπ² log π: both come from the trainer's rollout pass (one per generation batch)
+    method = "entropy_advantage+clip_higher+steer+entropy_bonus"
+    params = {"alpha": 0.05, "lambda_min": 0.5, "estimator": "tabular", "c": 0.01}
+    args = EntflowGRPOConfig(
+        **base_args(tmp_path, gradient_accumulation_steps=1, per_device_train_batch_size=8, temperature=0.7),
+        entflow_method=method,
+        entflow_method_params=params,
+    )
+    seen: dict[str, float] = {}
+
+    def reward(completions, **kwargs):
+        r = reward_ones(completions)
+        seen.update(zip(completions, r, strict=True))
+        return r
+
+    trainer = _Capturing(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    x = trainer.captured_inputs
+    ids = torch.cat([x["prompt_ids"], x["completion_ids"]], 1)
+    attn = torch.cat([x["prompt_mask"], x["completion_mask"]], 1)
+    T = x["completion_ids"].shape[1]
+    model = AutoModelForCausalLM.from_pretrained(path)  # a fresh copy (TRL patches the trained one's forward)
+    model.load_state_dict(trainer.captured_weights)
+    # independent forward: plain logits from transformers, then entflow's token_stats
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, -T - 1 : -1]
+    stats = ef.token_stats(logits, x["completion_ids"], temperature=0.7)
+    mask = x["completion_mask"]
+    # independent advantages: rewards by completion text, groups = identical prompts
+    texts = tok.batch_decode(x["completion_ids"], skip_special_tokens=True)
+    rewards = torch.tensor([seen[t] for t in texts])
+    _, group = torch.unique(x["prompt_ids"], dim=0, return_inverse=True)
+    m = ef.get_method(method, **params)
+    H = stats.entropy.detach()
+    probe = ef.TokenBatch(
+        stats.logp.detach(), stats.logp.detach(), None, mask, old_entropy=H, rewards=rewards, group_index=group
+    )
+    adv = ef.compute_advantages(probe, m, scale="group", eps=1e-4)
+    assert torch.allclose(adv, x["advantages"], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(x["ef_sum_p2"], stats.sum_p2.detach(), rtol=1e-5, atol=1e-6)
+    batch = ef.TokenBatch(
+        stats.logp,
+        stats.logp.detach(),
+        adv,
+        mask,
+        entropy=stats.entropy,
+        old_entropy=H,
+        sum_p2=stats.sum_p2.detach(),
+        sum_p2_logp=stats.sum_p2_logp.detach(),
+    )
+    out = ef.policy_loss(batch, m, agg="token-mean")
+    # GA = 1, one process, dapo: TRL's normaliser is this micro-batch's token count → the token mean
+    assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-6, abs=1e-7)
+    assert out.metrics["steer/weight_min"] < 1.0 and out.metrics["entropy_bonus/loss"] != 0.0
+    assert out.metrics["entropy_advantage/bonus_mean"] > 0
+
+
+# --------------------------------------------------------------------------------------------
+# (5) bad input fails at construction, naming the field
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(entflow_method="no_such_method"), "entflow_method"),
+        (dict(entflow_method="steer", entflow_method_params={"lambda_min": 2.0}), "lambda_min"),
+        (dict(entflow_method="steer", entflow_method_params={"lambda_mn": 0.5}), "lambda_mn"),
+        (dict(entflow_method="steer", entflow_method_params="{not json"), "entflow_method_params"),
+        (dict(entflow_method="steer+steer"), "entflow_method"),
+        (dict(loss_type="cispo"), "loss_type"),
+        (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
+        (dict(entropy_coef=0.01), "entropy_coef"),
+        (dict(use_adaptive_entropy=True), "use_adaptive_entropy"),
+        (dict(beta=0.04), "beta"),
+        (dict(entflow_method="kl_ref"), "use_bias_correction_kl"),
+        (dict(entflow_method="clip_higher", epsilon_high=0.3), "epsilon_high"),
+        (dict(delta=1.1), "delta"),
+        (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
+        (dict(off_policy_mask_threshold=0.5), "off_policy_mask_threshold"),
+    ],
+)
+def test_bad_input_names_the_field(tmp_path, kw, field):
+    with pytest.raises(ConfigError, match=field):
+        EntflowGRPOConfig(**base_args(tmp_path), **kw)
+
+
+def test_bad_input_fails_before_loading_anything(tmp_path):
+    args = EntflowGRPOConfig(**base_args(tmp_path), entflow_method="steer")
+    args.entflow_method = "steer+no_such_method"  # changed after the config was validated
+    with pytest.raises(ConfigError, match="entflow_method"):  # not an OSError about the missing model
+        EntflowGRPOTrainer(model=str(tmp_path / "missing"), reward_funcs=reward_ones, args=args)
+    with pytest.raises(ConfigError, match="args"):
+        EntflowGRPOTrainer(
+            model=str(tmp_path / "missing"), reward_funcs=reward_ones, args=GRPOConfig(**base_args(tmp_path))
+        )
+
+
+def test_kl_ref_sets_trl_beta(tmp_path):
+    args = EntflowGRPOConfig(
+        **base_args(tmp_path),
+        entflow_method="steer+kl_ref",
+        entflow_method_params={"beta": 0.02},
+        use_bias_correction_kl=False,
+    )
+    assert args.beta == 0.02  # TRL then loads the reference model and passes ref_per_token_logps
+
+
+def test_vllm_importance_ratio_is_a_token_weight(gen):
+    """TRL multiplies each token's PPO term by the vLLM importance ratio ρ (not the extra terms);
+    the adapter does it as one more token weight. Checked against the hand formula."""
+    from entflow.core.ppo import ppo_clip_loss
+    from entflow.integrations.trl.trainer import _SamplerCorrection
+    from entflow.methods.base import Composite
+
+    N, T = 6, 5
+    old = -torch.rand(N, T, generator=gen) * 3
+    logp = (old + 0.3 * torch.randn(N, T, generator=gen)).requires_grad_()
+    adv = torch.randn(N, generator=gen).unsqueeze(1).expand(N, T).contiguous()
+    mask = (torch.rand(N, T, generator=gen) > 0.2).float()
+    H = torch.rand(N, T, generator=gen) * 2
+    rho = torch.rand(N, 1, generator=gen) * 2  # sequence-level ratio, broadcast over tokens
+    steer = ef.get_method("steer", lambda_min=0.5)
+    corr = _SamplerCorrection()
+    corr.ratio = rho
+    batch = ef.TokenBatch(logp, old, adv, mask, entropy=H, old_entropy=H, ref_logp=old)
+    plain = ef.policy_loss(batch, steer)
+    steer_kl = ef.get_method("steer+kl_ref", lambda_min=0.5, beta=0.1)
+    out = ef.policy_loss(batch, Composite([*steer_kl.parts, corr]))
+    assert torch.allclose(out.token_weights, plain.token_weights * rho.expand(N, T) * mask)
+    ell = ppo_clip_loss(adv, torch.exp(logp - old), 0.2, 0.2)
+    d = old - logp
+    k3 = torch.exp(d) - d - 1
+    expected = ((plain.token_weights * rho * ell + 0.1 * k3) * mask).sum() / mask.sum()
+    assert float(out.loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)

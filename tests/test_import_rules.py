@@ -1,0 +1,113 @@
+"""The layout's dependency rules (docs/architecture.md §1), checked on the source with ``ast``.
+
+Every ``import entflow.x`` and ``from entflow.x import …`` counts, including the lazy ones inside
+functions: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import entflow
+
+SRC = Path(entflow.__file__).parent
+
+# package -> the entflow packages it may import (besides itself and entflow.errors)
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "methods": {"core"},
+    "analysis": {"core", "methods"},
+    "trainer": {"core", "methods", "analysis"},
+    "lab": {"core", "methods", "analysis", "trainer"},
+    "hf": {"core", "methods", "analysis", "trainer"},
+    "integrations": {"core", "methods", "analysis"},
+    "doctor": {"core", "methods", "analysis", "trainer", "integrations"},
+    "cli": {"core", "methods", "analysis", "trainer", "lab", "hf", "integrations", "doctor"},
+}
+PACKAGES = set(ALLOWED)
+# top-level modules: the package root re-exports core and methods; ``_moved`` forwards the old
+# import paths of moved names (the shims, and lab/policy.py and lab/config.py for names they lost)
+TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set(), "_moved": set()}
+
+
+def entflow_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, first component after entflow.)`` of every entflow import in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] if node.module != "entflow" else [f"entflow.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "entflow" and len(parts) > 1:
+                out.append((node.lineno, parts[1]))
+    return out
+
+
+def where(path: Path, src: Path) -> str:
+    rel = path.relative_to(src)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def violations(src: Path) -> list[str]:
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        home = where(path, src)
+        if home in PACKAGES:
+            allowed = ALLOWED[home] | {home, "errors", "_moved"}
+        elif home in TOP_LEVEL:
+            allowed = TOP_LEVEL[home] | {home, "errors"}
+        else:  # a top-level shim of an old path: it may only forward
+            allowed = {"_moved", "errors"}
+        for line, target in entflow_imports(path):
+            if target not in allowed:
+                found.append(f"{path.relative_to(src)}:{line} imports entflow.{target}")
+    return found
+
+
+def test_every_package_imports_only_what_the_layout_allows():
+    assert violations(SRC) == []
+
+
+def test_every_package_is_in_the_rules():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= PACKAGES, packages - PACKAGES
+
+
+def test_the_allowed_graph_has_no_cycles():
+    seen: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        for dep in ALLOWED[node]:
+            assert seen.get(dep) != 1, f"cycle through {node} -> {dep}"
+            if dep not in seen:
+                visit(dep)
+        seen[node] = 2
+
+    for package in ALLOWED:
+        if package not in seen:
+            visit(package)
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "bad"),
+    [
+        ("trainer", "from entflow.lab.tasks import get_task\n", "entflow.lab"),
+        ("core", "def f():\n    import entflow.methods.base\n", "entflow.methods"),
+        ("hf", "from entflow import lab\n", "entflow.lab"),
+    ],
+)
+def test_a_forbidden_import_is_reported(tmp_path, package, source, bad):
+    """The checker itself: a planted import against the rules is found, lazy ones included."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "planted.py").write_text(source)
+    found = violations(tmp_path)
+    assert len(found) == 1 and found[0].endswith(bad.split(".")[0] + "." + bad.split(".")[1]), found

@@ -1,4 +1,4 @@
-"""SIREN: selective entropy regularisation (arXiv 2509.25133, Jiang et al., *Rethinking Entropy
+"""SIREN: selective entropy regularisation (arXiv 2509.25133, *Rethinking Entropy
 Regularization in Large Reasoning Models*; docs/methods.md "Entropy controls from the field").
 
 A plain entropy bonus over the whole vocabulary and every position explodes the entropy of a

@@ -41,6 +41,9 @@ KIND = {
     "kl_ref": "loss term (ref_logp)",
     "kl_ref+ref_fwd": "loss term + reference forward",
     "kl_cov": "per-token loss",
+    "siren": "loss term (entropy with grad)",
+    "entropic": "loss term (ratio with grad)",
+    "aepo": "grpo (its REINFORCE rows are extra batch rows)",
 }
 
 

@@ -1,8 +1,10 @@
 """Entropy interventions, registered by name (docs/design.md §6). Importing this package registers them."""
 
 from entflow.methods import (  # noqa: F401  (importing a module registers its methods)
+    aepo,
     clip,
     covariance,
+    entropic,
     forking,
     opefo,
     quadrant,
@@ -10,6 +12,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     reward_advantages,
     shaping,
     sign,
+    siren,
     steer,
 )
 from entflow.methods.base import (

@@ -56,7 +56,8 @@ def _documented() -> list[str]:
     # verl's trainer module needs verl's optional ray/transfer-queue stack.
     from entflow.methods import list_methods
 
-    modes = {f"entflow.{m}" for m in list_methods()}
+    # `entflow.tasks` names an entry point group (pyproject.toml), not a module
+    modes = {f"entflow.{m}" for m in list_methods()} | {"entflow.tasks"}
     return sorted(d for d in found if d not in modes and not d.startswith("entflow.integrations.verl.trainer"))
 
 

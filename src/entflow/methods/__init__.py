@@ -5,6 +5,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     covariance,
     forking,
     opefo,
+    policy_loss_variants,
     quadrant,
     regularizers,
     rewards,

@@ -152,7 +152,7 @@ class SAPO(Method):
     def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         A = ctx.adv
         r = torch.exp(log_ratio(ctx).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
-        tau = torch.where(A > 0, self.tau_pos, self.tau_neg).to(A.dtype)
+        tau = torch.full_like(A, self.tau_neg).masked_fill(A > 0, self.tau_pos)  # in A's dtype
         gate = torch.sigmoid(tau * (r - 1)) * (4 / tau)  # f(r) = σ(τ(r−1))·4/τ (arXiv 2511.20347 §3)
         ctx.metrics["sapo/gate_mean"] = valid_mean(gate, ctx.valid)
         return -gate * A
@@ -266,6 +266,6 @@ class Archer(Method):
         ref = b.require("ref_logp", self.name).detach()
         d = (ref - b.logp).masked_fill(~valid, 0)
         k3 = torch.exp(d) - d - 1  # GRPO's k3 estimator of KL(π‖π_ref)
-        beta = torch.where(high, self.high_kl_coef, self.kl_coef).to(k3.dtype)
+        beta = torch.full_like(k3, self.kl_coef).masked_fill(high, self.high_kl_coef)
         ctx.metrics["archer/kl"] = valid_mean(k3, valid)
         return {"archer/kl_loss": agg(beta * k3)}  # weaker KL on high-entropy tokens (arXiv 2507.15778 §3)

@@ -41,6 +41,11 @@ KIND = {
     "kl_ref": "loss term (ref_logp)",
     "kl_ref+ref_fwd": "loss term + reference forward",
     "kl_cov": "per-token loss",
+    "cispo": "per-token loss",
+    "gspo": "per-token loss",
+    "sapo": "per-token loss",
+    "ce_gppo": "per-token loss",
+    "archer": "per-token loss + loss term (ref_logp)",
 }
 
 

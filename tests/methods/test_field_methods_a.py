@@ -19,6 +19,7 @@ import torch
 import entflow as ef
 from entflow.cli.main import main as cli_main
 from entflow.errors import CompositionError, MissingInputError, ParameterError
+from entflow.methods.policy_loss_variants import row_quantile
 
 D = torch.float64
 LO = HI = 0.25  # clip bounds used throughout: 1 − ε = 0.75, 1 + ε = 1.25 (both exact ratios below)
@@ -357,6 +358,18 @@ def test_archer_matches_reference(agg, params):
     assert 0 < int(high.sum()) < int(f["mask"].sum())  # both classes present
     assert not bool(high[6].any())  # one valid token: it is its own quantile, so low-entropy
     assert out.metrics["archer/high_frac"] == pytest.approx(float(high.sum() / f["mask"].sum()))
+
+
+@pytest.mark.parametrize("q", [0.8, 0.5, 0.13, 0.999])
+def test_row_quantile_equals_torch_quantile(q):
+    g = torch.Generator().manual_seed(7)
+    H = torch.rand(9, 13, generator=g, dtype=D)
+    H[3, 2:6] = H[3, 1]  # ties
+    valid = torch.arange(13)[None] < torch.tensor([13, 1, 2, 5, 0, 7, 13, 3, 11])[:, None]
+    got = row_quantile(H.masked_fill(~valid, NAN), valid, q)
+    for i in range(9):
+        want = torch.quantile(H[i][valid[i]], q) if valid[i].any() else torch.zeros((), dtype=D)
+        torch.testing.assert_close(got[i], want, **TOL)
 
 
 def test_archer_classes_change_the_gradient_where_they_should():

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 
 from entflow.core.ppo import NO_CLIP, ppo_clip_loss
-from entflow.core.selection import scoped_quantile
 from entflow.methods._util import valid_mean
 from entflow.methods.base import NONNEG, LossContext, Method, interval, param, register
 
@@ -46,6 +45,22 @@ def log_ratio(ctx: LossContext) -> torch.Tensor:
     (padding filled before the difference, so inf or NaN there never reaches the gradient)."""
     b, valid = ctx.batch, ctx.valid
     return b.logp.masked_fill(~valid, 0) - b.old_logp.detach().masked_fill(~valid, 0)
+
+
+def row_quantile(values: torch.Tensor, valid: torch.Tensor, q: float) -> torch.Tensor:
+    """The ``q`` quantile of each row's valid entries of ``values`` ``[N, T]`` → ``[N]``, linear
+    interpolation between order statistics (as ``torch.quantile``); 0 for a row without a valid
+    entry. One batched sort along T, no host sync."""
+    ordered = values.masked_fill(~valid, torch.inf).sort(dim=-1).values  # valid entries first, ascending
+    last = (valid.sum(-1) - 1).clamp(min=0)
+    pos = q * last.to(torch.float64)
+    lo = torch.floor(pos).long()
+    hi = torch.minimum(lo + 1, last)
+    v_lo = ordered.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    v_hi = ordered.gather(-1, hi.unsqueeze(-1)).squeeze(-1)
+    frac = (pos - lo.to(torch.float64)).to(values.dtype)
+    out = torch.where(hi > lo, v_lo + frac * (v_hi - v_lo), v_lo)
+    return torch.where(valid.any(-1), out, torch.zeros_like(out))
 
 
 def _frac(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -238,10 +253,8 @@ class Archer(Method):
         """Boolean ``[N, T]``: valid tokens above their response's ρ entropy quantile."""
         valid = ctx.valid
         H = ctx.batch.entropy_for_reading(self.name)
-        n, t = H.shape
-        rows = torch.arange(n, device=H.device).repeat_interleave(t, output_size=n * t)
-        q = scoped_quantile(H.reshape(-1), valid.reshape(-1), self.quantile, rows).reshape(n, t)
-        return (H > q) & valid  # arXiv 2507.15778 §3: response-level entropy quantile
+        q = row_quantile(H, valid, self.quantile)
+        return (H > q.unsqueeze(-1)) & valid  # arXiv 2507.15778 §3: response-level entropy quantile
 
     def _classes(self, ctx: LossContext) -> torch.Tensor:
         """:meth:`high_entropy` once per loss evaluation: token_loss and loss_terms see one ctx."""

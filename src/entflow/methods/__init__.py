@@ -7,6 +7,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     entropic,
     forking,
     opefo,
+    policy_loss_variants,
     quadrant,
     regularizers,
     reward_advantages,

@@ -38,6 +38,7 @@ from entflow.integrations.verl.spec import (
     WORKER_METHODS,
     MethodSpec,
     loss_mode_for,
+    needs_ref_logp,
     registry_blockers,
     spec_from_policy_loss,
 )
@@ -338,7 +339,7 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
     fields += [f for f in ("rollout_is_weights", "ref_log_prob", "entropy") if f in data.keys()]
     batch = data.select(*fields).to_padded_tensor()
     mask = batch["response_mask"].to(bool)
-    has_kl_ref = any(p.name == "kl_ref" for p in method.parts)
+    has_kl_ref = needs_ref_logp(method)  # kl_ref, or a method with its own KL (archer)
     loss, out, scale = compute_policy_loss(
         method,
         spec,

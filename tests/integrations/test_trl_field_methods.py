@@ -1,0 +1,109 @@
+"""entflow's cispo / sapo inside TRL 1.16 == TRL's own ``loss_type="cispo"`` / ``"sapo"``.
+
+TRL computes these losses inline in ``GRPOTrainer._compute_loss`` (no lower-level function), so
+the comparison is one whole training run each: TRL's ``GRPOTrainer`` with its loss type against
+``EntflowGRPOTrainer`` with the entflow method, same tiny model, seed and generations, plain SGD
+(the update is lr·gradient, so a wrong loss scale shows), two passes over each generation batch
+(``num_iterations=2``: the second pass has ratios off 1, where the methods differ from GRPO).
+Acceptance: updated weights equal to 1e-6 relative, the updates themselves to 1e-4 (float32).
+
+Mapping (docs/methods.md): TRL's cispo weight is ``min(r, epsilon_high)`` with its ``dapo``
+normaliser → entflow ``cispo`` with ``loss_type="dapo"``, ``epsilon=1`` (1 − ε_low = 0: no lower
+bound) and ``epsilon_high = E − 1``. TRL's sapo aggregates like its ``grpo`` (sequence mean of
+token means, over gradient-accumulation steps) → entflow ``sapo`` with ``loss_type="grpo"``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+
+from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(model_dir, tokenizer, dataset): a 2-layer Llama with a character tokenizer, 8 prompts."""
+    tok = build_tokenizer("0123456789+-*() >:=")
+    model = build_policy(tok, PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0)
+    with torch.no_grad():  # make <eos> likely enough that completion lengths vary
+        h = model.model(**tok(["3 5>16:"], return_tensors="pt")).last_hidden_state[0, -1]
+        model.lm_head.weight[tok.eos_token_id] += h / h.norm() ** 2
+    path = tmp_path_factory.mktemp("tiny_llama_field")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    data = Dataset.from_dict({"prompt": [f"{i} {i + 2}>{3 * i + 1}:" for i in range(8)]})
+    return str(path), tok, data
+
+
+def reward(completions, **kwargs):
+    return [(c.count("1") + 0.5 * c.count("2") + 0.1 * len(c)) / (len(c) + 1) for c in completions]
+
+
+def run(cls, cfg_cls, path, tok, data, out, **kw):
+    args = cfg_cls(
+        output_dir=str(out), per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
+        gradient_accumulation_steps=2, max_steps=2, num_iterations=2, optim="sgd", learning_rate=2.0,
+        lr_scheduler_type="constant", max_grad_norm=0.0, seed=0, use_cpu=True, report_to="none",
+        logging_steps=1, save_strategy="no", disable_tqdm=True, bf16=False, **kw,
+    )  # fmt: skip
+    trainer = cls(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    w = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return w, list(trainer._logs["completion"]), trainer
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+CASES = {
+    # TRL ε_max = 1.05 truncates the weight of every token whose ratio passed 1.05 on the second pass
+    "cispo": (dict(loss_type="cispo", epsilon_high=1.05), dict(loss_type="dapo", epsilon=1.0, epsilon_high=0.05)),
+    "sapo": (dict(loss_type="sapo", sapo_temperature_pos=0.8, sapo_temperature_neg=1.6), dict(loss_type="grpo")),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_entflow_method_in_trl_equals_trls_loss_type(tiny, tmp_path, name):
+    path, tok, data = tiny
+    trl_kw, ef_kw = CASES[name]
+    params = {"tau_pos": 0.8, "tau_neg": 1.6} if name == "sapo" else None
+    w0 = {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
+    w_trl, c_trl, _ = run(GRPOTrainer, GRPOConfig, path, tok, data, tmp_path / "trl", **trl_kw)
+    w_ef, c_ef, trainer = run(
+        EntflowGRPOTrainer, EntflowGRPOConfig, path, tok, data, tmp_path / "ef",
+        entflow_method=name, entflow_method_params=params, **ef_kw,
+    )  # fmt: skip
+    assert c_trl == c_ef and len({len(c) for c in c_trl}) > 1  # same generations, ragged lengths
+    for k in w_trl:
+        if (w_trl[k] - w0[k]).norm() == 0:
+            assert (w_ef[k] - w0[k]).norm() == 0, k
+            continue
+        assert rel(w_ef[k], w_trl[k]) <= 1e-6, k
+        assert rel(w_ef[k] - w0[k], w_trl[k] - w0[k]) <= 1e-4, k
+    # the method's own metric went through TRL's logging
+    key = "cispo/weight_clipped_frac" if name == "cispo" else "sapo/gate_mean"
+    values = [h[key] for h in trainer.state.log_history if key in h]
+    assert values, key
+    if name == "cispo":
+        assert max(values) > 0  # some weights were truncated on the second pass
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plain_grpo_does_not_reproduce_the_run(tiny, tmp_path, name):
+    """The comparison above can fail: entflow's plain grpo does not reproduce TRL's cispo / sapo run."""
+    path, tok, data = tiny
+    trl_kw, ef_kw = CASES[name]
+    w_trl, _, _ = run(GRPOTrainer, GRPOConfig, path, tok, data, tmp_path / "trl", **trl_kw)
+    w_ef, _, _ = run(
+        EntflowGRPOTrainer, EntflowGRPOConfig, path, tok, data, tmp_path / "ef", entflow_method="grpo", **ef_kw
+    )
+    assert max(rel(w_ef[k], w_trl[k]) for k in w_trl) > 1e-4

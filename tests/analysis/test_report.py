@@ -16,17 +16,9 @@ import pytest
 import yaml
 
 from entflow.analysis.diagnostics import fit_entropy_law
-from entflow.analysis.report import (
-    RunDirError,
-    audit_ranking,
-    audit_table,
-    load_config,
-    load_metrics,
-    print_summary,
-    summarize_run,
-    wall_time,
-    write_report,
-)
+from entflow.analysis.report import print_summary, summarize_run, write_report
+from entflow.analysis.runs import RunDirError, law_points, load_config, load_metrics, wall_time
+from entflow.analysis.stats import audit_ranking, audit_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N_STEPS = 40
@@ -225,8 +217,6 @@ def test_law_points_use_the_evaluated_checkpoints_entropy():
     """The law pairs val/acc with val/entropy of the same evaluation (step 0 included); the
     rollout entropy on that line (sampled before the step's update, absent at step 0) is the
     fallback only."""
-    from entflow.analysis.report import law_points
-
     recs = [{"step": 0, "val/acc": 0.1, "val/entropy": 1.5}]
     recs += [{"step": k, "entropy": 9.0, "val/acc": 0.1 + k / 100, "val/entropy": 1.5 - k / 50} for k in (10, 20, 30)]
     steps, h, _, src = law_points(recs)
@@ -312,7 +302,8 @@ def test_write_report(two_runs: list[Path], tmp_path: Path):
     assert summ[1]["val_acc_best"] == 0.6
     assert summ[0]["audit_spearman"]["opefo"] is None  # NaN → null
     md = (out / "summary.md").read_text()
-    assert md.startswith("| run | method |") and "| steer-s3 | steer |" in md and "| grpo-s3 | steer | +0.650 |" in md
+    assert md.startswith("## Summary\n") and "\n| run | method |" in md and "| steer-s3 | steer |" in md
+    assert "| grpo-s3 | steer | +0.650 |" in md and "### Ranking across runs" in md  # the same tables as the HTML
 
 
 def test_write_report_without_optional_metrics(tmp_path: Path):

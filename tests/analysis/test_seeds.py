@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from entflow.analysis.report import aggregate_seeds, summarize_run, t_interval, windowed_best, write_report
+from entflow.analysis.report import summarize_run, write_report
+from entflow.analysis.stats import aggregate_seeds, t_interval, windowed_best
 
 
 def test_t_interval_matches_hand_formula():

@@ -29,7 +29,9 @@ def render_rich(table: Table) -> Any:
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    out = RichTable(title=table.title or None, caption=" ".join(table.notes) or None, box=box.SIMPLE_HEAD)
+    title = Text(table.title, style="table.title") if table.title else None  # literal, not markup
+    caption = Text(" ".join(table.notes), style="table.caption") if table.notes else None
+    out = RichTable(title=title, caption=caption, box=box.SIMPLE_HEAD)
     cells = table.text()
     for j, col in enumerate(table.columns):
         if col.align == "left":  # folds, but not below 8 characters (or its longest cell)

@@ -21,6 +21,7 @@ from entflow.analysis.stats import (
     audit_table,
     audited_estimators,
 )
+from entflow.errors import ShapeError
 
 __all__ = [
     "SEED_COLUMNS",
@@ -95,7 +96,7 @@ class Table:
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise ValueError(f"table {self.title!r}: row {i} has {len(row)} cells, expected {len(self.columns)}")
+                raise ShapeError(f"table {self.title!r} row {i}", f"{len(self.columns)} cells", f"{len(row)} cells")
 
     def text(self) -> list[list[str]]:
         """Every cell as its text, ``[R][C]``: the one formatting all renderers share."""

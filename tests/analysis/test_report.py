@@ -16,8 +16,7 @@ import pytest
 
 from entflow.analysis.diagnostics import fit_entropy_law
 from entflow.analysis.report import print_summary, summarize_run, write_report
-from entflow.analysis.runs import RunDirError, law_points, load_config, load_metrics, wall_time
-from entflow.analysis.stats import audit_ranking, audit_table
+from entflow.analysis.runs import RunDirError
 from support.run_dirs import N_STEPS, VAL_STEPS, entropy_at, make_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,41 +42,6 @@ def two_runs(tmp_path: Path) -> list[Path]:
         method_key="steer/weight_mean",
     )
     return [a, b]
-
-
-# ---------------------------------------------------------------- loading
-
-
-def test_load_metrics_skips_truncated_last_line_and_dedupes_steps(tmp_path: Path):
-    run = make_run(tmp_path, "r", "grpo")
-    recs = load_metrics(run)
-    assert len(recs) == N_STEPS + 1
-    assert [r["step"] for r in recs] == list(range(N_STEPS + 1))
-    assert recs[5]["audit/steer/spearman"] is None
-    # a resumed run (the writer drops the half line, then appends) re-logs step 40: the later
-    # line wins; blank trailing lines are fine
-    path = run / "metrics.jsonl"
-    text = path.read_text()
-    path.write_text(text[: text.rfind("\n") + 1] + json.dumps({"step": 40, "entropy": 0.123}) + "\n\n")
-    recs = load_metrics(run)
-    assert len(recs) == N_STEPS + 1 and recs[-1] == {"step": 40, "entropy": 0.123}
-
-
-def test_load_metrics_errors(tmp_path: Path):
-    with pytest.raises(RunDirError, match=r"metrics\.jsonl"):
-        load_metrics(tmp_path)
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, broken\n{"step": 3}\n')
-    with pytest.raises(RunDirError, match="line 2"):
-        load_metrics(tmp_path)
-
-
-def test_load_config(tmp_path: Path):
-    assert load_config(tmp_path) == {}
-    run = make_run(tmp_path, "r", "steer")
-    assert load_config(run)["method"] == "steer"
-    (run / "config.yaml").write_text("- a list\n")
-    with pytest.raises(RunDirError, match="mapping"):
-        load_config(run)
 
 
 # ---------------------------------------------------------------- summary
@@ -126,19 +90,6 @@ def test_summarize_run_minimal_and_short(tmp_path: Path):
     assert s["audit_spearman"] == {} and math.isnan(s["law_a"]) and math.isnan(s["wall_time_s"])
 
 
-def test_wall_time_from_timing_jsonl_across_a_resume(tmp_path: Path):
-    run = tmp_path / "r"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "entropy": 1.0}) + "\n" for k in range(1, 6)))
-    assert math.isnan(wall_time(run))
-    # the lab writes time/elapsed_s to timing.jsonl; its clock restarts on --resume (after 3.0 s)
-    times = [1.0, 2.0, 3.0, 0.5, 1.5]
-    text = "".join(json.dumps({"step": k, "time/elapsed_s": t}) + "\n" for k, t in enumerate(times, 1))
-    (run / "timing.jsonl").write_text(text + '{"step": 6, "time/ela')
-    assert wall_time(run) == pytest.approx(4.5)
-    assert summarize_run(run)["wall_time_s"] == pytest.approx(4.5)
-
-
 def test_summary_law_early_prediction(tmp_path: Path):
     run = tmp_path / "law"
     run.mkdir()
@@ -150,39 +101,6 @@ def test_summary_law_early_prediction(tmp_path: Path):
     s = summarize_run(run)
     assert s["law_predict_rmse"] == pytest.approx(0.01, abs=1e-9)
     assert s["law_r2"] > 0.9
-
-
-def test_law_points_use_the_evaluated_checkpointsentropy_at():
-    """The law pairs val/acc with val/entropy of the same evaluation (step 0 included); the
-    rollout entropy on that line (sampled before the step's update, absent at step 0) is the
-    fallback only."""
-    recs = [{"step": 0, "val/acc": 0.1, "val/entropy": 1.5}]
-    recs += [{"step": k, "entropy": 9.0, "val/acc": 0.1 + k / 100, "val/entropy": 1.5 - k / 50} for k in (10, 20, 30)]
-    steps, h, _, src = law_points(recs)
-    assert src == "val/entropy" and list(steps) == [0, 10, 20, 30]
-    assert h.tolist() == pytest.approx([1.5, 1.3, 1.1, 0.9])
-    no_val_entropy = [{k: v for k, v in rec.items() if k != "val/entropy"} for rec in recs]
-    steps, h, _, src = law_points(no_val_entropy)
-    assert src == "entropy" and list(steps) == [10, 20, 30] and h.tolist() == [9.0] * 3
-
-
-def test_audit_table_ranks_within_run(tmp_path: Path):
-    s = summarize_run(make_run(tmp_path, "r", "grpo"))
-    rows = {r["estimator"]: r for r in audit_table([s])}
-    assert rows["steer"]["rank"] == 1 and rows["cov"]["rank"] == 2 and rows["opefo"]["rank"] is None
-    assert rows["steer"]["spearman"] == pytest.approx(0.65) and rows["cov"]["pearson"] == pytest.approx(0.02)
-
-
-def test_audit_ranking_across_runs():
-    runs = [
-        {"audit_spearman": {"steer": 0.6, "cov": 0.1, "opefo": math.nan}, "audit_pearson": {"steer": 0.5}},
-        {"audit_spearman": {"steer": 0.4, "cov": 0.3, "tabular": 0.9}, "audit_pearson": {"steer": 0.3}},
-    ]
-    ranking = audit_ranking(runs)
-    assert [r["estimator"] for r in ranking] == ["tabular", "steer", "cov", "opefo"]
-    assert [r["rank"] for r in ranking] == [1, 2, 3, None]
-    assert ranking[1]["spearman"] == pytest.approx(0.5) and ranking[1]["pearson"] == pytest.approx(0.4)
-    assert ranking[0]["n_runs"] == 1 and ranking[1]["n_runs"] == 2
 
 
 def test_print_summary_rich(tmp_path: Path):

@@ -24,6 +24,7 @@ from entflow.analysis.tables import (
     Ranked,
     Span,
     Table,
+    audit_matrix_table,
     format_cell,
     headline_table,
 )
@@ -266,3 +267,20 @@ def test_terminal_tells_repeated_runs_apart_like_the_report(tmp_path: Path):
     printed = console.export_text()
     # two runs named alike are two runs (as in write_report), not two seeds of one method
     assert "same #2 (grpo)" in printed and "Over seeds" not in printed
+
+
+def test_terminal_audit_matrix_matches_the_reports_audit_table(report_dir):
+    """Each cell of the terminal's estimator × run matrix is the report's mean Spearman of that
+    (run, estimator) with its rank in brackets."""
+    out, runs = report_dir
+    (detail,) = [t for t in parse_markdown((out / "summary.md").read_text()) if t["heading"] == "Estimator audit"]
+    cols = {h: i for i, h in enumerate(detail["headers"])}
+    expected = {
+        (r[cols["run"]], r[cols["estimator"]]): r[cols["mean Spearman"]]
+        + (f" ({r[cols['rank']]})" if r[cols["rank"]] != "–" else "")
+        for r in detail["rows"]
+    }
+    matrix = audit_matrix_table([summarize_run(r) for r in runs])
+    names = [c.header for c in matrix.columns[1:]]
+    got = {(run, row[0]): cell for row in matrix.text() for run, cell in zip(names, row[1:], strict=True)}
+    assert got == expected and len(got) == 6

@@ -13,83 +13,13 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-import yaml
 
 from entflow.analysis.diagnostics import fit_entropy_law
-from entflow.analysis.report import (
-    RunDirError,
-    audit_ranking,
-    audit_table,
-    load_config,
-    load_metrics,
-    print_summary,
-    summarize_run,
-    wall_time,
-    write_report,
-)
+from entflow.analysis.report import print_summary, summarize_run, write_report
+from entflow.analysis.runs import RunDirError
+from support.run_dirs import N_STEPS, VAL_STEPS, entropy_at, make_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-N_STEPS = 40
-VAL_STEPS = (10, 20, 30, 40)
-
-
-def _entropy(step: int, offset: float) -> float:
-    # first 5 % of 40 steps = 2 steps: 1.0, 0.8; last 20 % = 8 steps: alternating 0.2 / 0.3
-    if step == 1:
-        return 1.0 + offset
-    if step == 2:
-        return 0.8 + offset
-    if step > 32:
-        return (0.2 if step % 2 else 0.3) + offset
-    return 0.9 - 0.02 * step + offset
-
-
-def make_run(
-    root: Path,
-    name: str,
-    method: str,
-    *,
-    offset: float = 0.0,
-    val_acc: tuple[float, ...] = (0.4, 0.55, 0.5, 0.52),
-    greedy: tuple[float, ...] = (0.45, 0.6, 0.62, 0.61),
-    method_key: str | None = None,
-) -> Path:
-    run = root / name
-    run.mkdir(parents=True)
-    cfg = {"method": method, "name": name, "task": "countdown", "seed": 3, "steps": N_STEPS, "lr": 1e-3}
-    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    lines = [{"step": 0, "val/acc": 0.3, "val/acc_greedy": 0.35, "val/pass@k": 0.6, "val/entropy": 1.1}]
-    for s in range(1, N_STEPS + 1):
-        rec = {
-            "step": s,
-            "time/elapsed_s": 2.5 * s,
-            "reward/mean": 0.3 + 0.01 * s,
-            "response/len_mean": 12.0 + s % 3,
-            "entropy": _entropy(s, offset),
-            "loss": 0.1,
-            "clip/frac_high": 0.01,
-            "clip/frac_low": 0.005,
-            "flow/lambda_star": 0.1,
-            # steer Spearman: 0.6 on odd steps, 0.7 on even; step 5 is null (NaN), step 6 missing
-            "audit/steer/spearman": None if s == 5 else (0.6 if s % 2 else 0.7),
-            "audit/steer/pearson": 0.5,
-            "audit/cov/spearman": 0.05,
-            "audit/cov/pearson": 0.02,
-            "audit/opefo/spearman": None,  # never defined → NaN mean
-        }
-        if s == 6:
-            del rec["audit/steer/spearman"]
-        if method_key:
-            rec[method_key] = 0.9
-        if s in VAL_STEPS:
-            i = VAL_STEPS.index(s)
-            rec.update({"val/acc": val_acc[i], "val/acc_greedy": greedy[i], "val/pass@k": 0.7 + 0.01 * i})
-        lines.append(rec)
-    text = "".join(json.dumps(r) + "\n" for r in lines)
-    # a crash mid-write: truncated last line that would otherwise set best acc 0.99 and 41 steps
-    text += '{"step": 41, "entropy": 0.01, "val/acc": 0.99, "val/acc_gr'
-    (run / "metrics.jsonl").write_text(text)
-    return run
 
 
 def steer_spearman_mean() -> float:
@@ -112,41 +42,6 @@ def two_runs(tmp_path: Path) -> list[Path]:
         method_key="steer/weight_mean",
     )
     return [a, b]
-
-
-# ---------------------------------------------------------------- loading
-
-
-def test_load_metrics_skips_truncated_last_line_and_dedupes_steps(tmp_path: Path):
-    run = make_run(tmp_path, "r", "grpo")
-    recs = load_metrics(run)
-    assert len(recs) == N_STEPS + 1
-    assert [r["step"] for r in recs] == list(range(N_STEPS + 1))
-    assert recs[5]["audit/steer/spearman"] is None
-    # a resumed run (the writer drops the half line, then appends) re-logs step 40: the later
-    # line wins; blank trailing lines are fine
-    path = run / "metrics.jsonl"
-    text = path.read_text()
-    path.write_text(text[: text.rfind("\n") + 1] + json.dumps({"step": 40, "entropy": 0.123}) + "\n\n")
-    recs = load_metrics(run)
-    assert len(recs) == N_STEPS + 1 and recs[-1] == {"step": 40, "entropy": 0.123}
-
-
-def test_load_metrics_errors(tmp_path: Path):
-    with pytest.raises(RunDirError, match=r"metrics\.jsonl"):
-        load_metrics(tmp_path)
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, broken\n{"step": 3}\n')
-    with pytest.raises(RunDirError, match="line 2"):
-        load_metrics(tmp_path)
-
-
-def test_load_config(tmp_path: Path):
-    assert load_config(tmp_path) == {}
-    run = make_run(tmp_path, "r", "steer")
-    assert load_config(run)["method"] == "steer"
-    (run / "config.yaml").write_text("- a list\n")
-    with pytest.raises(RunDirError, match="mapping"):
-        load_config(run)
 
 
 # ---------------------------------------------------------------- summary
@@ -172,7 +67,7 @@ def test_summarize_run_exact_values(tmp_path: Path):
     assert list(s["audit_spearman"]) == ["steer", "opefo", "cov"]  # docs/design.md §5 order
     assert s["audit_pearson"]["steer"] == pytest.approx(0.5)
     # law fitted on (rollout entropy, val acc) at the validation steps
-    fit = fit_entropy_law([_entropy(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])
+    fit = fit_entropy_law([entropy_at(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])
     assert s["law_a"] == pytest.approx(fit.a) and s["law_b"] == pytest.approx(fit.b)
     assert s["law_ceiling"] == pytest.approx(fit.ceiling)
     assert math.isnan(s["law_predict_rmse"])  # 4 evaluations: too few for the 15 % early fit
@@ -195,19 +90,6 @@ def test_summarize_run_minimal_and_short(tmp_path: Path):
     assert s["audit_spearman"] == {} and math.isnan(s["law_a"]) and math.isnan(s["wall_time_s"])
 
 
-def test_wall_time_from_timing_jsonl_across_a_resume(tmp_path: Path):
-    run = tmp_path / "r"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "entropy": 1.0}) + "\n" for k in range(1, 6)))
-    assert math.isnan(wall_time(run))
-    # the lab writes time/elapsed_s to timing.jsonl; its clock restarts on --resume (after 3.0 s)
-    times = [1.0, 2.0, 3.0, 0.5, 1.5]
-    text = "".join(json.dumps({"step": k, "time/elapsed_s": t}) + "\n" for k, t in enumerate(times, 1))
-    (run / "timing.jsonl").write_text(text + '{"step": 6, "time/ela')
-    assert wall_time(run) == pytest.approx(4.5)
-    assert summarize_run(run)["wall_time_s"] == pytest.approx(4.5)
-
-
 def test_summary_law_early_prediction(tmp_path: Path):
     run = tmp_path / "law"
     run.mkdir()
@@ -219,41 +101,6 @@ def test_summary_law_early_prediction(tmp_path: Path):
     s = summarize_run(run)
     assert s["law_predict_rmse"] == pytest.approx(0.01, abs=1e-9)
     assert s["law_r2"] > 0.9
-
-
-def test_law_points_use_the_evaluated_checkpoints_entropy():
-    """The law pairs val/acc with val/entropy of the same evaluation (step 0 included); the
-    rollout entropy on that line (sampled before the step's update, absent at step 0) is the
-    fallback only."""
-    from entflow.analysis.report import law_points
-
-    recs = [{"step": 0, "val/acc": 0.1, "val/entropy": 1.5}]
-    recs += [{"step": k, "entropy": 9.0, "val/acc": 0.1 + k / 100, "val/entropy": 1.5 - k / 50} for k in (10, 20, 30)]
-    steps, h, _, src = law_points(recs)
-    assert src == "val/entropy" and list(steps) == [0, 10, 20, 30]
-    assert h.tolist() == pytest.approx([1.5, 1.3, 1.1, 0.9])
-    no_val_entropy = [{k: v for k, v in rec.items() if k != "val/entropy"} for rec in recs]
-    steps, h, _, src = law_points(no_val_entropy)
-    assert src == "entropy" and list(steps) == [10, 20, 30] and h.tolist() == [9.0] * 3
-
-
-def test_audit_table_ranks_within_run(tmp_path: Path):
-    s = summarize_run(make_run(tmp_path, "r", "grpo"))
-    rows = {r["estimator"]: r for r in audit_table([s])}
-    assert rows["steer"]["rank"] == 1 and rows["cov"]["rank"] == 2 and rows["opefo"]["rank"] is None
-    assert rows["steer"]["spearman"] == pytest.approx(0.65) and rows["cov"]["pearson"] == pytest.approx(0.02)
-
-
-def test_audit_ranking_across_runs():
-    runs = [
-        {"audit_spearman": {"steer": 0.6, "cov": 0.1, "opefo": math.nan}, "audit_pearson": {"steer": 0.5}},
-        {"audit_spearman": {"steer": 0.4, "cov": 0.3, "tabular": 0.9}, "audit_pearson": {"steer": 0.3}},
-    ]
-    ranking = audit_ranking(runs)
-    assert [r["estimator"] for r in ranking] == ["tabular", "steer", "cov", "opefo"]
-    assert [r["rank"] for r in ranking] == [1, 2, 3, None]
-    assert ranking[1]["spearman"] == pytest.approx(0.5) and ranking[1]["pearson"] == pytest.approx(0.4)
-    assert ranking[0]["n_runs"] == 1 and ranking[1]["n_runs"] == 2
 
 
 def test_print_summary_rich(tmp_path: Path):
@@ -312,7 +159,8 @@ def test_write_report(two_runs: list[Path], tmp_path: Path):
     assert summ[1]["val_acc_best"] == 0.6
     assert summ[0]["audit_spearman"]["opefo"] is None  # NaN → null
     md = (out / "summary.md").read_text()
-    assert md.startswith("| run | method |") and "| steer-s3 | steer |" in md and "| grpo-s3 | steer | +0.650 |" in md
+    assert md.startswith("## Summary\n") and "\n| run | method |" in md and "| steer-s3 | steer |" in md
+    assert "| grpo-s3 | steer | +0.650 |" in md and "### Ranking across runs" in md  # the same tables as the HTML
 
 
 def test_write_report_without_optional_metrics(tmp_path: Path):
@@ -377,3 +225,32 @@ def test_cli_analyze_bad_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     assert main(["analyze", str(tmp_path / "nope")]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        ("AUDIT_ESTIMATORS", "runs"),
+        ("read_jsonl", "runs"),
+        ("t_interval", "stats"),
+        ("aggregate_seeds", "stats"),
+        ("band", "stats"),
+        ("audit_table", "stats"),
+        ("audit_ranking", "stats"),
+        ("SUMMARY_COLUMNS", "tables"),
+        ("METHOD_KEYS", "plots"),
+        ("CSS", "render"),
+    ],
+)
+def test_moved_names_still_import_from_report_with_a_warning(name: str, home: str):
+    """A name report.py no longer holds is forwarded to its new module, with a DeprecationWarning
+    naming the new path (names report.py itself imports, e.g. ``load_metrics``, are plain attributes)."""
+    import importlib
+
+    import entflow.analysis.report as report_mod
+
+    with pytest.warns(DeprecationWarning, match=rf"entflow\.analysis\.{home}\.{name}"):
+        obj = getattr(report_mod, name)
+    assert obj is getattr(importlib.import_module(f"entflow.analysis.{home}"), name)
+    with pytest.raises(AttributeError, match="no attribute"):
+        report_mod.no_such_name  # noqa: B018

@@ -6,31 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from entflow.analysis.report import aggregate_seeds, summarize_run, t_interval, windowed_best, write_report
-
-
-def test_t_interval_matches_hand_formula():
-    x = [0.30, 0.36, 0.42]
-    mean, half, n = t_interval(x)
-    sd = math.sqrt(sum((v - 0.36) ** 2 for v in x) / 2)  # = 0.06
-    assert n == 3 and mean == pytest.approx(0.36, abs=1e-15)
-    assert half == pytest.approx(4.30265273 * sd / math.sqrt(3), rel=1e-8)  # t_{0.975, 2}
-    assert t_interval([0.5])[0] == 0.5 and math.isnan(t_interval([0.5])[1])
-    assert t_interval([math.nan, None, 1.0, 3.0])[2] == 2
-    assert t_interval([])[2] == 0
-
-
-def test_windowed_best_is_the_best_mean_of_three_consecutive_evaluations():
-    steps = np.array([10, 20, 30, 40, 50, 60])
-    acc = np.array([0.2, 0.9, 0.2, 0.5, 0.6, 0.55])  # one lucky spike at 20
-    best, at = windowed_best(steps, acc)
-    assert best == pytest.approx(0.55) and at == 60  # (0.5 + 0.6 + 0.55) / 3 beats (0.2+0.9+0.2)/3
-    assert windowed_best(steps[:2], acc[:2]) == (pytest.approx(0.55), 20)  # fewer than 3: mean of all
-    assert math.isnan(windowed_best(np.array([]), np.array([]))[0])
+from entflow.analysis.report import summarize_run, write_report
+from entflow.analysis.stats import aggregate_seeds
 
 
 def _run(root: Path, name: str, group: str, seed: int, accs, entropy: float) -> Path:

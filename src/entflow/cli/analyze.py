@@ -36,7 +36,8 @@ def default_out_dir(runs: list[Path]) -> Path:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from entflow.analysis.report import RunDirError, print_summary, summarize_run, write_report
+    from entflow.analysis.report import print_summary, summarize_run, write_report
+    from entflow.analysis.runs import RunDirError
 
     runs = [Path(r) for r in args.runs]
     for r in runs:

@@ -97,7 +97,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     from its own policy, e.g. each seed's GRPO-trained one). Returns ``{"per_step": {variant:
     {estimator: [per-step Spearman…]}}, "summary": rows, "config": …}`` (rows: variant,
     estimator, mean, half-width, n, rank)."""
-    from entflow.analysis.report import t_interval
+    from entflow.analysis.stats import t_interval
     from entflow.lab.config import LabConfig
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task

@@ -316,7 +316,7 @@ CLAIMS: tuple[Claim, ...] = (
 def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Everything a claim reads from one run: its summary plus a few numbers from its metrics."""
     from entflow.analysis.diagnostics import AnalysisError, fit_entropy_law
-    from entflow.analysis.report import law_points, load_config, load_metrics, series
+    from entflow.analysis.runs import law_points, load_config, load_metrics, series
 
     rec = load_metrics(run_dir)
     cfg = load_config(run_dir)
@@ -343,7 +343,7 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     gain = summary["val_acc_best_window"] - warm
     half = [x for st, x in zip(s, v, strict=True) if 0 < st <= max(s) / 2]
     if gain > 0 and len(half) >= 1:
-        from entflow.analysis.report import windowed_best
+        from entflow.analysis.stats import windowed_best
 
         hb, _ = windowed_best(np.arange(len(half)), np.asarray(half))
         f["gain_first_half_share"] = (hb - warm) / gain
@@ -369,7 +369,7 @@ def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
 
 def evaluate_claims(facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> list[dict[str, Any]]:
     """One row per claim: values per seed, mean ± 95 % t half-width, verdict."""
-    from entflow.analysis.report import t_interval
+    from entflow.analysis.stats import t_interval
 
     rows = []
     for c in CLAIMS:

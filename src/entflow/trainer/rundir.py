@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import yaml
 
+from entflow.analysis.runs import read_jsonl as read_jsonl  # the one run-directory reader, re-exported
+
 
 def default_cache_dir() -> Path:
     """Where entflow caches warm starts and converted models: ``$ENTFLOW_CACHE`` or
@@ -35,19 +37,6 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None  # JSON has no NaN/inf; null means "not defined at this step"
     return v
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line of ``path`` (a crash can leave a truncated last line)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 class JsonlWriter:

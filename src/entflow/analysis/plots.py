@@ -1,0 +1,279 @@
+"""Matplotlib figures of run directories: overlaid curves per run (:func:`write_plots`) and mean ±
+95 % t-interval bands over seeds (:func:`write_band_plots`). Figure objects without pyplot: no
+global backend switch, no figure registry (safe from a notebook or a GUI session); ``savefig``
+renders PNG through Agg.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law
+from entflow.analysis.runs import audit_estimators, last_value, law_points, n_position_bins, series
+from entflow.analysis.stats import band
+from entflow.analysis.tables import format_number
+
+__all__ = ["METHOD_KEYS", "PLOT_NAMES", "write_band_plots", "write_plots"]
+
+METHOD_KEYS = (
+    "steer/weight_mean",
+    "steer/weight_min",
+    "opefo/lambda",
+    "opefo_target/lambda",
+    "adaptive_entropy/coef",
+    "pos_adv/weight",
+    "kl_cov/n_selected",
+    "clip_cov/n_selected",
+)
+# every file the two writers may produce (a report removes stale ones before writing)
+PLOT_NAMES = (
+    "entropy.png",
+    "val_acc.png",
+    "reward.png",
+    "response_len.png",
+    "method.png",
+    "clip.png",
+    "flow.png",
+    "audit_spearman.png",
+    "entropy_vs_acc.png",
+    "entropy_band.png",
+    "val_acc_band.png",
+    "positional_entropy.png",
+)
+
+
+def write_plots(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: str | os.PathLike) -> list[Path]:
+    """Write the overlaid plots for ``runs`` = [(label, records), …] into ``plot_dir``.
+
+    A plot whose keys no run carries is not written. Returns the files written, in report order:
+    ``entropy.png``, ``val_acc.png``, ``reward.png``, ``response_len.png``, ``method.png``,
+    ``clip.png``, ``flow.png``, ``audit_spearman.png``, ``positional_entropy.png``,
+    ``entropy_vs_acc.png``.
+    """
+    plots = _RunPlots(runs, Path(plot_dir))
+    ema_note = "(faint: raw; solid: EMA β=0.6)"
+    plots.curves("entropy.png", [("entropy", "-")], "entropy (nats)", f"Rollout token entropy {ema_note}", True)
+    plots.curves(
+        "val_acc.png",
+        [("val/acc", "-"), ("val/acc_greedy", "--")],
+        "accuracy",
+        "Validation accuracy (solid: T=1, mean over k samples; dashed: greedy)",
+    )
+    plots.curves("reward.png", [("reward/mean", "-")], "mean reward", f"Training reward {ema_note}", True)
+    plots.curves("response_len.png", [("response/len_mean", "-")], "tokens", "Mean response length")
+    plots.method_values("method.png")
+    plots.curves(
+        "clip.png",
+        [("clip/frac_high", "-"), ("clip/frac_low", "--")],
+        "fraction of tokens",
+        "Clipped fraction (solid: high bound; dashed: low bound)",
+    )
+    plots.curves(
+        "flow.png", [("flow/lambda_star", "-")], "λ*", "Entropy-flow balance λ* = (S− − S+)/(S− + S+), OPEFO estimator"
+    )
+    plots.audit_spearman("audit_spearman.png")
+    plots.positional_entropy("positional_entropy.png")
+    plots.entropy_vs_accuracy("entropy_vs_acc.png")
+    return plots.written
+
+
+class _RunPlots:
+    """The figures of :func:`write_plots`: one colour per run, the files written so far.
+
+    Figure objects without pyplot: no global backend switch, no figure registry (safe to call
+    from a notebook or a GUI session); ``savefig`` renders PNG through Agg.
+    """
+
+    def __init__(self, runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], plot_dir: Path):
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        self.runs, self.plot_dir = runs, plot_dir
+        colors = _color_cycle()
+        self.color = {label: colors[i % len(colors)] for i, (label, _) in enumerate(runs)}
+        self.written: list[Path] = []
+
+    def has(self, key: str) -> bool:
+        return any(series(recs, key)[0].size for _, recs in self.runs)
+
+    def save(self, fig: Any, name: str) -> None:
+        self.written.append(_save(fig, self.plot_dir / name))
+
+    def line_panel(
+        self, ax: Any, keys: Sequence[tuple[str, str]], ylabel: str, title: str, smooth: bool = False
+    ) -> None:
+        """Each run's curve of each (key, line style); ``smooth``: faint raw curve + EMA."""
+        drawn = False
+        for label, recs in self.runs:
+            for key, style in keys:
+                x, y = series(recs, key)
+                if not x.size:
+                    continue
+                suffix = "" if len(keys) == 1 else f" {key}"
+                color = self.color[label]
+                if smooth and y.size > 2:
+                    ax.plot(x, y, style, color=color, alpha=0.25, lw=1)
+                    ax.plot(x, ema(y), style, color=color, lw=1.6, label=f"{label}{suffix}")
+                else:
+                    marker = "." if x.size < 30 else None
+                    ax.plot(x, y, style, color=color, lw=1.6, marker=marker, label=f"{label}{suffix}")
+                drawn = True
+        _decorate(ax, "step", ylabel, title, legend=7 if drawn else None)
+
+    def curves(self, name: str, keys: Sequence[tuple[str, str]], ylabel: str, title: str, smooth: bool = False) -> None:
+        """One panel of :meth:`line_panel`, written when a run carries one of ``keys``."""
+        if not any(self.has(k) for k, _ in keys):
+            return
+        fig = _figure((7, 4))
+        self.line_panel(fig.subplots(), keys, ylabel, title, smooth)
+        self.save(fig, name)
+
+    def method_values(self, name: str) -> None:
+        """One panel per :data:`METHOD_KEYS` value some run logs (controller state, weights …)."""
+        present = [k for k in METHOD_KEYS if self.has(k)]
+        if not present:
+            return
+        fig = _figure((7, 2.6 * len(present)))
+        axes = fig.subplots(len(present), 1, squeeze=False)
+        for ax, key in zip(axes[:, 0], present, strict=True):
+            self.line_panel(ax, [(key, "-")], key, f"method value {key}")
+        self.save(fig, name)
+
+    def audit_spearman(self, name: str) -> None:
+        """One panel per audited estimator: per-step Spearman vs the true entropy change."""
+        ests: list[str] = []
+        for _, recs in self.runs:
+            ests += [e for e in audit_estimators(recs) if e not in ests]
+        ests = [e for e in ests if self.has(f"audit/{e}/spearman")]
+        if not ests:
+            return
+        fig = _figure((7, 2.4 * len(ests)))
+        axes = fig.subplots(len(ests), 1, squeeze=False, sharex=True)
+        for ax, est in zip(axes[:, 0], ests, strict=True):
+            self.line_panel(ax, [(f"audit/{est}/spearman", "-")], "Spearman", f"estimator {est}: Spearman vs true ΔH")
+            ax.axhline(0, color="k", lw=0.5)
+        self.save(fig, name)
+
+    def positional_entropy(self, name: str) -> None:
+        """Paper 004 Fig. 6a: entropy by relative position, at the last evaluation."""
+        n_bins = max((n_position_bins(recs) for _, recs in self.runs), default=0)
+        if not n_bins:
+            return
+        fig = _figure((7, 4))
+        ax = fig.subplots()
+        centres = (np.arange(n_bins) + 0.5) / n_bins
+        for label, recs in self.runs:
+            for kind, style in (("correct", "-"), ("incorrect", "--")):
+                y = [last_value(recs, f"diag/pos_entropy/{kind}/b{i}") for i in range(n_bins)]
+                if any(math.isfinite(v) for v in y):
+                    ax.plot(centres, y, style, marker=".", color=self.color[label], label=f"{label} {kind}")
+        _decorate(
+            ax,
+            "relative position in the response",
+            "mean token entropy (nats)",
+            "Positional entropy at the last evaluation (solid: correct; dashed: incorrect)",
+            legend=6,
+        )
+        self.save(fig, name)
+
+    def entropy_vs_accuracy(self, name: str) -> None:
+        """Paper 003: (entropy, accuracy) at each evaluation and the fitted R = −a·exp(H) + b."""
+        if not self.has("val/acc"):
+            return
+        fig = _figure((6, 4.5))
+        ax = fig.subplots()
+        drawn = False
+        for label, recs in self.runs:
+            _, h, r, src = law_points(recs)
+            if not h.size:
+                continue
+            ax.scatter(h, r, s=14, color=self.color[label], label=f"{label} ({src})")
+            drawn = True
+            try:
+                fit = fit_entropy_law(h, r)
+            except AnalysisError:
+                continue
+            hh = np.linspace(0.0, max(float(h.max()), 1e-3) * 1.05, 100)
+            law = f"R = {-fit.a:+.3g}·e^H {fit.b:+.3g}"
+            quality = f"R²={format_number(fit.r2, '.2f')}, ceiling {fit.ceiling:.3f}"
+            ax.plot(hh, fit.predict(hh), "--", color=self.color[label], lw=1.2, label=f"{label}: {law} ({quality})")
+        if drawn:
+            _decorate(
+                ax,
+                "policy entropy H (nats)",
+                "validation accuracy R",
+                "Entropy vs accuracy, fitted R = −a·exp(H) + b (paper 003)",
+                legend=6,
+            )
+            self.save(fig, name)
+
+
+def write_band_plots(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: str | os.PathLike) -> list[Path]:
+    """``entropy_band.png`` and ``val_acc_band.png``: per method the mean over seeds with a shaded
+    95 % t-interval band (the entropy curve is EMA-smoothed per seed first, β = 0.6)."""
+    plot_dir = Path(plot_dir)
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, name, ylabel in (
+        ("entropy", "entropy_band.png", "entropy (nats)"),
+        ("val/acc", "val_acc_band.png", "val avg@k"),
+    ):
+        fig = _figure((7, 4))
+        if _band_panel(fig.subplots(), groups, key, ylabel):
+            written.append(_save(fig, plot_dir / name))
+    return written
+
+
+def _band_panel(ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str, ylabel: str) -> bool:
+    """Per group the mean of ``key`` over its runs and the shaded 95 % t band; False if none drawn."""
+    colors = _color_cycle()
+    drawn = False
+    for i, (label, runs) in enumerate(groups.items()):
+        if key == "entropy":
+            runs = [
+                [{"step": st, key: h} for st, h in zip(x, ema(y), strict=True)]
+                for x, y in (series(r, key) for r in runs)
+            ]
+        x, m, h = band(runs, key)
+        if not x.size:
+            continue
+        c = colors[i % len(colors)]
+        ax.plot(x, m, color=c, lw=1.6, label=f"{label} (n={len(runs)})")
+        hh = np.nan_to_num(h)
+        ax.fill_between(x, m - hh, m + hh, color=c, alpha=0.2)
+        drawn = True
+    if drawn:
+        _decorate(ax, "step", ylabel, f"{ylabel}: mean over seeds ± 95 % t-interval", legend=7)
+    return drawn
+
+
+def _color_cycle() -> list[str]:
+    import matplotlib
+
+    return matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _figure(size: tuple[float, float]) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size)
+
+
+def _decorate(ax: Any, xlabel: str, ylabel: str, title: str, legend: int | None) -> None:
+    """Axis labels, title, a light grid and (``legend`` = font size) the legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend is not None:
+        ax.legend(fontsize=legend)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path

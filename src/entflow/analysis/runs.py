@@ -1,0 +1,234 @@
+"""Reading run directories (docs/design.md §10): the one place that parses their files.
+
+Conventions of ``metrics.jsonl`` as read by :func:`load_metrics`:
+
+* one JSON object per line; a truncated (unparseable) **last** line is skipped (a crash
+  mid-write); an unparseable line elsewhere is an error. ``null`` (how the trainer writes NaN) is
+  read as NaN by :func:`series`. If a step appears twice (a resumed run re-logging the steps after
+  its last checkpoint) the later line wins; records are returned sorted by step.
+* The ``step: 0`` line is the warm-started model before training (validation keys); training
+  statistics (entropy, reward …) are taken from whatever lines carry them.
+
+:func:`read_jsonl` is the lenient reader the trainer uses for its own files (every complete line,
+in file order). Nothing here computes a statistic: see :mod:`entflow.analysis.stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from entflow.core.estimators import ESTIMATORS
+from entflow.errors import EntflowError
+
+__all__ = [
+    "AUDIT_ESTIMATORS",
+    "RunDirError",
+    "audit_estimators",
+    "is_training_line",
+    "last_value",
+    "law_points",
+    "load_config",
+    "load_metrics",
+    "metric_float",
+    "n_position_bins",
+    "read_jsonl",
+    "series",
+    "wall_time",
+]
+
+AUDIT_ESTIMATORS = ESTIMATORS  # the docs/design.md §5 estimators the lab audits
+
+
+class RunDirError(EntflowError, ValueError):
+    """A run directory is missing a file or holds a malformed one."""
+
+    def __init__(self, path: Path | str, message: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {message}")
+
+
+def metric_float(v: Any) -> float:
+    """A metric value as float; None / non-numbers → NaN (a bool is 0.0 / 1.0)."""
+    if v is None or isinstance(v, bool):
+        return math.nan if v is None else float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every complete JSON line of ``path`` in file order; [] if the file is absent.
+
+    Lenient: any line that is not valid JSON (a crash can leave a truncated last line) is skipped.
+    Read as UTF-8 with undecodable bytes replaced (entflow writes ASCII JSON).
+    """
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def load_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Records of ``run_dir/metrics.jsonl`` sorted by step (see the module docstring).
+
+    Raises:
+        RunDirError: the file is missing, or a line other than the last is not valid JSON.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise RunDirError(path, "not found (is this a run directory?)")
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    by_step: dict[Any, dict[str, Any]] = {}
+    unstepped: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                continue  # truncated last line: the step in flight when the run died
+            raise RunDirError(path, f"line {i + 1} is not valid JSON ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise RunDirError(path, f"line {i + 1} is not a JSON object")
+        if "step" in rec and isinstance(rec["step"], int | float):
+            by_step[rec["step"]] = rec  # a re-logged step (resume): the later line wins
+        else:
+            unstepped.append(rec)
+    return [by_step[k] for k in sorted(by_step)] + unstepped
+
+
+def load_config(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``run_dir/config.yaml`` as a dict (empty if the file is absent).
+
+    Raises:
+        RunDirError: the file is not valid YAML or not a mapping.
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise RunDirError(path, f"not valid YAML ({e})") from None
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, dict):
+        raise RunDirError(path, f"expected a mapping, got {type(cfg).__name__}")
+    return cfg
+
+
+def series(
+    records: Sequence[dict[str, Any]], key: str, *, min_step: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(steps ``[K]``, values ``[K]``) of ``key`` over the records that carry a finite value of it."""
+    xs, ys = [], []
+    for r in records:
+        if key not in r:
+            continue
+        v, s = metric_float(r[key]), metric_float(r.get("step"))
+        if not math.isfinite(v) or not math.isfinite(s) or (min_step is not None and s < min_step):
+            continue
+        xs.append(s)
+        ys.append(v)
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+
+
+def last_value(records: Sequence[dict[str, Any]], key: str) -> float:
+    """The last finite value of ``key`` (NaN if none)."""
+    _, v = series(records, key)
+    return float(v[-1]) if v.size else math.nan
+
+
+def is_training_line(rec: dict[str, Any]) -> bool:
+    """True for a line that carries training statistics (not only validation or timing keys)."""
+    return any(k != "step" and not k.startswith(("val/", "time/")) for k in rec)
+
+
+def n_position_bins(records: Sequence[dict[str, Any]]) -> int:
+    """Number of relative-position bins of the logged ``diag/pos_entropy/correct/b{i}`` keys."""
+    n = 0
+    while any(f"diag/pos_entropy/correct/b{n}" in r for r in records):
+        n += 1
+    return n
+
+
+def audit_estimators(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Estimators with audit metrics: the docs/design.md §5 ones first (in order), then any other."""
+    seen: list[str] = []
+    for r in records:
+        for k in r:
+            if k.startswith("audit/") and k.count("/") == 2:
+                est = k.split("/")[1]
+                if est not in seen:
+                    seen.append(est)
+    return [e for e in AUDIT_ESTIMATORS if e in seen] + [e for e in seen if e not in AUDIT_ESTIMATORS]
+
+
+def law_points(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(steps ``[K]``, entropy ``[K]``, val acc ``[K]``) for the entropy–performance law, and the
+    entropy source.
+
+    Uses ``val/entropy`` — the policy's token entropy on the validation samples, measured by the
+    same evaluation, on the same checkpoint, as ``val/acc`` (step 0, the warm start, included).
+    The rollout ``entropy`` logged on the same line belongs to the rollout sampled *before*
+    that step's update and does not exist at step 0, so it is only the fallback when fewer than
+    3 lines carry ``val/entropy``.
+    """
+    for key in ("val/entropy", "entropy"):
+        s, h, r = [], [], []
+        for rec in records:
+            H, R, st = metric_float(rec.get(key)), metric_float(rec.get("val/acc")), metric_float(rec.get("step"))
+            if math.isfinite(H) and math.isfinite(R):
+                s.append(st)
+                h.append(H)
+                r.append(R)
+        if len(h) >= 3 or key == "entropy":
+            return np.asarray(s), np.asarray(h), np.asarray(r), key
+    raise AssertionError("unreachable")
+
+
+def _elapsed_total(values: Sequence[float]) -> float:
+    """Total time from a file-ordered ``time/elapsed_s`` column whose clock restarts on resume."""
+    total, seg, prev = 0.0, 0.0, -math.inf
+    seen = False
+    for v in values:
+        if not math.isfinite(v):
+            continue
+        seen = True
+        if v < prev:  # the clock restarted (resumed run): close the segment
+            total += seg
+        seg = v
+        prev = v
+    return total + seg if seen else math.nan
+
+
+def wall_time(run_dir: str | os.PathLike, records: Sequence[dict[str, Any]] | None = None) -> float:
+    """Training wall time in seconds from ``time/elapsed_s``.
+
+    Read from ``metrics.jsonl`` when it carries the key, else from the lab's ``timing.jsonl``
+    (file order, unparseable lines skipped). The trainer's clock restarts on ``--resume``; each
+    restart closes a segment and the segments are summed. NaN when neither file has the key.
+    """
+    recs = load_metrics(run_dir) if records is None else records
+    vals = [metric_float(r.get("time/elapsed_s")) for r in recs if "time/elapsed_s" in r]
+    if not vals:
+        timing = read_jsonl(Path(run_dir) / "timing.jsonl")
+        vals = [metric_float(r["time/elapsed_s"]) for r in timing if isinstance(r, dict) and "time/elapsed_s" in r]
+    return _elapsed_total(vals)

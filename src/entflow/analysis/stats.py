@@ -1,0 +1,207 @@
+"""Summary statistics of runs: entropy retention, windowed best accuracy, Student-t intervals over
+seeds, audit ranks. Numbers in, numbers out; nothing here reads a file or formats a cell.
+
+* Entropy retention = mean ``entropy`` over the last 20 % of the logged entropy values / mean
+  over the first 5 % (each at least one value, counts rounded down).
+* Over seeds: mean ± the half-width of a 95 % Student-t interval, n − 1 degrees of freedom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from entflow.analysis.runs import metric_float, series
+
+__all__ = [
+    "AGGREGATE_KEYS",
+    "BEST_WINDOW",
+    "FINAL_FRAC",
+    "INITIAL_FRAC",
+    "aggregate_seeds",
+    "audit_ranking",
+    "audit_table",
+    "audited_estimators",
+    "band",
+    "entropy_retention",
+    "finite_mean",
+    "group_label",
+    "has_seed_groups",
+    "head_tail_means",
+    "t_interval",
+    "windowed_best",
+]
+
+INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
+BEST_WINDOW = 3  # "best" validation accuracy = best mean of this many consecutive evaluations
+# summary keys averaged over seeds (mean ± 95 % t-interval)
+AGGREGATE_KEYS = (
+    "entropy_initial",
+    "entropy_final",
+    "entropy_retention",
+    "val_acc_warm",
+    "val_acc_best_window",
+    "val_acc_gain_window",
+    "val_acc_final",
+    "val_acc_greedy_final",
+    "val_pass_at_k_final",
+    "reward_final",
+    "law_r2",
+    "law_ceiling",
+    "distinct_n_last",
+    "self_bleu_last",
+    "calib_auroc_last",
+    "wall_time_s",
+)
+
+
+def finite_mean(x: Iterable[float]) -> float:
+    """Mean of the finite values of ``x`` (NaN if there is none)."""
+    a = np.asarray([v for v in x if math.isfinite(v)], dtype=np.float64)
+    return float(a.mean()) if a.size else math.nan
+
+
+def head_tail_means(values: np.ndarray) -> tuple[float, float]:
+    """(mean of the first 5 %, mean of the last 20 %) of ``values`` ``[K]``, each over at least one
+    value; (NaN, NaN) when empty."""
+    n = values.size
+    if n == 0:
+        return math.nan, math.nan
+    k0 = max(1, math.floor(INITIAL_FRAC * n + 1e-9))
+    k1 = max(1, math.floor(FINAL_FRAC * n + 1e-9))
+    return float(values[:k0].mean()), float(values[-k1:].mean())
+
+
+def entropy_retention(entropy: np.ndarray) -> tuple[float, float, float]:
+    """(initial, final, final / initial) of a run's logged entropies ``[K]`` (:func:`head_tail_means`);
+    the ratio is NaN when either mean is not finite or the initial one is 0."""
+    h0, h1 = head_tail_means(entropy)
+    ratio = h1 / h0 if h0 and math.isfinite(h0) and math.isfinite(h1) else math.nan
+    return h0, h1, ratio
+
+
+def windowed_best(steps: np.ndarray, values: np.ndarray, window: int = 3) -> tuple[float, int | None]:
+    """Best mean of ``window`` consecutive evaluations and the step ending that window.
+
+    ``steps``, ``values``: ``[K]``. A single maximum over noisy evaluations is biased upward
+    (selection); the mean of 3 consecutive evaluations is not much less reactive and far less
+    noisy. With fewer than ``window`` evaluations the mean of all of them is used. (NaN, None)
+    when there are none.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan, None
+    w = min(window, v.size)
+    means = np.convolve(v, np.ones(w) / w, mode="valid")
+    i = int(np.argmax(means))
+    return float(means[i]), int(np.asarray(steps)[i + w - 1])
+
+
+def t_interval(values: Iterable[float | None], level: float = 0.95) -> tuple[float, float, int]:
+    """(mean, half-width, n) of a Student-t confidence interval over the finite ``values``
+    (e.g. one number per seed): half-width = t_{(1+level)/2, n−1} · s / √n, s the sample std
+    (ddof 1). n = 1 gives a NaN half-width; no value gives (NaN, NaN, 0)."""
+    from scipy import stats
+
+    a = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+    if a.size == 0:
+        return math.nan, math.nan, 0
+    if a.size == 1:
+        return float(a[0]), math.nan, 1
+    half = float(stats.t.ppf(0.5 + level / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
+    return float(a.mean()), half, int(a.size)
+
+
+def group_label(summary: dict[str, Any]) -> str:
+    """The label shared by the seeds of one method (config ``group``; else the run name)."""
+    return str(summary.get("group") or summary["name"])
+
+
+def has_seed_groups(summaries: Sequence[dict[str, Any]]) -> bool:
+    """True when at least one group holds more than one run (several seeds of a method)."""
+    labels = [group_label(s) for s in summaries]
+    return len(set(labels)) < len(labels)
+
+
+def aggregate_seeds(summaries: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per group (:func:`group_label`), in order of first appearance: ``group``,
+    ``method``, ``seeds`` (list) and, for each numeric key, ``{key: (mean, half-width, n)}`` of the
+    95 % t-interval over the group's runs (see :func:`t_interval`)."""
+    keys = list(keys or AGGREGATE_KEYS)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in summaries:
+        groups.setdefault(group_label(s), []).append(s)
+    rows = []
+    for label, runs in groups.items():
+        row: dict[str, Any] = {"group": label, "method": runs[0]["method"], "seeds": [r.get("seed") for r in runs]}
+        for k in keys:
+            row[k] = t_interval(metric_float(r.get(k)) for r in runs)
+        rows.append(row)
+    return rows
+
+
+def band(runs: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps ``[K]``, mean ``[K]``, 95 % t half-width ``[K]``) of ``key`` over runs (each a list of
+    metric records), on the steps every run logged."""
+    per_run = [dict(zip(*series(recs, key), strict=True)) for recs in runs]
+    common = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
+    steps = np.asarray(common, dtype=np.float64)
+    mean = np.empty(len(common))
+    half = np.empty(len(common))
+    for i, st in enumerate(common):
+        mean[i], half[i], _ = t_interval(d[st] for d in per_run)
+    return steps, mean, half
+
+
+def audit_table(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows ``{run, estimator, spearman, pearson, mse, rank}``; rank 1 = highest mean Spearman
+    within its run (NaN Spearman ranks last, rank None)."""
+    rows = []
+    for s in summaries:
+        sp = s.get("audit_spearman", {})
+        ranked = sorted((e for e in sp if math.isfinite(sp[e])), key=lambda e: -sp[e])
+        for est in sp:
+            rows.append(
+                {
+                    "run": s["name"],
+                    "estimator": est,
+                    "spearman": sp[est],
+                    "pearson": s.get("audit_pearson", {}).get(est, math.nan),
+                    "mse": s.get("audit_mse", {}).get(est, math.nan),
+                    "rank": ranked.index(est) + 1 if est in ranked else None,
+                }
+            )
+    return rows
+
+
+def audited_estimators(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """Every estimator with a mean audit Spearman in any summary, in order of first appearance."""
+    ests: list[str] = []
+    for s in summaries:
+        ests += [e for e in s.get("audit_spearman", {}) if e not in ests]
+    return ests
+
+
+def audit_ranking(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Estimators ranked across runs: ``{estimator, spearman, pearson, n_runs, rank}`` where
+    spearman/pearson are the means over runs of each run's mean (NaN-aware), best first."""
+    rows = []
+    for e in audited_estimators(summaries):
+        sp = [s.get("audit_spearman", {}).get(e, math.nan) for s in summaries]
+        pe = [s.get("audit_pearson", {}).get(e, math.nan) for s in summaries]
+        rows.append(
+            {
+                "estimator": e,
+                "spearman": finite_mean(sp),
+                "pearson": finite_mean(pe),
+                "n_runs": sum(map(math.isfinite, sp)),
+            }
+        )
+    rows.sort(key=lambda r: -r["spearman"] if math.isfinite(r["spearman"]) else math.inf)
+    rank = 0
+    for r in rows:
+        r["rank"] = (rank := rank + 1) if math.isfinite(r["spearman"]) else None
+    return rows

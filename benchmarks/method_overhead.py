@@ -41,17 +41,14 @@ KIND = {
     "kl_ref": "loss term (ref_logp)",
     "kl_ref+ref_fwd": "loss term + reference forward",
     "kl_cov": "per-token loss",
-<<<<<<< HEAD
     "siren": "loss term (entropy with grad)",
     "entropic": "loss term (ratio with grad)",
     "aepo": "grpo (its REINFORCE rows are extra batch rows)",
-=======
     "cispo": "per-token loss",
     "gspo": "per-token loss",
     "sapo": "per-token loss",
     "ce_gppo": "per-token loss",
     "archer": "per-token loss + loss term (ref_logp)",
->>>>>>> wip-23a
 }
 
 

@@ -52,7 +52,9 @@ def test_sampling_is_token_for_token_generates_own(tiny):
     assert (ours.response_ids[ours.mask == 0] == tok.pad_token_id).all()
 
 
-@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.6, 0, 1.0), (1.3, 4, 1.0), (0.8, 0, 0.7)])
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.6, 0, 1.0), (1.3, 4, 1.0), (0.8, 0, 0.7)]
+)
 def test_recorded_entropy_is_the_entropy_of_the_warped_law(tiny, temperature, top_k, top_p):
     """Independent check in float64 from a full forward: softmax(logits / T), then keep the top_k
     tokens or the smallest set of tokens with mass ≥ top_p, renormalise, take −Σ p log p."""

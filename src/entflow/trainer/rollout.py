@@ -105,12 +105,13 @@ def generate(
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
     if recorder is not None:
         processors.append(recorder)
-    mode: dict[str, Any] = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0}
+    # generate's own warpers off (ours run above, in order); greedy decoding takes no warper at all
+    mode: dict[str, Any] = (
+        {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    )
     out = model.generate(
         **enc,
         **mode,
-        top_k=0,
-        top_p=1.0,
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -203,9 +203,15 @@ def generate_responses(
     ids [N, T] (pad after the first ``<eos>``), per-token entropy [N, T] of the sampling
     distribution, 0 after the first ``<eos>``). Kept for the 0.1 API; :func:`evaluate` batches
     through :func:`entflow.trainer.evaluate.generate_in_batches`."""
-    rows = [p for p in prompts for _ in range(1 if greedy else k)]
     gen = generate(
-        model, tokenizer, rows, task.max_response_len, temperature=temperature, greedy=greedy, record_entropy=True
+        model,
+        tokenizer,
+        prompts,
+        task.max_response_len,
+        n=1 if greedy else k,
+        temperature=temperature,
+        greedy=greedy,
+        record_entropy=True,
     )
     resp, ent = gen.response_ids, gen.entropy
     if greedy and k > 1:
@@ -250,7 +256,7 @@ def evaluate(
         model, tokenizer, prompts, k, length, temperature=temperature, batch_size=max_batch, seed=seed
     )
     greedy_runs = generate_in_batches(
-        model, tokenizer, prompts, 1, length, greedy=True, batch_size=max_batch, seed=seed
+        model, tokenizer, prompts, 1, length, greedy=True, batch_size=max_batch, seed=seed, record_entropy=False
     )
     texts = [t for gen in sampled for t in gen.texts]
     rewards = [task.reward(problems[i // k], t) for i, t in enumerate(texts)]

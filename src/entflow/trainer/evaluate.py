@@ -92,11 +92,13 @@ def generate_in_batches(
     greedy: bool = False,
     batch_size: int = 32,
     seed: int | None = None,
+    record_entropy: bool = True,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[Generation]:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i; greedy decodes each
     prompt once and repeats its row ``n`` times), ``max(1, batch_size // n)`` prompts per
-    :func:`~entflow.trainer.rollout.generate` call, with the sampled law's token entropy recorded.
+    :func:`~entflow.trainer.rollout.generate` call, with the sampled law's token entropy recorded
+    unless ``record_entropy=False`` (``Generation.entropy`` is then None).
 
     Runs in eval mode (the mode is restored after) and, with a ``seed``, under a forked RNG seeded
     with it (the caller's RNG is untouched); ``seed=None`` draws from the global RNG. Returns one
@@ -110,18 +112,17 @@ def generate_in_batches(
             if seed is not None:
                 torch.manual_seed(seed)
             for s in range(0, len(prompts), per_call):
-                chunk = list(prompts[s : s + per_call])
-                rows = chunk if greedy else [p for p in chunk for _ in range(n)]
                 gen = generate(
                     model,
                     tokenizer,
-                    rows,
+                    prompts[s : s + per_call],
                     max_new_tokens,
+                    n=1 if greedy else n,
                     temperature=temperature,
                     top_k=top_k,
                     top_p=top_p,
                     greedy=greedy,
-                    record_entropy=True,
+                    record_entropy=record_entropy,
                 )
                 if greedy and n > 1:
                     gen = _repeat_rows(gen, n)

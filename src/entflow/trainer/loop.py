@@ -42,6 +42,7 @@ from entflow.trainer.step import method_step, schedule_steps, train_step
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` (AdamW or SGD) over all of ``model``'s parameters."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -50,8 +51,8 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 @dataclass
 class RunSetup:
     """What a run trains: the task, the policy, where the policy came from, how to load a frozen
-    reference copy, and how to validate. :func:`lab_setup` builds the lab's; ``entflow.hf.setup``
-    builds one for a Hugging Face model and real data."""
+    reference copy, and how to validate. ``entflow.lab.setup.lab_setup`` builds the lab's;
+    ``entflow.hf.setup.real_setup`` builds one for a Hugging Face model and real data."""
 
     task: Any
     model: Any
@@ -62,6 +63,7 @@ class RunSetup:
 
 
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
+    """Validate (and log the §9 diagnostics) every ``eval_every`` steps and at the last."""
     return step == cfg.steps or (cfg.eval_every > 0 and step % cfg.eval_every == 0)
 
 

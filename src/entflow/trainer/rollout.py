@@ -82,6 +82,7 @@ def generate(
     prompts: Sequence[str],
     max_new_tokens: int,
     *,
+    n: int = 1,
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -89,8 +90,10 @@ def generate(
     output_logits: bool = False,
     record_entropy: bool = False,
 ) -> Generation:
-    """One response per prompt (repeat a prompt for several samples), sampled at ``temperature``
-    with ``top_k`` / ``top_p`` (greedy decoding with ``greedy``; the warpers are then unused).
+    """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), sampled at
+    ``temperature`` with ``top_k`` / ``top_p`` (greedy decoding with ``greedy``; the warpers are
+    then unused). Prompts are encoded once and their rows repeated: the same tensors as encoding
+    each prompt ``n`` times.
 
     The warpers run in the order temperature → top-k → top-p and ``generate``'s own are off, so the
     sampled law is exactly softmax(warped logits). ``output_logits`` keeps ``generate``'s raw
@@ -100,7 +103,7 @@ def generate(
     from transformers import LogitsProcessorList
 
     device = next(model.parameters()).device
-    enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
+    enc = {k: v.repeat_interleave(n, 0).to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
     recorder = _EntropyRecorder() if record_entropy else None
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
     if recorder is not None:
@@ -170,15 +173,23 @@ def sample_rollout(model: Any, tokenizer: Any, task: Any, cfg: TrainConfig, step
     """Draw P prompts (seeded by step) and G responses each at ``cfg.temperature``, then score them
     with the task's verifier. top-k and top-p are off: the sampled law is softmax(logits / T)."""
     problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
-    prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
     model.eval()
-    gen = generate(model, tokenizer, prompts, task.max_response_len, temperature=cfg.temperature, output_logits=True)
+    gen = generate(
+        model,
+        tokenizer,
+        [p.prompt for p in problems],
+        task.max_response_len,
+        n=cfg.group_size,
+        temperature=cfg.temperature,
+        output_logits=True,
+    )
     t0 = time.perf_counter()
     rewards = torch.tensor(
         [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(gen.texts)], dtype=torch.float32
     )
     verify_s = time.perf_counter() - t0
     group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
+    prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
     return Rollout(
         gen.prompt_ids,
         gen.prompt_mask,

@@ -6,7 +6,9 @@ Each repetition trains ``--steps`` GRPO steps (default lab config, 1 torch threa
 start) once with each ``src`` directory first on ``PYTHONPATH`` (separate subprocesses), order
 swapped every repetition. ``time.perf_counter`` is replaced by ``time.process_time`` in the child,
 so the per-phase timings in ``timing.jsonl`` are CPU seconds (robust to a shared, loaded machine).
-Prints the median over repetitions of each variant's per-step phase medians, and after / before.
+Prints the median over repetitions of each variant's per-step phase medians, and after / before;
+``eval`` (the validation at the last step: ``eval_k`` samples per held-out problem plus a greedy
+pass) is reported on its own row, outside the step total.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ with tempfile.TemporaryDirectory() as out:
     cfg.policy_path = policy
     rows = read_jsonl(train(cfg) / "timing.jsonl")
 med = {p: statistics.median(r[f"time/{p}_s"] for r in rows) for p in ("rollout", "reward", "update", "audit")}
+med["eval"] = statistics.median(r["time/eval_s"] for r in rows if "time/eval_s" in r)  # the last step validates
 print(json.dumps({"entflow": entflow.__file__, **med}))
 """
 
@@ -69,7 +72,7 @@ def main() -> None:
 
     ratios = [a["total"] / b["total"] for a, b in zip(results["after"], results["before"], strict=True)]
     print(f"\n| phase | before, s CPU/step (median of {args.reps}) | after | after / before |\n|---|---:|---:|---:|")
-    for key in (*PHASES, "total"):
+    for key in (*PHASES, "total", "eval"):
         b, a = med("before", key), med("after", key)
         print(f"| {key} | {b:.3f} | {a:.3f} | {a / b:.2f} |")
     print(f"\nper-repetition after/before (total): {', '.join(f'{r:.2f}' for r in ratios)}")

@@ -7,7 +7,7 @@ initialised; ``--model`` for another — same countdown prompts, same seed, same
 
 - ``trl``: ``trl.GRPOTrainer`` (loss_type dapo);
 - ``entflow:grpo`` / ``entflow:steer`` / ``entflow:clip_higher+kl_cov``: ``EntflowGRPOTrainer``;
-- ``lab``: one step of entflow's lab trainer (``entflow.trainer.loop.train_step``, GRPO, one
+- ``lab``: one step of entflow's lab trainer (``entflow.trainer.step.train_step``, GRPO, one
   mini-batch, no audit) at the same P × G, model and maximum response length (9 tokens).
 
 One "step" is one optimizer step including generation (P·G completions with
@@ -39,7 +39,8 @@ from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
 from entflow.lab.tasks import CountdownAnswer, Problem, get_task
 from entflow.methods import get_method
-from entflow.trainer.loop import make_optimizer, train_step
+from entflow.trainer.loop import make_optimizer
+from entflow.trainer.step import train_step
 
 METHODS = ("grpo", "steer", "clip_higher+kl_cov")
 

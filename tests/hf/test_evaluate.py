@@ -89,7 +89,7 @@ def test_sample_entropy_equals_forward_pass(tiny_dir):
     """The recorded entropy of each sampled token equals the entropy of softmax(logits / T) from
     a separate forward pass over [prompt | response] (the lab trainer's response_token_stats)."""
     from entflow.hf.models import load_model
-    from entflow.trainer.loop import response_token_stats
+    from entflow.trainer.rollout import response_token_stats
     from entflow.trainer.tokens import encode_prompts, response_mask
 
     model, tok = load_model(str(tiny_dir))

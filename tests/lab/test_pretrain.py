@@ -22,6 +22,7 @@ from entflow.lab.pretrain import (
     read_info,
 )
 from entflow.lab.tasks import LAB_ALPHABET, get_task
+from entflow.trainer.rollout import Generation
 
 TINY = PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=32)
 
@@ -150,13 +151,15 @@ def test_evaluate_counts_a_perfect_policy_as_perfect(monkeypatch):
     probs = task.validation_set()[:4]
     sols = [task.solutions(p)[0] for p in probs]
 
-    def fake(model, tok, task, prompts, k=1, temperature=1.0, greedy=False):
-        texts = [sols[[p.prompt for p in probs].index(q)] for q in prompts for _ in range(1 if greedy else k)]
-        ids = torch.zeros(len(texts), 3, dtype=torch.long)
+    def fake(model, tok, prompts, n, max_new_tokens, *, greedy=False, **settings):
+        texts = [sols[[p.prompt for p in probs].index(q)] for q in prompts for _ in range(n)]
+        ids = torch.full((len(texts), 3), tok.pad_token_id, dtype=torch.long)
         ids[:, 0] = tok.eos_token_id
-        return texts, ids, torch.zeros(len(texts), 3)
+        mask = torch.zeros(len(texts), 3)
+        mask[:, 0] = 1.0
+        return [Generation(ids, mask, ids, mask, texts, None, torch.zeros(len(texts), 3))]
 
-    monkeypatch.setattr(pt, "generate_responses", fake)
+    monkeypatch.setattr(pt, "generate_in_batches", fake)
     r = evaluate(model, tok, task, probs, k=2, greedy=True)
     assert r["acc"] == r["pass@k"] == r["acc_greedy"] == 1.0 and r["distinct_correct"] == 1.0
 

@@ -10,7 +10,7 @@ from entflow.core.token_stats import token_stats
 from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
-from entflow.trainer.loop import response_token_stats, sample_rollout
+from entflow.trainer.rollout import response_token_stats, sample_rollout
 from entflow.trainer.tokens import encode_prompts
 
 TOL = 1e-5  # float32 KV-cached decoding vs one full forward

@@ -1,8 +1,9 @@
 """Evaluation of a real model on held-out problems (docs/design.md §11): avg@k, pass@k, maj@k, greedy.
 
 For each of ``n`` problems, ``n_samples`` (≥ k) responses are sampled with explicit settings
-(temperature, top-p, top-k, max_new_tokens, seed) plus one greedy response, all with batched,
-left-padded ``generate`` and a KV cache (vLLM instead when it is installed and a GPU is present —
+(temperature, top-p, top-k, max_new_tokens, seed) plus one greedy response, all through the one
+generation path, :func:`entflow.trainer.evaluate.generate_in_batches` (batched, left-padded
+``generate`` with a KV cache; vLLM instead when it is installed and a GPU is present —
 untested here: no GPU in this project's sessions). Per problem i with c_i correct of n_samples:
 
 - ``avg@k``   = c_i / n_samples (mean accuracy of a sample);
@@ -13,7 +14,9 @@ untested here: no GPU in this project's sessions). Per problem i with c_i correc
   without a math reward; unparseable responses do not vote; ties go to the answer seen first);
 - ``greedy``  = the greedy response's reward.
 
-Each is averaged over problems and reported with its standard error (sample standard deviation
+The metric helpers (``pass_at_k``, ``majority_correct``, ``mean_and_se``) live in
+:mod:`entflow.trainer.evaluate`, shared with the lab. Each is averaged over problems and reported
+with its standard error (sample standard deviation
 of the per-problem values / √n). Also: mean response length (tokens, eos included), mean token
 entropy of the sampled responses (full-vocabulary entropy of the temperature-scaled softmax the
 token was drawn from, nats), the fraction of sampled responses with no parseable answer, and
@@ -34,59 +37,16 @@ from typing import Any
 import torch
 
 from entflow.errors import ConfigError
+from entflow.trainer.evaluate import generate_in_batches, majority_correct, mean_and_se, pass_at_k
+from entflow.trainer.progress import ProgressBar
 
 __all__ = [
     "EvalResult",
     "SamplingConfig",
     "evaluate_task",
     "generate_batched",
-    "majority_correct",
-    "mean_and_se",
-    "pass_at_k",
     "run_eval",
 ]
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples with ``c`` correct: 1 − C(n−c, k)/C(n, k)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ConfigError("k", f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and its standard error (sample std with ddof 1 / √n; 0 for a single value)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
-
-
-def majority_correct(
-    answers: Sequence[Any | None], rewards: Sequence[float], same: Callable[[Any, Any], bool]
-) -> float:
-    """1.0 if the most frequent answer (``None`` = unparseable, no vote) was rewarded, else 0.0.
-
-    Answers are grouped with ``same``; a group's reward is that of its first member; ties go to
-    the group seen first."""
-    groups: list[list[int]] = []
-    for i, a in enumerate(answers):
-        if a is None:
-            continue
-        for g in groups:
-            if same(answers[g[0]], a):
-                g.append(i)
-                break
-        else:
-            groups.append([i])
-    if not groups:
-        return 0.0
-    best = max(groups, key=len)  # max keeps the first of equal lengths
-    return 1.0 if rewards[best[0]] > 0 else 0.0
 
 
 @dataclass
@@ -112,21 +72,6 @@ class SamplingConfig:
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
 
 
-class _EntropyRecorder:
-    """A logits processor that records, per generation step, the entropy of the distribution the
-    token is drawn from. It must run after the temperature / top-k / top-p warpers, so
-    :func:`generate_batched` passes those warpers itself, in order, ahead of it (``generate``
-    in transformers 5 would put its own warpers *after* user processors)."""
-
-    def __init__(self) -> None:
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        p = torch.softmax(scores.float(), dim=-1)
-        self.steps.append(torch.special.entr(p).sum(-1))  # entr(0) = 0, so truncated tokens add nothing
-        return scores
-
-
 @dataclass
 class Generation:
     texts: list[str]  # [N]
@@ -135,7 +80,6 @@ class Generation:
     seconds: float
 
 
-@torch.no_grad()
 def generate_batched(
     model: Any,
     tokenizer: Any,
@@ -146,63 +90,26 @@ def generate_batched(
     on_batch: Callable[[int], None] | None = None,
 ) -> Generation:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), batched by
-    ``sampling.batch_size`` rows, left-padded, KV cache; reproducible from ``sampling.seed``."""
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    from entflow.trainer.tokens import decode_responses, encode_prompts, response_mask
-
-    per_call = max(1, sampling.batch_size // n)
-    texts: list[str] = []
-    lengths: list[int] = []
-    entropy: list[float] = []
+    ``sampling.batch_size`` rows, left-padded, KV cache; reproducible from ``sampling.seed``
+    (:func:`entflow.trainer.evaluate.generate_in_batches`, the one generation path)."""
     t0 = time.perf_counter()
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sampling.seed)
-            for s in range(0, len(prompts), per_call):
-                enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts[s : s + per_call])).items()}
-                recorder = _EntropyRecorder()
-                warpers: list[Any] = []
-                if greedy:
-                    kwargs: dict[str, Any] = {"do_sample": False}
-                else:  # generate's own warpers off; ours run in this order, then the recorder
-                    kwargs = {
-                        "do_sample": True,
-                        "temperature": 1.0,
-                        "top_p": 1.0,
-                        "top_k": 0,
-                        "num_return_sequences": n,
-                    }
-                    if sampling.temperature != 1.0:
-                        warpers.append(TemperatureLogitsWarper(sampling.temperature))
-                    if sampling.top_k > 0:
-                        warpers.append(TopKLogitsWarper(sampling.top_k))
-                    if sampling.top_p < 1.0:
-                        warpers.append(TopPLogitsWarper(sampling.top_p))
-                seq = model.generate(
-                    **enc,
-                    **kwargs,
-                    max_new_tokens=sampling.max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                    logits_processor=LogitsProcessorList([*warpers, recorder]),
-                    use_cache=True,
-                )
-                resp = seq[:, enc["input_ids"].shape[1] :].cpu()
-                mask = response_mask(tokenizer, resp)
-                ent = torch.stack(recorder.steps, dim=1).cpu() if recorder.steps else torch.zeros_like(mask)
-                if greedy and n > 1:
-                    resp, mask, ent = (x.repeat_interleave(n, 0) for x in (resp, mask, ent))
-                texts.extend(decode_responses(tokenizer, resp))
-                lengths.extend(int(v) for v in mask.sum(-1))
-                entropy.extend(float(v) for v in (ent[:, : mask.shape[1]] * mask).sum(-1))
-                if on_batch is not None:
-                    on_batch(resp.shape[0])
-    finally:
-        model.train(was_training)
+    runs = generate_in_batches(
+        model,
+        tokenizer,
+        prompts,
+        n,
+        sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        greedy=greedy,
+        batch_size=sampling.batch_size,
+        seed=sampling.seed,
+        on_batch=on_batch,
+    )
+    texts = [t for gen in runs for t in gen.texts]
+    lengths = [int(v) for gen in runs for v in gen.mask.sum(-1).cpu()]
+    entropy = [float(v) for gen in runs for v in gen.entropy.sum(-1).cpu()]
     return Generation(texts, lengths, entropy, time.perf_counter() - t0)
 
 
@@ -286,14 +193,19 @@ def evaluate_task(
         raise ConfigError("n", "no problems to evaluate")
     prompts = [p.prompt for p in problems]
     use_vllm = model_path is not None and _vllm_usable()
-    bar = _Bar(len(prompts) * (n_samples + int(greedy)), progress)
+    bar = ProgressBar(progress, unit="sample")
+    bar.add("generating", total=len(prompts) * (n_samples + int(greedy)))
+
+    def advance(rows: int) -> None:
+        bar.update(advance=rows)
+
     try:
         if use_vllm:  # pragma: no cover - GPU only
             gen = _generate_vllm(model_path, prompts, n_samples, sampling, False)
             g_gen = _generate_vllm(model_path, prompts, 1, sampling, True) if greedy else None
         else:
-            gen = generate_batched(model, tokenizer, prompts, n_samples, sampling, on_batch=bar.advance)
-            g_gen = generate_batched(model, tokenizer, prompts, 1, sampling, True, bar.advance) if greedy else None
+            gen = generate_batched(model, tokenizer, prompts, n_samples, sampling, on_batch=advance)
+            g_gen = generate_batched(model, tokenizer, prompts, 1, sampling, True, advance) if greedy else None
     finally:
         bar.close()
 
@@ -352,35 +264,6 @@ def _checked_settings(k: int, n_samples: int | None, sampling: SamplingConfig | 
     if n_samples < k:
         raise ConfigError("k", f"k={k} exceeds n_samples={n_samples} (samples per problem)")
     return sampling, n_samples
-
-
-class _Bar:
-    """A rich progress bar on a terminal; elsewhere (logs, nohup) one line per finished batch."""
-
-    def __init__(self, total: int, enabled: bool):
-        from rich.console import Console
-
-        self._p, self._done, self._total, self._t0 = None, 0, total, time.perf_counter()
-        self._lines = enabled and not Console(stderr=True).is_terminal
-        if enabled and not self._lines:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._p = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            self._p.start()
-            self._t = self._p.add_task("gen", total=total)
-
-    def advance(self, n: int) -> None:
-        self._done += n
-        if self._p is not None:
-            self._p.advance(self._t, n)
-        elif self._lines:
-            import sys
-
-            print(f"generated {self._done}/{self._total} ({time.perf_counter() - self._t0:.0f} s)", file=sys.stderr)
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from entflow.errors import ConfigError
+from entflow.trainer.progress import quiet_transformers
 
 __all__ = [
     "SHORT_NAMES",
@@ -92,7 +93,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    with _Quiet():
+    with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     prepare_tokenizer(tokenizer, model)
@@ -100,7 +101,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     try:
-        with _Quiet():
+        with quiet_transformers():
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
         try:
@@ -165,7 +166,7 @@ def load_model(
             raise ConfigError("dtype", f"not a torch dtype: {dtype!r}")
         dtype = getattr(torch, dtype)
     local = not (allow_hub and source == name_or_path)
-    with _Quiet():
+    with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local)
     prepare_tokenizer(tokenizer, model)
@@ -207,22 +208,3 @@ def chat_prompt(tokenizer: Any, question: str, system: str | None = None) -> str
         if probe and probe[0] == tokenizer.bos_token_id:
             text = text[len(bos) :]
     return text
-
-
-class _Quiet:
-    """Silence transformers' progress bars and warnings while loading or saving."""
-
-    def __enter__(self) -> None:
-        from transformers.utils import logging as hf_logging
-
-        self._bars = hf_logging.is_progress_bar_enabled()
-        self._level = hf_logging.get_verbosity()
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-
-    def __exit__(self, *exc: Any) -> None:
-        from transformers.utils import logging as hf_logging
-
-        if self._bars:
-            hf_logging.enable_progress_bar()
-        hf_logging.set_verbosity(self._level)

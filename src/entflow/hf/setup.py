@@ -23,7 +23,8 @@ from typing import Any
 
 from entflow.errors import ConfigError, EntflowError
 from entflow.trainer.config import TrainConfig
-from entflow.trainer.loop import RunSetup, step_seed, train
+from entflow.trainer.loop import RunSetup, train
+from entflow.trainer.rollout import step_seed
 
 __all__ = ["RealTrainConfig", "real_setup", "train_real"]
 

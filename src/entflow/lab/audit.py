@@ -66,7 +66,7 @@ class AuditConfig:
 
 
 def _stats(model, roll, cfg):
-    from entflow.trainer.loop import response_token_stats
+    from entflow.trainer.rollout import response_token_stats
 
     return response_token_stats(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature)
 
@@ -102,7 +102,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task
     from entflow.methods import get_method
-    from entflow.trainer.loop import sample_rollout, step_seed
+    from entflow.trainer.rollout import sample_rollout, step_seed
 
     task = get_task(cfg.task, **cfg.task_params)
     grpo = get_method("grpo")
@@ -186,7 +186,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
 
 def _logits(model, roll, cfg) -> torch.Tensor:
     """Tempered logits ``[N, T, V]`` at every response position (no grad), float64."""
-    from entflow.trainer.loop import response_logits
+    from entflow.trainer.rollout import response_logits
 
     with torch.no_grad():
         return response_logits(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids).double() / cfg.temperature

@@ -16,6 +16,7 @@ from typing import Any
 
 from entflow.errors import ConfigError
 from entflow.lab.config import LabConfig, build_config
+from entflow.trainer.progress import ProgressBar
 from entflow.trainer.rundir import read_jsonl
 
 
@@ -123,35 +124,27 @@ def run_compare(
 
 
 class _CompareProgress:
-    """One rich progress bar per run, fed from the runs' metrics files."""
+    """One progress row per run (:class:`~entflow.trainer.progress.ProgressBar`), fed from the
+    runs' metrics files."""
 
     def __init__(self, configs: list[LabConfig]):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
         self.configs = configs
-        self._p = Progress(
-            TextColumn("[bold]{task.description:<22}"),
-            BarColumn(),
-            TextColumn("step {task.completed:>3}/{task.total}"),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-        )
-        self._p.start()
-        self._tasks = [self._p.add_task(c.run_name, total=c.steps, info="") for c in configs]
+        self._bar = ProgressBar()
+        self._rows = [self._bar.add(c.run_name, total=c.steps) for c in configs]
+        self._last = [0] * len(configs)
 
     def refresh(self, _record: dict[str, Any] | None = None) -> None:
-        for cfg, t in zip(self.configs, self._tasks, strict=True):
+        for i, (cfg, row) in enumerate(zip(self.configs, self._rows, strict=True)):
             rows = [r for r in read_jsonl(cfg.run_dir / "metrics.jsonl") if r.get("step", 0) > 0]
-            if not rows:
+            if not rows or rows[-1]["step"] == self._last[i]:
                 continue
             last = rows[-1]
+            self._last[i] = last["step"]
             info = f"reward {last.get('reward/mean') or 0:.2f}  H {last.get('entropy') or 0:.3f}"
             vals = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
             if vals:
                 info += f"  val {vals[-1]:.2f}"
-            self._p.update(t, completed=last["step"], info=info)
+            self._bar.update(row, completed=last["step"], info=info)
 
     def close(self) -> None:
-        self._p.stop()
+        self._bar.close()

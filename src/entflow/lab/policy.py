@@ -13,7 +13,6 @@ logits seen while sampling.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 
 from entflow._moved import forward
 from entflow.errors import ParameterError
+from entflow.trainer.progress import quiet_transformers
 from entflow.trainer.tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 
@@ -129,20 +129,6 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    """Silence transformers' own progress bars (weight loading/saving) for a moment."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
 def load_policy(path: str | Path) -> tuple[Any, Any]:
     """(model, tokenizer) saved by :func:`entflow.lab.pretrain.pretrain` or by ``save_pretrained``
     of a lab policy (a trainer checkpoint). Also importable from ``entflow.lab.pretrain``."""
@@ -153,7 +139,7 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
         raise ParameterError("load_policy", "path", f"has no saved model (config.json): {str(path)!r}")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     tokenizer.padding_side = "left"
-    with _quiet_transformers():
+    with quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, tokenizer

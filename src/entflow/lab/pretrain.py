@@ -25,19 +25,19 @@ from typing import Any
 
 import torch
 
-from entflow.core.token_stats import entropy_from_logits
 from entflow.errors import ParameterError
 from entflow.lab.policy import (
     PolicyConfig,
-    _quiet_transformers,
     build_policy,
     build_tokenizer,
     count_parameters,
     load_policy,
 )
 from entflow.lab.tasks import LabTask, Problem, get_task
+from entflow.trainer.evaluate import generate_in_batches, pass_at_k
+from entflow.trainer.progress import ProgressBar, quiet_transformers
+from entflow.trainer.rollout import generate
 from entflow.trainer.rundir import default_cache_dir
-from entflow.trainer.tokens import decode_responses, encode_prompts, response_mask
 
 __all__ = [
     "INFO_FILE",
@@ -188,13 +188,6 @@ def sft_loss(model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
 # evaluation
 
 
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
-
-
 @torch.no_grad()
 def generate_responses(
     model,
@@ -205,27 +198,26 @@ def generate_responses(
     temperature: float = 1.0,
     greedy: bool = False,
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """Sample ``k`` responses per prompt (grouped: prompt i's samples are rows i*k … i*k+k-1).
-    Returns (texts, response ids [N, T], per-token entropy [N, T] of the sampling distribution,
-    0 after the first ``<eos>``)."""
-    enc = encode_prompts(tokenizer, prompts)
-    kwargs: dict[str, Any] = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
-    out = model.generate(
-        **enc,
-        **kwargs,
-        top_k=None,
-        top_p=None,
-        num_return_sequences=1 if greedy else k,
-        max_new_tokens=task.max_response_len,
-        output_logits=True,
-        return_dict_in_generate=True,
+    """Sample ``k`` responses per prompt (grouped: prompt i's samples are rows i*k … i*k+k-1) with
+    the one generation path (:func:`entflow.trainer.rollout.generate`). Returns (texts, response
+    ids [N, T] (pad after the first ``<eos>``), per-token entropy [N, T] of the sampling
+    distribution, 0 after the first ``<eos>``). Kept for the 0.1 API; :func:`evaluate` batches
+    through :func:`entflow.trainer.evaluate.generate_in_batches`."""
+    gen = generate(
+        model,
+        tokenizer,
+        prompts,
+        task.max_response_len,
+        n=1 if greedy else k,
+        temperature=temperature,
+        greedy=greedy,
+        record_entropy=True,
     )
-    resp = out.sequences[:, enc["input_ids"].shape[1] :]
-    logits = torch.stack(out.logits, dim=1) / (1.0 if greedy else temperature)
-    ent = entropy_from_logits(logits) * response_mask(tokenizer, resp)
+    resp, ent = gen.response_ids, gen.entropy
     if greedy and k > 1:
         resp, ent = resp.repeat_interleave(k, 0), ent.repeat_interleave(k, 0)
-    return decode_responses(tokenizer, resp), resp, ent
+        return [t for t in gen.texts for _ in range(k)], resp, ent
+    return gen.texts, resp, ent
 
 
 def evaluate(
@@ -250,47 +242,35 @@ def evaluate(
       problems costs little next to the k samples), so every key is always a float; ``greedy`` is
       accepted for interface compatibility and changes nothing.
 
-    ``seed`` makes the sampling reproducible without touching the global torch RNG."""
+    ``seed`` makes the sampling reproducible without touching the global torch RNG. Generation
+    is :func:`entflow.trainer.evaluate.generate_in_batches` (``max_batch`` rows per call)."""
     if k < 1:
         raise ParameterError("evaluate", "k", f"must be >= 1, got {k}")
     if temperature <= 0:
         raise ParameterError("evaluate", "temperature", f"must be > 0, got {temperature}")
     if not problems:
         raise ParameterError("evaluate", "problems", "must not be empty")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            per = max(1, max_batch // k)
-            rewards: list[float] = []
-            ent_sum, tok_sum = 0.0, 0.0
-            pass_k, distinct = [], []
-            for s in range(0, len(problems), per):
-                chunk = problems[s : s + per]
-                texts, resp, ent = generate_responses(
-                    model, tokenizer, task, [p.prompt for p in chunk], k=k, temperature=temperature
-                )
-                mask = response_mask(tokenizer, resp)
-                ent_sum += float(ent.sum())
-                tok_sum += float(mask.sum())
-                for i, p in enumerate(chunk):
-                    rs = [task.reward(p, t) for t in texts[i * k : (i + 1) * k]]
-                    rewards.extend(rs)
-                    pass_k.append(_pass_at_k(k, int(sum(r > 0 for r in rs)), k))
-                    distinct.append(len({t for t, r in zip(texts[i * k : (i + 1) * k], rs, strict=True) if r > 0}))
-            g: list[float] = []  # the greedy pass (see docstring)
-            for s in range(0, len(problems), max_batch):
-                chunk = problems[s : s + max_batch]
-                texts, _, _ = generate_responses(model, tokenizer, task, [p.prompt for p in chunk], greedy=True)
-                g.extend(task.reward(p, t) for p, t in zip(chunk, texts, strict=True))
-            acc_greedy = sum(g) / len(g)
-    finally:
-        model.train(was_training)
+    prompts = [p.prompt for p in problems]
+    length = task.max_response_len
+    sampled = generate_in_batches(
+        model, tokenizer, prompts, k, length, temperature=temperature, batch_size=max_batch, seed=seed
+    )
+    greedy_runs = generate_in_batches(
+        model, tokenizer, prompts, 1, length, greedy=True, batch_size=max_batch, seed=seed, record_entropy=False
+    )
+    texts = [t for gen in sampled for t in gen.texts]
+    rewards = [task.reward(problems[i // k], t) for i, t in enumerate(texts)]
+    pass_k, distinct = [], []
+    for i in range(len(problems)):
+        rs, ts = rewards[i * k : (i + 1) * k], texts[i * k : (i + 1) * k]
+        pass_k.append(pass_at_k(k, sum(1 for r in rs if r > 0), k))
+        distinct.append(len({t for t, r in zip(ts, rs, strict=True) if r > 0}))
+    ent_sum = sum(float(gen.entropy.sum()) for gen in sampled)  # float32 sum per call, as logged since 0.1
+    tok_sum = sum(float(gen.mask.sum()) for gen in sampled)
+    g = [task.reward(p, t) for p, t in zip(problems, (t for gen in greedy_runs for t in gen.texts), strict=True)]
     return {
         "acc": sum(rewards) / len(rewards),
-        "acc_greedy": acc_greedy,
+        "acc_greedy": sum(g) / len(g),
         "entropy": ent_sum / max(tok_sum, 1.0),
         "pass@k": sum(pass_k) / len(pass_k),
         "distinct_correct": sum(distinct) / len(distinct),
@@ -325,11 +305,8 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
         t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.steps, desc=f"pretrain {cfg.task}", unit="step", leave=False)
+    bar = ProgressBar(progress, transient=True)
+    bar.add(f"pretrain {cfg.task}", total=cfg.steps)
     t0 = time.perf_counter()
     losses: list[float] = []
     with torch.random.fork_rng(devices=[]):
@@ -349,12 +326,8 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             losses.append(loss.item())
-            if bar is not None:
-                bar.update(1)
-                if step % 10 == 0:
-                    bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if bar is not None:
-            bar.close()
+            bar.update(advance=1, info=f"loss {losses[-1]:.3f}" if step % 10 == 0 else None)
+        bar.close()
         train_s = time.perf_counter() - t0
         model.eval()
         t1 = time.perf_counter()
@@ -399,7 +372,7 @@ def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = N
         torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))

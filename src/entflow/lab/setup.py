@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entflow.lab.config import LabConfig
-from entflow.trainer.loop import RunSetup, step_seed
 from entflow.trainer.loop import train as train_run
+from entflow.trainer.rollout import step_seed
+
+if TYPE_CHECKING:
+    from entflow.trainer.loop import RunSetup
 
 
 def resolve_policy(cfg: LabConfig) -> Path:
@@ -43,6 +46,7 @@ def lab_setup(cfg: LabConfig) -> RunSetup:
     """The lab task and the cached warm-started tiny policy."""
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task
+    from entflow.trainer.loop import RunSetup
 
     task = get_task(cfg.task, **cfg.task_params)
     policy_path = resolve_policy(cfg)

@@ -1,0 +1,146 @@
+"""Evaluation shared by the lab and real models: one pass@k, the per-problem metric helpers, and
+seeded, batched sampling of held-out problems through the one generation path
+(:func:`entflow.trainer.rollout.generate`).
+
+Per problem with ``c`` correct of ``n`` samples:
+
+- avg@k = c / n (mean accuracy of a sample);
+- pass@k = 1 − C(n − c, k) / C(n, k), the unbiased estimator of Chen et al. 2021 ("Evaluating
+  Large Language Models Trained on Code", Eq. 1), computed as the product
+  ``1 − Π_{i=n−c+1}^{n} (1 − k / i)`` (their numerically stable form: no binomials, no overflow);
+- maj@k: whether the most frequent parsed answer is correct (:func:`majority_correct`).
+
+Means over problems come with their standard error (:func:`mean_and_se`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from entflow.errors import ConfigError
+from entflow.trainer.rollout import generate
+
+if TYPE_CHECKING:
+    from entflow.trainer.rollout import Generation
+
+__all__ = ["generate_in_batches", "majority_correct", "mean_and_se", "pass_at_k"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct: 1 − C(n−c, k)/C(n, k).
+
+    1 when n − c < k (every k-subset holds a correct sample), 0 when c = 0."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ConfigError("k", f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    # Chen et al. 2021 Eq. 1, as their stable product: C(n−c, k)/C(n, k) = Π_{i=n−c+1}^{n} (1 − k/i)
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample std with ddof 1 / √n; 0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def majority_correct(
+    answers: Sequence[Any | None], rewards: Sequence[float], same: Callable[[Any, Any], bool]
+) -> float:
+    """1.0 if the most frequent answer (``None`` = unparseable, no vote) was rewarded, else 0.0.
+
+    Answers are grouped with ``same``; a group's reward is that of its first member; ties go to
+    the group seen first."""
+    groups: list[list[int]] = []
+    for i, a in enumerate(answers):
+        if a is None:
+            continue
+        for g in groups:
+            if same(answers[g[0]], a):
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    if not groups:
+        return 0.0
+    best = max(groups, key=len)  # max keeps the first of equal lengths
+    return 1.0 if rewards[best[0]] > 0 else 0.0
+
+
+@torch.no_grad()
+def generate_in_batches(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    n: int,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    batch_size: int = 32,
+    seed: int | None = None,
+    record_entropy: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Generation]:
+    """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i; greedy decodes each
+    prompt once and repeats its row ``n`` times), ``max(1, batch_size // n)`` prompts per
+    :func:`~entflow.trainer.rollout.generate` call, with the sampled law's token entropy recorded
+    unless ``record_entropy=False`` (``Generation.entropy`` is then None).
+
+    Runs in eval mode (the mode is restored after) and, with a ``seed``, under a forked RNG seeded
+    with it (the caller's RNG is untouched); ``seed=None`` draws from the global RNG. Returns one
+    :class:`~entflow.trainer.rollout.Generation` per call; ``on_batch(rows)`` after each."""
+    per_call = max(1, batch_size // n)
+    out: list[Generation] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for s in range(0, len(prompts), per_call):
+                gen = generate(
+                    model,
+                    tokenizer,
+                    prompts[s : s + per_call],
+                    max_new_tokens,
+                    n=1 if greedy else n,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    greedy=greedy,
+                    record_entropy=record_entropy,
+                )
+                if greedy and n > 1:
+                    gen = _repeat_rows(gen, n)
+                out.append(gen)
+                if on_batch is not None:
+                    on_batch(len(gen.texts))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _repeat_rows(gen: Generation, n: int) -> Generation:
+    """Each row of ``gen`` ``n`` times in a row (greedy responses standing in for n samples)."""
+
+    def rep(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.repeat_interleave(n, 0)
+
+    tensors = ("prompt_ids", "prompt_mask", "response_ids", "mask", "logits", "entropy")
+    return dataclasses.replace(
+        gen, texts=[t for t in gen.texts for _ in range(n)], **{f: rep(getattr(gen, f)) for f in tensors}
+    )

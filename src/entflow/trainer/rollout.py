@@ -1,0 +1,245 @@
+"""Rollouts: the one generation path of entflow, and the token statistics of responses (docs/design.md §10).
+
+:func:`generate` is the single place where a policy samples (or greedily decodes) responses:
+left-padded prompts, batched ``generate`` with a KV cache, explicit sampling warpers
+(temperature, top-k, top-p) and, on request, ``generate``'s raw per-step logits and the entropy
+of the distribution each token was drawn from. The trainer's rollout (:func:`sample_rollout`),
+the lab's validation and the evaluation of real models all call it.
+
+:func:`response_logits` / :func:`response_token_stats` re-score responses with one forward over
+``[prompt | response]`` whose positions follow the attention mask, exactly as ``generate`` saw them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
+from entflow.trainer.config import TrainConfig
+from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
+
+
+def step_seed(seed: int, step: int) -> int:
+    """A per-step seed, so that every step's randomness is a function of (seed, step) alone."""
+    return (seed * 1_000_003 + step * 7_919) % (2**63 - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# The one generation path
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Generation:
+    """Responses of one batched ``generate`` call; token tensors are ``[N, T]`` over response positions."""
+
+    prompt_ids: torch.Tensor  # [N, Lp] left-padded, on the model's device
+    prompt_mask: torch.Tensor  # [N, Lp]
+    response_ids: torch.Tensor  # [N, T] pad after the first eos
+    mask: torch.Tensor  # [N, T] float, 1 up to and including the first eos
+    texts: list[str]  # [N] decoded responses (cut at eos)
+    logits: torch.Tensor | None = None  # [N, T, V] raw logits of each step (output_logits)
+    entropy: torch.Tensor | None = None  # [N, T] entropy of the law each token was drawn from, 0 off mask
+
+
+class _EntropyRecorder:
+    """A logits processor that records, per generation step, the entropy ``[N]`` of the
+    distribution the token is drawn from. :func:`generate` runs it after its own warpers
+    (``generate`` in transformers 5 would put its warpers *after* user processors)."""
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.steps.append(entropy_from_logits(scores.float()))  # −inf (truncated) tokens add nothing
+        return scores
+
+
+def sampling_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> list[Any]:
+    """transformers' warpers for temperature, top-k (0 = off) and top-p (1 = off), in ``generate``'s order."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers: list[Any] = []
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k > 0:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    output_logits: bool = False,
+    record_entropy: bool = False,
+) -> Generation:
+    """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), sampled at
+    ``temperature`` with ``top_k`` / ``top_p`` (greedy decoding with ``greedy``; the warpers are
+    then unused). Prompts are encoded once and their rows repeated: the same tensors as encoding
+    each prompt ``n`` times.
+
+    The warpers run in the order temperature → top-k → top-p and ``generate``'s own are off, so the
+    sampled law is exactly softmax(warped logits). ``output_logits`` keeps ``generate``'s raw
+    (unwarped) logits ``[N, T, V]``; ``record_entropy`` keeps the entropy ``[N, T]`` of the warped law
+    (O(N·T) memory). The caller sets the mode (``model.eval()``) and the RNG.
+    """
+    from transformers import LogitsProcessorList
+
+    device = next(model.parameters()).device
+    enc = {k: v.repeat_interleave(n, 0).to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
+    recorder = _EntropyRecorder() if record_entropy else None
+    processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
+    if recorder is not None:
+        processors.append(recorder)
+    # generate's own warpers off (ours run above, in order); greedy decoding takes no warper at all
+    mode: dict[str, Any] = (
+        {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    )
+    out = model.generate(
+        **enc,
+        **mode,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        logits_processor=LogitsProcessorList(processors),
+        output_logits=output_logits,
+        return_dict_in_generate=True,
+        use_cache=True,
+    )
+    seq = out.sequences
+    response_ids = seq[:, enc["input_ids"].shape[1] :]
+    # generate's raw per-step logits are the policy's: same tokens, attention and positions as a
+    # separate full forward (rows that finished are fed pad, masked below)
+    logits = torch.stack(out.logits, dim=1) if output_logits and out.logits else None
+    if response_ids.shape[1] == 0:  # nothing generated at all: one eos column keeps shapes valid
+        response_ids = torch.full((seq.shape[0], 1), tokenizer.eos_token_id, dtype=seq.dtype, device=seq.device)
+    mask = response_mask(tokenizer, response_ids)
+    response_ids = response_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
+    entropy = None
+    if recorder is not None:
+        entropy = torch.stack(recorder.steps, dim=1) * mask if recorder.steps else torch.zeros_like(mask)
+    texts = decode_responses(tokenizer, response_ids.cpu())
+    return Generation(enc["input_ids"], enc["attention_mask"], response_ids, mask, texts, logits, entropy)
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer's rollout
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """P·G sampled responses. Token tensors are ``[N, T]`` over response positions."""
+
+    prompt_ids: torch.Tensor  # [N, Lp] left-padded
+    prompt_mask: torch.Tensor  # [N, Lp]
+    response_ids: torch.Tensor  # [N, T] right-padded (pad after eos)
+    mask: torch.Tensor  # [N, T] 1 on response tokens up to and including eos
+    texts: list[str]
+    rewards: torch.Tensor  # [N]
+    group_index: torch.Tensor  # [N]
+    prompts: list[str]
+    verify_s: float = 0.0  # wall time spent in the task's verifier (part of sample_rollout)
+    # [N, T, V] raw logits (before temperature) generate computed for each response position, or None
+    logits: torch.Tensor | None = None
+
+    def select(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "prompt_ids": self.prompt_ids[idx],
+            "prompt_mask": self.prompt_mask[idx],
+            "response_ids": self.response_ids[idx],
+        }
+
+
+@torch.no_grad()
+def sample_rollout(model: Any, tokenizer: Any, task: Any, cfg: TrainConfig, step: int) -> Rollout:
+    """Draw P prompts (seeded by step) and G responses each at ``cfg.temperature``, then score them
+    with the task's verifier. top-k and top-p are off: the sampled law is softmax(logits / T)."""
+    problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+    model.eval()
+    gen = generate(
+        model,
+        tokenizer,
+        [p.prompt for p in problems],
+        task.max_response_len,
+        n=cfg.group_size,
+        temperature=cfg.temperature,
+        output_logits=True,
+    )
+    t0 = time.perf_counter()
+    rewards = torch.tensor(
+        [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(gen.texts)], dtype=torch.float32
+    )
+    verify_s = time.perf_counter() - t0
+    group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
+    prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
+    return Rollout(
+        gen.prompt_ids,
+        gen.prompt_mask,
+        gen.response_ids,
+        gen.mask,
+        gen.texts,
+        rewards,
+        group_index,
+        prompts,
+        verify_s,
+        gen.logits,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Re-scoring responses
+# --------------------------------------------------------------------------------------------
+
+
+def response_logits(
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+) -> torch.Tensor:
+    """Untempered logits ``[N, T, V]`` that predict each response token (a view of the last T + 1
+    positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``."""
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
+    t = response_ids.shape[1]
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids_from_mask(attention),
+        logits_to_keep=t + 1,
+    ).logits
+    return logits[:, :-1]
+
+
+def response_token_stats(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    temperature: float,
+    chunk_size: int | None = None,
+    stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
+) -> TokenStats:
+    """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
+
+    Positions are counted from the first real prompt token, as ``generate`` does with left
+    padding, so these log-probs are exactly those the samples were drawn from. Only the last
+    T + 1 positions' logits are computed; their ``[:, :-1]`` slice is read in place.
+    """
+    logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)

@@ -1,0 +1,319 @@
+"""One training step (docs/design.md §10), as its steps:
+
+1. :func:`collect_rollout` — sample P prompts × G responses, score them, and take the rollout
+   policy's token statistics from ``generate``'s own logits (no second forward);
+2. :func:`rollout_batch` + ``compute_advantages`` — the whole batch as a :class:`TokenBatch` and
+   its advantages (GRPO base, then the method's shapers);
+3. :func:`policy_update` — ``ppo_epochs`` passes over ``mini_batches`` of ``policy_loss`` with the
+   method, one optimizer step each;
+4. :func:`step_metrics` — the loss metrics averaged over the updates plus rollout metrics, then
+   the audit of the true entropy change (:mod:`entflow.trainer.audit`) and, on validation steps,
+   the §9 diagnostics (:mod:`entflow.trainer.diagnostics`).
+
+:func:`train_step` is those calls in that order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from entflow.core.batch import TokenBatch
+from entflow.core.estimators import ESTIMATORS
+from entflow.core.token_stats import TokenStats, token_stats
+from entflow.methods import Method
+from entflow.methods.needs import required_token_stats
+from entflow.methods.objective import compute_advantages, policy_loss
+from entflow.trainer.audit import audit_entropy_change
+from entflow.trainer.config import TrainConfig
+from entflow.trainer.diagnostics import rollout_diagnostics
+from entflow.trainer.rollout import Rollout, response_token_stats, sample_rollout, step_seed
+
+
+def method_step(step: int) -> int:
+    """The trainer counts rollout steps 1…steps (step 0 is the warm-start evaluation); methods
+    read ``batch.step`` 0-based in ``[0, total_steps)`` (docs/design.md §6 schedules), so step k is k − 1."""
+    return step - 1
+
+
+def schedule_steps(cfg: TrainConfig) -> int:
+    """``total_steps`` that step-dependent schedules are laid over (anchored on resume)."""
+    return cfg.schedule_steps if cfg.schedule_steps is not None else cfg.steps
+
+
+# --------------------------------------------------------------------------------------------
+# 1. rollout
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CollectedRollout:
+    """A rollout with the rollout policy's token statistics ``[N, T]`` (and the reference policy's
+    log-probs when the method reads them)."""
+
+    roll: Rollout
+    old: TokenStats
+    ref_logp: torch.Tensor | None  # [N, T]
+
+
+def collect_rollout(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    method: Method,
+    cfg: TrainConfig,
+    step: int,
+    ref_model: Any = None,
+    diagnose: bool = False,
+    timings: dict[str, float] | None = None,
+) -> CollectedRollout:
+    """Sample and score the step's responses, then compute only the old statistics that the method,
+    the audit (every estimator, tabular too) and the §9 diagnostics read (the gradient-norm proxy
+    needs Σπ², which the tabular estimator's statistics include). Records ``time/rollout_s``,
+    ``time/verify_s`` (part of rollout_s) and ``time/reward_s`` into ``timings``."""
+    timings = {} if timings is None else timings
+    t0 = time.perf_counter()
+    roll = sample_rollout(model, tokenizer, task, cfg, step)
+    timings["time/rollout_s"] = time.perf_counter() - t0
+    timings["time/verify_s"] = roll.verify_s
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        stats = required_token_stats(method, ESTIMATORS if (cfg.audit or diagnose) else ())
+        if roll.logits is not None:  # the rollout policy's logits, from generate (no second forward)
+            old = token_stats(
+                roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=stats
+            )
+        else:
+            old = _response_stats(model, roll, cfg, stats)
+        ref_logp = None if ref_model is None else _response_stats(ref_model, roll, cfg, ("logp",)).logp
+    timings["time/reward_s"] = time.perf_counter() - t0  # with the advantages (train_step adds them)
+    return CollectedRollout(roll, old, ref_logp)
+
+
+def _response_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...]) -> TokenStats:
+    return response_token_stats(
+        model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, stats
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 2. the batch and its advantages
+# --------------------------------------------------------------------------------------------
+
+
+def rollout_batch(collected: CollectedRollout, cfg: TrainConfig, step: int) -> TokenBatch:
+    """The whole rollout as a :class:`TokenBatch` at the rollout policy (logp = old_logp, r ≡ 1),
+    without advantages yet: what ``compute_advantages`` and the audit read."""
+    roll, old = collected.roll, collected.old
+    return TokenBatch(
+        logp=old.logp,
+        old_logp=old.logp,
+        advantages=None,
+        mask=roll.mask,
+        old_entropy=old.entropy,
+        ref_logp=collected.ref_logp,
+        sum_p2=old.sum_p2,
+        sum_p2_logp=old.sum_p2_logp,
+        rewards=roll.rewards,
+        group_index=roll.group_index,
+        step=method_step(step),
+        total_steps=schedule_steps(cfg),
+    )
+
+
+def _rows(x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+    return None if x is None else x[idx]
+
+
+def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: TokenStats) -> TokenBatch:
+    """Rows ``idx`` of the rollout batch ``full`` with the current policy's ``logp`` (and entropy,
+    where a method differentiates it) in ``cur`` and the advantages ``adv[idx]``."""
+    return TokenBatch(
+        logp=cur.logp,
+        old_logp=full.old_logp[idx],
+        advantages=adv[idx],
+        mask=full.mask[idx],
+        entropy=cur.entropy,
+        old_entropy=full.old_entropy[idx],
+        ref_logp=_rows(full.ref_logp, idx),
+        sum_p2=_rows(full.sum_p2, idx),
+        sum_p2_logp=_rows(full.sum_p2_logp, idx),
+        rewards=full.rewards[idx],
+        group_index=full.group_index[idx],
+        step=full.step,
+        total_steps=full.total_steps,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 3. the update
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UpdateResult:
+    """What the updates of one step leave behind."""
+
+    loss_metrics: dict[str, float]  # each policy_loss metric averaged over the updates that reported it
+    applied_weights: torch.Tensor  # [N, T] the method's token weights of the first epoch
+    grad_norms: list[float] = field(default_factory=list)  # before clipping, one per update
+    n_updates: int = 0
+
+
+def policy_update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    roll: Rollout,
+    full: TokenBatch,
+    adv: torch.Tensor,
+    method: Method,
+    cfg: TrainConfig,
+    step: int,
+) -> UpdateResult:
+    """``ppo_epochs`` passes, each over ``mini_batches`` random row chunks (order seeded by
+    (seed, step)), of ``policy_loss`` → backward → gradient clipping → optimizer step.
+    With ``strict_on_policy`` exactly one step on the whole batch (r ≡ 1; OPEFO's setting)."""
+    model.train()
+    n = roll.rewards.shape[0]
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step))
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    result = UpdateResult({}, torch.ones_like(roll.mask))
+    # the loss reads H from old_entropy; the current entropy only where a method differentiates it
+    cur_stats = required_token_stats(method, entropy=False)
+    epochs, chunks = (1, 1) if cfg.strict_on_policy else (cfg.ppo_epochs, cfg.mini_batches)
+    for epoch in range(epochs):
+        order = torch.randperm(n, generator=gen)
+        for idx in order.chunk(chunks):
+            cur = response_token_stats(
+                model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats
+            )
+            out = policy_loss(
+                mini_batch(full, adv, idx, cur), method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg
+            )
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            if cfg.grad_clip is not None:
+                result.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)))
+            optimizer.step()
+            result.n_updates += 1
+            if epoch == 0:
+                result.applied_weights[idx] = out.token_weights
+            for k, v in out.metrics.items():
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    sums[k] += float(v)
+                    counts[k] += 1
+    result.loss_metrics = {k: sums[k] / counts[k] for k in sums}
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# 4. metrics
+# --------------------------------------------------------------------------------------------
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def step_metrics(
+    collected: CollectedRollout, adv: torch.Tensor, update: UpdateResult, tokenizer: Any, task: Any, cfg: TrainConfig
+) -> dict[str, float]:
+    """The step's metrics: loss metrics averaged over the updates, rewards, response lengths,
+    degenerate groups, the rollout entropy, |A|, optimizer steps, the mean gradient norm and the
+    task's own per-step metrics (``pop_metrics``, e.g. failed reward calls of a real task)."""
+    roll, old = collected.roll, collected.old
+    mask = roll.mask
+    group_rewards = roll.rewards.view(cfg.prompts_per_step, cfg.group_size)
+    metrics = dict(update.loss_metrics)
+    metrics.update(
+        {
+            "reward/mean": float(roll.rewards.mean()),
+            "reward/std": float(roll.rewards.std()),
+            "response/len_mean": float(mask.sum(-1).mean()),
+            "response/empty_frac": sum(1 for t in roll.texts if not t) / roll.rewards.shape[0],
+            "response/truncated_frac": float((~(roll.response_ids == tokenizer.eos_token_id).any(-1)).float().mean()),
+            "batch/degenerate_group_frac": float(
+                (group_rewards.max(1).values == group_rewards.min(1).values).float().mean()
+            ),
+            "entropy": _masked_mean(old.entropy, mask),
+            "adv/abs_mean": _masked_mean(adv.abs(), mask),
+            "update/optimizer_steps": float(update.n_updates),
+        }
+    )
+    if update.grad_norms:
+        metrics["grad_norm"] = sum(update.grad_norms) / len(update.grad_norms)
+    if hasattr(task, "pop_metrics"):  # e.g. reward calls that failed or timed out (entflow.hf.data.ChatTask)
+        metrics.update(task.pop_metrics())
+    return metrics
+
+
+def audit_metrics(
+    model: Any,
+    collected: CollectedRollout,
+    full: TokenBatch,
+    adv: torch.Tensor,
+    weights: torch.Tensor,
+    cfg: TrainConfig,
+) -> dict[str, float]:
+    """Re-run the forward after the update and audit every estimator against the true ΔH per token."""
+    with torch.no_grad():
+        after = _response_stats(model, collected.roll, cfg, ("entropy",))
+    full.advantages = adv
+    return audit_entropy_change(after.entropy - collected.old.entropy, full, weights, cfg)
+
+
+def diagnostic_metrics(
+    model: Any, collected: CollectedRollout, adv: torch.Tensor, weights: torch.Tensor, cfg: TrainConfig
+) -> dict[str, float]:
+    """The §9 diagnostics with w_t = A_t × the method's token weight (``[N, T]``)."""
+    model.eval()
+    w = adv * weights if adv.dim() == 2 else adv[:, None] * weights
+    return rollout_diagnostics(model, collected.roll, collected.old, w, cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# the step
+# --------------------------------------------------------------------------------------------
+
+
+def train_step(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    method: Method,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    step: int,
+    ref_model: Any = None,
+    diagnose: bool = False,
+) -> tuple[dict[str, float], Rollout, dict[str, float]]:
+    """Rollout → advantages → updates → metrics → audit (→ §9 diagnostics when ``diagnose``).
+    Returns (metrics, rollout, timings)."""
+    timings: dict[str, float] = {}
+    collected = collect_rollout(model, tokenizer, task, method, cfg, step, ref_model, diagnose, timings)
+    t0 = time.perf_counter()
+    full = rollout_batch(collected, cfg, step)
+    adv = compute_advantages(full, method, scale=cfg.adv_scale)
+    timings["time/reward_s"] += time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    update = policy_update(model, optimizer, collected.roll, full, adv, method, cfg, step)
+    timings["time/update_s"] = time.perf_counter() - t0
+
+    metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)
+    if cfg.audit:
+        t0 = time.perf_counter()
+        metrics.update(audit_metrics(model, collected, full, adv, update.applied_weights, cfg))
+        timings["time/audit_s"] = time.perf_counter() - t0
+    if diagnose:
+        t0 = time.perf_counter()
+        metrics.update(diagnostic_metrics(model, collected, adv, update.applied_weights, cfg))
+        timings["time/diag_s"] = time.perf_counter() - t0
+    return metrics, collected.roll, timings

@@ -24,6 +24,7 @@ from verl.workers.config import PolicyLossConfig
 
 from entflow.errors import ConfigError
 from entflow.integrations.verl.spec import KEY, MODE_PREFIX, is_entflow_mode, spec_from_policy_loss, verl_blockers
+from entflow.methods.needs import needs_of
 
 
 @dataclass
@@ -120,7 +121,7 @@ def check_config(config: Any) -> Any:
             "must be True so that verl computes reference log-probs; entflow's kl_ref then replaces verl's KL loss "
             "(actor.kl_loss_coef is ignored)",
         )
-    reads_old = [p.name for p in method.parts if p.reads_entropy or p.overrides("update")]
+    reads_old = [p.name for p in method.parts if needs_of(p).rollout_entropy]
     if reads_old and OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
         raise ConfigError(
             "algorithm.rollout_correction.bypass_mode",

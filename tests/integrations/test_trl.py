@@ -451,7 +451,7 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     """TRL multiplies each token's PPO term by the vLLM importance ratio ρ (not the extra terms);
     the adapter does it as one more token weight. Checked against the hand formula."""
     from entflow.core.ppo import ppo_clip_loss
-    from entflow.integrations.trl.trainer import _SamplerCorrection
+    from entflow.integrations.trl.loss import SamplerCorrection
     from entflow.methods.base import Composite
 
     N, T = 6, 5
@@ -462,7 +462,7 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     H = torch.rand(N, T, generator=gen) * 2
     rho = torch.rand(N, 1, generator=gen) * 2  # sequence-level ratio, broadcast over tokens
     steer = ef.get_method("steer", lambda_min=0.5)
-    corr = _SamplerCorrection()
+    corr = SamplerCorrection()
     corr.ratio = rho
     batch = ef.TokenBatch(logp, old, adv, mask, entropy=H, old_entropy=H, ref_logp=old)
     plain = ef.policy_loss(batch, steer)

@@ -116,8 +116,10 @@ class MethodNeeds:
 
     @property
     def rollout_entropy(self) -> bool:
-        """The rollout policy's entropy is read: by a part (detached), or by a controller's update."""
-        return self.reads_entropy or bool(self.controllers)
+        """The rollout policy's entropy is read: by a part (detached, or as a declared field), or by
+        a controller's update (the step's entropy)."""
+        declared = "old_entropy" in self.advantage_fields or "old_entropy" in self.statistics_fields
+        return self.reads_entropy or declared or bool(self.controllers)
 
 
 def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ()) -> MethodNeeds:

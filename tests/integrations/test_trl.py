@@ -532,6 +532,20 @@ def test_a_new_shaper_gets_the_rollout_entropy_from_its_declaration(tiny, tmp_pa
             trainer.train()
 
 
+def test_a_method_reading_reference_logps_without_kl_ref_is_refused(tmp_path):
+    """TRL computes reference log-probs only for its own KL (``beta``), which the adapter maps to
+    ``kl_ref``: another method declaring ``needs = ("ref_logp",)`` is refused when the config is built."""
+    from support.throwaway_methods import ReferenceReader, registered
+
+    with registered(ReferenceReader):
+        with pytest.raises(ConfigError, match=r"entflow_method.*reference log-probs"):
+            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_reference_reader")
+        args = EntflowGRPOConfig(
+            **base_args(tmp_path), entflow_method="test_reference_reader+kl_ref", use_bias_correction_kl=False
+        )
+        assert args.beta == ef.get_method("kl_ref").beta  # with kl_ref, TRL loads the reference model
+
+
 def test_a_strict_on_policy_method_refuses_several_updates_per_generation(tmp_path):
     from support.throwaway_methods import StrictOnPolicyMethod, registered
 

@@ -53,3 +53,11 @@ class StrictOnPolicyMethod(Method):
 
     name = "test_strict_on_policy"
     strict_on_policy = True
+
+
+@dataclass(repr=False)
+class ReferenceReader(Method):
+    """A method that declares it reads reference-model log-probs (``needs = ("ref_logp",)``)."""
+
+    name = "test_reference_reader"
+    needs = ("ref_logp",)

@@ -149,6 +149,12 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
     if args.off_policy_mask_threshold is not None:
         refuse("off_policy_mask_threshold", "the off-policy sequence mask is not supported with entflow methods")
     kl = _part(method, "kl_ref")
+    if needs_of(method).ref_logp and kl is None:
+        raise ConfigError(
+            "entflow_method",
+            f"{m} needs reference log-probs, which TRL computes only for its KL penalty (beta ≠ 0); the "
+            "adapter maps beta to entflow's 'kl_ref' only",
+        )
     if args.beta != 0.0 and kl is None:
         refuse(
             "beta",

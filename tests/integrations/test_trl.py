@@ -451,7 +451,7 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     """TRL multiplies each token's PPO term by the vLLM importance ratio ρ (not the extra terms);
     the adapter does it as one more token weight. Checked against the hand formula."""
     from entflow.core.ppo import ppo_clip_loss
-    from entflow.integrations.trl.trainer import _SamplerCorrection
+    from entflow.integrations.trl.loss import SamplerCorrection
     from entflow.methods.base import Composite
 
     N, T = 6, 5
@@ -462,7 +462,7 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     H = torch.rand(N, T, generator=gen) * 2
     rho = torch.rand(N, 1, generator=gen) * 2  # sequence-level ratio, broadcast over tokens
     steer = ef.get_method("steer", lambda_min=0.5)
-    corr = _SamplerCorrection()
+    corr = SamplerCorrection()
     corr.ratio = rho
     batch = ef.TokenBatch(logp, old, adv, mask, entropy=H, old_entropy=H, ref_logp=old)
     plain = ef.policy_loss(batch, steer)
@@ -474,3 +474,84 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     k3 = torch.exp(d) - d - 1
     expected = ((plain.token_weights * rho * ell + 0.1 * k3) * mask).sum() / mask.sum()
     assert float(out.loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# (6) what the adapter computes comes from the method's MethodNeeds
+# --------------------------------------------------------------------------------------------
+
+
+def _completion_entropy(model, inputs) -> torch.Tensor:
+    """Entropy [B, T] of the policy at each completion token, from one plain forward (temperature 1)."""
+    P = inputs["prompt_ids"].shape[1]
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=att).logits[:, P - 1 : -1].double()
+    logpi = torch.log_softmax(logits, -1)
+    return -(logpi.exp() * logpi).sum(-1)
+
+
+def test_a_new_shaper_gets_the_rollout_entropy_from_its_declaration(tiny, tmp_path):
+    """A method declaring ``advantage_needs = ("old_entropy",)`` gets the rollout entropy before its
+    advantages although TRL computes no old log-probs here (one pass per generation); the same
+    shaper without the declaration gets none. The adapter names no method: only MethodNeeds."""
+    from support.throwaway_methods import RolloutEntropyShaper, UndeclaredEntropyShaper, registered
+
+    path, tok, data = tiny
+    RolloutEntropyShaper.seen.clear()
+    with registered(RolloutEntropyShaper), registered(UndeclaredEntropyShaper):
+        args = base_args(tmp_path / "a", learning_rate=0.0, entflow_method="test_rollout_entropy_shaper")
+        trainer = EntflowGRPOTrainer(
+            model=path, reward_funcs=reward_ones, args=EntflowGRPOConfig(**args), train_dataset=data,
+            processing_class=tok,
+        )  # fmt: skip
+        assert not trainer._ef_trl_old_logps
+        trainer.train()
+        (seen, seen_mask), *more = RolloutEntropyShaper.seen
+        assert not more  # one generation batch
+        model = AutoModelForCausalLM.from_pretrained(path)  # lr = 0: the rollout policy
+        rows = []
+        for inputs in trainer._buffered_inputs:
+            m = inputs["completion_mask"].bool()
+            expected = _completion_entropy(model, inputs)
+            assert torch.allclose(inputs["ef_old_entropy"].double()[m], expected[m], atol=1e-5)
+            rows.append(inputs["ef_old_entropy"].double() * m)
+        rows = torch.cat(rows)
+        got = seen.double() * seen_mask
+        assert got.shape == rows.shape
+        for row in rows:  # the shaper saw those rows (TRL shuffles them after the advantages)
+            assert float((got - row).abs().amax(-1).min()) < 1e-6
+
+        args = base_args(tmp_path / "b", learning_rate=0.0, entflow_method="test_undeclared_entropy_shaper")
+        trainer = EntflowGRPOTrainer(
+            model=path, reward_funcs=reward_ones, args=EntflowGRPOConfig(**args), train_dataset=data,
+            processing_class=tok,
+        )  # fmt: skip
+        with pytest.raises(ef.MissingInputError, match="old_entropy"):
+            trainer.train()
+
+
+def test_a_method_reading_reference_logps_without_kl_ref_is_refused(tmp_path):
+    """TRL computes reference log-probs only for its own KL (``beta``), which the adapter maps to
+    ``kl_ref``: another method declaring ``needs = ("ref_logp",)`` is refused when the config is built."""
+    from support.throwaway_methods import ReferenceReader, registered
+
+    with registered(ReferenceReader):
+        with pytest.raises(ConfigError, match=r"entflow_method.*reference log-probs"):
+            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_reference_reader")
+        args = EntflowGRPOConfig(
+            **base_args(tmp_path), entflow_method="test_reference_reader+kl_ref", use_bias_correction_kl=False
+        )
+        assert args.beta == ef.get_method("kl_ref").beta  # with kl_ref, TRL loads the reference model
+
+
+def test_a_strict_on_policy_method_refuses_several_updates_per_generation(tmp_path):
+    from support.throwaway_methods import StrictOnPolicyMethod, registered
+
+    with registered(StrictOnPolicyMethod):
+        EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_strict_on_policy")  # one update: accepted
+        with pytest.raises(ConfigError, match="num_iterations"):
+            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_strict_on_policy", num_iterations=2)
+        with pytest.raises(ConfigError, match="steps_per_generation"):
+            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_strict_on_policy", steps_per_generation=4)

@@ -389,6 +389,21 @@ def test_bad_entflow_config_fails_at_config_time_naming_the_key(env, extra, key)
     assert any(isinstance(c, ConfigError) for c in _causes(excinfo.value))
 
 
+def test_a_strict_on_policy_method_needs_one_update_per_rollout():
+    """A method declaring ``strict_on_policy`` (read through MethodNeeds) makes the config check
+    refuse several PPO epochs or mini-batches per rollout batch."""
+    from support.throwaway_methods import StrictOnPolicyMethod, registered
+
+    with registered(StrictOnPolicyMethod):
+        ov = example_overrides("run_grpo_1node.sh", METHOD="test_strict_on_policy", METHOD_PARAMS="")
+        with pytest.raises(ConfigError, match="ppo_mini_batch_size"):  # the example: 4 mini-batches of 64
+            check_config(compose(ov))
+        one = [*ov, "actor_rollout_ref.actor.ppo_mini_batch_size=256"]
+        assert check_config(compose(one)).name == "test_strict_on_policy"
+        with pytest.raises(ConfigError, match="ppo_epochs"):
+            check_config(compose([*one, "actor_rollout_ref.actor.ppo_epochs=2"]))
+
+
 def _causes(e):
     while e is not None:
         yield e

@@ -25,5 +25,16 @@ from entflow.methods.base import (
     register,
     resolve_method,
 )
+from entflow.methods.needs import MethodNeeds, needs_of
 
-__all__ = ["Composite", "LossContext", "Method", "get_method", "list_methods", "register", "resolve_method"]
+__all__ = [
+    "Composite",
+    "LossContext",
+    "Method",
+    "MethodNeeds",
+    "get_method",
+    "list_methods",
+    "needs_of",
+    "register",
+    "resolve_method",
+]

@@ -154,6 +154,14 @@ class Method:
     # mini-batch given to ``policy_loss`` need not carry rewards); for introspection and docs
     advantage_needs: ClassVar[tuple[str, ...]] = ()
     reads_entropy: ClassVar[bool] = False  # reads H detached: old_entropy, else entropy (docs/design.md §1)
+    # per-token batch fields ``batch_statistics`` reads besides mask and advantages ("logp",
+    # "old_logp", "old_entropy" = H read detached as above): an adapter computing global statistics
+    # before the loss (TRL) must have these values by then; see entflow.methods.needs
+    statistics_needs: ClassVar[tuple[str, ...]] = ()
+    reads_step: ClassVar[bool] = False  # reads batch.step / batch.total_steps (a schedule over training)
+    # the formula holds only with one gradient step per rollout batch (r ≡ 1; docs/design.md §6):
+    # a trainer must refuse several epochs or mini-batches
+    strict_on_policy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -207,6 +215,11 @@ class Method:
 
     def update(self, metrics: dict[str, float]) -> None:
         """Advance controller state after a rollout step (metrics include ``entropy``, ``step``)."""
+
+    def is_controller(self) -> bool:
+        """True when :meth:`update` advances state, so a trainer must call it once per rollout
+        step with that step's metrics (default: the method overrides ``update``)."""
+        return self.overrides("update")
 
     def set_rank(self, rank: int | None) -> None:
         """Data-parallel rank for per-call random streams (seed + rank); None: read it from
@@ -361,6 +374,25 @@ class Composite(Method):
     @property
     def advantage_needs(self) -> tuple[str, ...]:  # type: ignore[override]
         return tuple(dict.fromkeys(n for p in self._parts for n in p.advantage_needs))
+
+    @property
+    def statistics_needs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(dict.fromkeys(n for p in self._parts for n in p.statistics_needs))
+
+    @property
+    def reads_entropy(self) -> bool:  # type: ignore[override]
+        return any(p.reads_entropy for p in self._parts)
+
+    @property
+    def reads_step(self) -> bool:  # type: ignore[override]
+        return any(p.reads_step for p in self._parts)
+
+    @property
+    def strict_on_policy(self) -> bool:  # type: ignore[override]
+        return any(p.strict_on_policy for p in self._parts)
+
+    def is_controller(self) -> bool:
+        return any(p.is_controller() for p in self._parts)
 
     @property
     def parts(self) -> list[Method]:

@@ -52,6 +52,7 @@ class ClipCov(Stochastic, Method):
     """
 
     name = "clip_cov"
+    statistics_needs = ("logp", "old_logp")  # Cov_t of logp and A, the clip indicator I_t
     formula = "w_t = 0 on n = max(⌊ratio·N⌋,1) random tokens with I_t=1, ω_low < Cov_t < ω_high"
     paper = "paper 003 Eq. 9–10, Alg. 1 (Cui et al., Clip-Cov)"
     state_fields = ("generator",)
@@ -97,6 +98,7 @@ class KLCov(Method):
     """
 
     name = "kl_cov"
+    statistics_needs = ("logp",)  # Cov_t of logp and A (no clip: Eq. 12)
     formula = "ℓ_t = −A_t·r_t + β·|logp_t − old_logp_t|·[t ∈ top-k Cov],  k = max(⌊ratio·N⌋,1)"
     paper = "paper 003 Eq. 11–12, Alg. 1 (Cui et al., KL-Cov)"
 

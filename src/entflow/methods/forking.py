@@ -24,6 +24,7 @@ class ForkingTokens(Method):
     formula = "w_t = 1 if H_t ≥ Q_{1−ρ}(H over valid tokens) else 0"
     paper = "Wang et al. 2025 (80/20 forking tokens); paper 000 Table 6"
     reads_entropy = True
+    statistics_needs = ("old_entropy",)  # the 1 − ρ quantile of H
 
     rho: float = param(0.2, interval(0, 1, lo_open=True), "fraction ρ of highest-entropy tokens kept")
 

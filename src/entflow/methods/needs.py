@@ -1,20 +1,167 @@
-"""Which per-token statistics a method needs, so that ``token_stats`` computes nothing more.
+"""What a method needs from the trainer that runs it: one :class:`MethodNeeds`, read by every trainer.
 
-``token_stats(..., stats=required_token_stats(method))`` is the call a trainer makes: most methods
-need the log-prob and the entropy; the ``tabular`` entropy-change estimator (docs/design.md §5), whether a
-method uses it or the caller evaluates it, also needs Σπ² and Σπ² log π (docs/design.md §3).
+A method declares what it reads as class attributes (docs/architecture.md §3): ``needs`` (batch
+fields ``policy_loss`` requires), ``advantage_needs`` (fields its ``shape_advantages`` reads),
+``statistics_needs`` (fields its ``batch_statistics`` reads), ``reads_entropy`` (H read detached,
+docs/design.md §1), ``reads_step``, ``strict_on_policy``, ``replaces_advantages``,
+``state_fields``, the ``estimator`` parameter, the :class:`~entflow.methods.base.Stochastic`
+mixin and the hooks it overrides. :func:`needs_of` turns those declarations of a method or
+composition (and the estimators a caller evaluates itself) into one frozen answer; the lab
+trainer, the TRL adapter and the verl plugin read it instead of asking the method themselves,
+so a new method that declares ``advantage_needs = ("old_entropy",)`` gets its rollout
+entropy in every trainer without touching one.
+
+``token_stats(..., stats=needs_of(method).token_stats())`` is the call a trainer makes: most
+methods need the log-prob and the entropy; the ``tabular`` entropy-change estimator
+(docs/design.md §5), whether a method uses it or the caller evaluates it, also needs Σπ² and
+Σπ² log π (docs/design.md §3).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from entflow.core.estimators import ESTIMATORS
 from entflow.core.token_stats import STAT_NAMES
 from entflow.errors import UnknownMethodError
-from entflow.methods.base import Method, resolve_method
+from entflow.methods.base import Method, Stochastic, resolve_method
 
-_TABULAR = ("sum_p2", "sum_p2_logp")
+TABULAR_STATS = ("sum_p2", "sum_p2_logp")
+# per-token values of the rollout (old) policy, computed by a forward pass at rollout time
+ROLLOUT_STATS = ("old_logp", "old_entropy", *TABULAR_STATS)
+_VALUES = ("logp", "old_logp", "entropy", "old_entropy", *TABULAR_STATS)
+
+
+def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for g in groups for n in g))
+
+
+@dataclass(frozen=True)
+class MethodNeeds:
+    """Everything a trainer must provide to run a method (or composition); see :func:`needs_of`.
+
+    Token statistics of a forward pass (``core.token_stats``):
+        entropy_grad: a loss term differentiates the current entropy (``needs`` has ``entropy``).
+        reads_entropy: a part reads H detached — ``old_entropy`` if the batch has it, else the
+            entropy (docs/design.md §1) — in a token hook, a shaper or its batch statistics.
+        tabular: Σπ² and Σπ² log π per token (the tabular estimator, by a part or the caller).
+    Batch fields (``TokenBatch`` names):
+        loss_fields: fields ``policy_loss`` requires (the parts' ``needs``).
+        advantage_fields: fields ``compute_advantages`` reads (the shapers' ``advantage_needs``,
+            plus ``old_entropy`` for a shaper that reads H).
+        statistics_fields: per-token fields ``batch_statistics`` reads (``statistics_needs``).
+        rollout_stats: the rollout-policy values (subset of ``ROLLOUT_STATS``) that must exist
+            when advantages are computed, i.e. before the first loss call.
+        reads_step: the batch's ``step`` / ``total_steps`` matter (a schedule over training).
+    Advantages:
+        shapers: parts that shape advantages (run by ``compute_advantages``, left to right).
+        replaces_advantages: the first shaper builds A from rewards, discarding GRPO's.
+    Training regime:
+        strict_on_policy: one gradient step per rollout batch is required (r ≡ 1).
+    State:
+        controllers: parts whose ``update`` advances state once per rollout step (they read the
+            step's metrics, incl. the rollout entropy).
+        stateful: parts with state in ``state_dict`` (controllers, random streams) that a
+            checkpoint must hold.
+        stochastic: parts drawing from seeded ``torch.Generator`` streams (``Stochastic``).
+    """
+
+    method: str
+    entropy_grad: bool = False
+    reads_entropy: bool = False
+    tabular: bool = False
+    loss_fields: tuple[str, ...] = ()
+    advantage_fields: tuple[str, ...] = ()
+    statistics_fields: tuple[str, ...] = ()
+    rollout_stats: tuple[str, ...] = ()
+    reads_step: bool = False
+    shapers: tuple[str, ...] = ()
+    replaces_advantages: bool = False
+    strict_on_policy: bool = False
+    controllers: tuple[str, ...] = ()
+    stateful: tuple[str, ...] = ()
+    stochastic: tuple[str, ...] = ()
+
+    def token_stats(self, *, entropy: bool = True) -> tuple[str, ...]:
+        """The ``token_stats`` statistics (a subset of ``STAT_NAMES``, in that order) a forward needs.
+
+        ``entropy``: include ``entropy`` even if no part reads it (``policy_loss`` reports the
+        entropy, flow and quadrant metrics only when the batch has one). Pass ``False`` for a
+        forward whose entropy the loss will not see, e.g. the update forward of a trainer that
+        gives ``policy_loss`` the rollout's ``old_entropy``: the result then has ``entropy``
+        only if a part differentiates it, or the tabular estimator reads it.
+        """
+        wanted = {"logp"}
+        if entropy or self.entropy_grad or self.tabular:  # the tabular estimator reads H as well
+            wanted.add("entropy")
+        if self.tabular:
+            wanted.update(TABULAR_STATS)
+        return tuple(s for s in STAT_NAMES if s in wanted)
+
+    @property
+    def ref_logp(self) -> bool:
+        """The loss reads reference-model log-probs (a KL to a frozen reference)."""
+        return "ref_logp" in self.loss_fields
+
+    @property
+    def shapes_advantages(self) -> bool:
+        return bool(self.shapers)
+
+    @property
+    def statistics_read_values(self) -> bool:
+        """The batch statistics read per-token log-probs or entropies (not only masks,
+        advantages and random draws): global statistics need those values before the loss."""
+        return any(f in _VALUES for f in self.statistics_fields)
+
+    @property
+    def rollout_entropy(self) -> bool:
+        """The rollout policy's entropy is read: by a part (detached, or as a declared field), or by
+        a controller's update (the step's entropy)."""
+        declared = "old_entropy" in self.advantage_fields or "old_entropy" in self.statistics_fields
+        return self.reads_entropy or declared or bool(self.controllers)
+
+
+def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ()) -> MethodNeeds:
+    """What ``method`` needs, from the declarations of its parts.
+
+    Args:
+        method: a method, a registered name or composition (``"a+b"``), or ``None`` (grpo).
+        estimators: entropy-change estimators the caller evaluates itself (e.g. an audit of
+            all of ``ESTIMATORS``); ``"tabular"`` makes ``tabular`` True.
+
+    Raises:
+        UnknownMethodError: an unknown method or estimator name.
+    """
+    estimators = tuple(estimators)
+    for e in estimators:
+        if e not in ESTIMATORS:
+            raise UnknownMethodError(e, list(ESTIMATORS), kind="estimator")
+    m = resolve_method(method)
+    parts = m.parts
+    shapers = [p for p in parts if p.overrides("shape_advantages")]
+    reads_h = [("old_entropy",) for p in shapers if p.reads_entropy]  # a shaper reads the rollout's H
+    advantage_fields = _union([*(p.advantage_needs for p in shapers), *reads_h])
+    loss_fields = _union(p.needs for p in parts)
+    controllers = tuple(p.name for p in parts if p.is_controller())
+    return MethodNeeds(
+        method=m.name,
+        entropy_grad="entropy" in loss_fields,
+        reads_entropy=any(p.reads_entropy for p in parts),
+        tabular="tabular" in estimators
+        or any(set(p.needs) & set(TABULAR_STATS) or getattr(p, "estimator", None) == "tabular" for p in parts),
+        loss_fields=loss_fields,
+        advantage_fields=advantage_fields,
+        statistics_fields=_union(p.statistics_needs for p in parts if p.overrides("batch_statistics")),
+        rollout_stats=tuple(f for f in ROLLOUT_STATS if f in advantage_fields),
+        reads_step=any(p.reads_step for p in parts),
+        shapers=tuple(p.name for p in shapers),
+        replaces_advantages=bool(shapers) and shapers[0].replaces_advantages,
+        strict_on_policy=any(p.strict_on_policy for p in parts),
+        controllers=controllers,
+        stateful=tuple(p.name for p in parts if p.state_fields or p.overrides("state_dict")),
+        stochastic=tuple(p.name for p in parts if isinstance(p, Stochastic)),
+    )
 
 
 def required_token_stats(
@@ -23,37 +170,8 @@ def required_token_stats(
     *,
     entropy: bool = True,
 ) -> tuple[str, ...]:
-    """The ``token_stats`` statistics (a subset of ``STAT_NAMES``, in that order) a loss needs.
+    """The ``token_stats`` statistics a loss needs: ``needs_of(method, estimators).token_stats(entropy=entropy)``.
 
-    Args:
-        method: a method, a registered name or composition (``"a+b"``), or ``None`` (grpo).
-        estimators: entropy-change estimators the caller evaluates itself (e.g. an audit of
-            all of ``ESTIMATORS``); ``"tabular"`` adds ``sum_p2`` and ``sum_p2_logp``.
-        entropy: include ``entropy`` even if the method does not read it (``policy_loss``
-            reports the entropy, flow and quadrant metrics only when the batch has one).
-            Pass ``False`` for a call whose entropy the loss will not see, e.g. the update
-            forward of a trainer that gives ``policy_loss`` the rollout's ``old_entropy``: the
-            result then has ``entropy`` only if a method part differentiates it (``needs``).
-
-    A part needs ``entropy`` if it lists it in ``needs`` (a loss term with gradient) or reads it
-    (``reads_entropy``); it needs the tabular pair if it lists them in ``needs`` or its
-    ``estimator`` parameter is ``"tabular"`` (steer, opefo).
+    Kept for the trainers that call it; see :meth:`MethodNeeds.token_stats` for ``entropy``.
     """
-    estimators = tuple(estimators)
-    for e in estimators:
-        if e not in ESTIMATORS:
-            raise UnknownMethodError(e, list(ESTIMATORS), kind="estimator")
-    wanted = {"logp"}
-    if entropy:
-        wanted.add("entropy")
-    if "tabular" in estimators:
-        wanted.update(_TABULAR)
-    for part in resolve_method(method).parts:
-        needs = set(part.needs)
-        if "entropy" in needs or (entropy and part.reads_entropy):
-            wanted.add("entropy")
-        if needs & set(_TABULAR) or getattr(part, "estimator", None) == "tabular":
-            wanted.update(_TABULAR)
-    if wanted & set(_TABULAR):
-        wanted.add("entropy")  # the tabular estimator reads H as well
-    return tuple(s for s in STAT_NAMES if s in wanted)
+    return needs_of(method, estimators).token_stats(entropy=entropy)

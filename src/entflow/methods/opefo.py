@@ -48,6 +48,7 @@ class OPEFO(Method):
     """
 
     name = "opefo"
+    statistics_needs = ("logp", "old_logp", "old_entropy")  # S± = flow sums of the estimator's ΔH
     formula = "w_t = 1+λ* if ΔH_t>0, 1−λ* if ΔH_t<0;  λ* = (S− − S+)/(S− + S+)"
     paper = "paper 001 Eq. 7–9, Fig. 3, Table 2 (OPEFO)"
     reads_entropy = True
@@ -87,6 +88,7 @@ class OPEFOTarget(Method):
     """
 
     name = "opefo_target"
+    statistics_needs = ("logp", "old_logp", "old_entropy")  # S± and the batch mean H
     formula = "λ = clamp(λ* + clamp(k·(H*−H)/H*, ±f_max), ±λ_max); w = 1±λ by sign of ΔH"
     paper = "ours, generalising paper 001 Eq. 8 (OPEFO)"
     reads_entropy = True

@@ -56,7 +56,7 @@ class Unlikeliness(ReportsShaping, Method):
     formula = "R_i ← R_i·(1 − β·rank_i/G)  (rank 0 = least likely by mean old_logp), then GRPO"
     paper = "He et al. 2025 (unlikeliness reward), official code; paper 000 Table 6"
     replaces_advantages = True
-    advantage_needs = ("rewards", "group_index")
+    advantage_needs = ("rewards", "group_index", "old_logp")  # ranks by mean old_logp
 
     beta: float = param(0.25, NONNEG, "penalty β per rank step")
 

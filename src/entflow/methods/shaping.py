@@ -130,6 +130,10 @@ class PositionShaping(ReportsShaping, Method):
     start: int | None = param(None, optional(integer(0)), "first step at which shaping is on (None: 0)")
     duration: int | None = param(None, optional(integer(1)), "number of steps it stays on (None: forever)")
 
+    @property
+    def reads_step(self) -> bool:  # type: ignore[override]
+        return self.start is not None or self.duration is not None  # on for a window of steps
+
     def active(self, step: int) -> bool:
         s0 = self.start or 0
         return step >= s0 and (self.duration is None or step < s0 + self.duration)

@@ -68,6 +68,13 @@ class PosAdvReweight(Method):
         super().__post_init__()
         self.lam: float = self.init
 
+    @property
+    def reads_step(self) -> bool:  # type: ignore[override]
+        return self.schedule in ("stage", "epoch")  # λ from batch.step / batch.total_steps
+
+    def is_controller(self) -> bool:
+        return self.schedule == "entropy"  # only this schedule advances λ in update
+
     def current_weight(self, batch: TokenBatch) -> float:
         """λ for this batch."""
         if self.schedule == "constant":

@@ -38,6 +38,7 @@ class Steer(Method):
     formula = "λ_t = clamp(exp(ln(λ_min)·|Ω_t| / max(max|Ω|, floor)), λ_min, 1)"
     paper = "paper 000 Eq. 3, App. E.3 (STEER); official code (α = ln λ_min, floor 0.02)"
     reads_entropy = True
+    statistics_needs = ("logp", "old_logp", "old_entropy")  # |Ω| of the estimator over the batch
 
     lambda_min: float = param(0.8, interval(0, 1, lo_open=True), "smallest weight λ_min")
     floor: float = param(0.02, interval(0, lo_open=True), "lower bound on the normaliser max|Ω| (exp mapping)")

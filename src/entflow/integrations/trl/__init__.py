@@ -1,19 +1,21 @@
 """entflow methods inside TRL's ``GRPOTrainer`` (docs/design.md §12, docs/integrations.md).
 
-Modules: ``trainer`` (:class:`EntflowGRPOConfig`, :class:`EntflowGRPOTrainer`, the compatibility
-checks). Importing this package imports TRL.
+Modules, following TRL's trainer/config split: ``config`` (:class:`EntflowGRPOConfig`, the
+compatibility checks), ``trainer`` (:class:`EntflowGRPOTrainer`: thin overrides of TRL's hooks),
+``loss`` (TRL's batch → ``TokenBatch``, rollout statistics, the ``policy_loss`` call and its
+normalisation), ``metrics`` (entflow's metrics under TRL's names, the controller's step metrics)
+and ``compat`` (what depends on TRL's internals). Importing this package imports TRL.
 """
 
-from entflow.integrations.trl.trainer import (
+from entflow.integrations.trl.config import (
     LOSS_TYPE_AGG,
     SCALES,
-    STATE_FILE,
-    TRL_METRIC_NAMES,
     EntflowGRPOConfig,
-    EntflowGRPOTrainer,
     build_method,
     check_compatibility,
 )
+from entflow.integrations.trl.metrics import TRL_METRIC_NAMES
+from entflow.integrations.trl.trainer import STATE_FILE, EntflowGRPOTrainer
 
 __all__ = [
     "LOSS_TYPE_AGG",

@@ -24,6 +24,7 @@ from verl.workers.config import PolicyLossConfig
 
 from entflow.errors import ConfigError
 from entflow.integrations.verl.spec import KEY, MODE_PREFIX, is_entflow_mode, spec_from_policy_loss, verl_blockers
+from entflow.methods.needs import needs_of
 
 
 @dataclass
@@ -67,9 +68,10 @@ def check_config(config: Any) -> Any:
     when the loss mode is not entflow's.
 
     The policy-loss dataclass above sees only its own node; this checks what spans sections:
-    the trainer mode a method needs, the entropy / reference log-probs it reads, and settings
-    that would starve it. The entflow trainer calls it before any worker starts; run it yourself
-    before launching with ``python -m entflow.integrations.verl.check <overrides>``.
+    the trainer mode a method needs, the entropy / reference log-probs it reads, settings that
+    would starve it, and the single update per rollout a strictly on-policy method needs. The
+    entflow trainer calls it before any worker starts; run it yourself before launching with
+    ``python -m entflow.integrations.verl.check <overrides>``.
     Raises :class:`ConfigError` naming the key to change.
     """
     from omegaconf import OmegaConf
@@ -120,13 +122,26 @@ def check_config(config: Any) -> Any:
             "must be True so that verl computes reference log-probs; entflow's kl_ref then replaces verl's KL loss "
             "(actor.kl_loss_coef is ignored)",
         )
-    reads_old = [p.name for p in method.parts if p.reads_entropy or p.overrides("update")]
+    reads_old = [p.name for p in method.parts if needs_of(p).rollout_entropy]
     if reads_old and OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
         raise ConfigError(
             "algorithm.rollout_correction.bypass_mode",
             f"must be False: {', '.join(reads_old)} read the old-policy entropy, which verl computes only in the "
             "old-log-prob pass that bypass mode skips",
         )
+    if needs_of(method).strict_on_policy:  # one gradient step per rollout batch (r ≡ 1; docs/design.md §6)
+        epochs = actor.get("ppo_epochs", 1)
+        if epochs != 1:
+            raise ConfigError(
+                "actor_rollout_ref.actor.ppo_epochs", f"must be 1: {method.name} is strictly on-policy, got {epochs}"
+            )
+        mini, batch = actor.get("ppo_mini_batch_size"), OmegaConf.select(config, "data.train_batch_size")
+        if mini is not None and batch is not None and int(mini) != int(batch):
+            raise ConfigError(
+                "actor_rollout_ref.actor.ppo_mini_batch_size",
+                f"must equal data.train_batch_size = {batch} (one gradient step per rollout batch): "
+                f"{method.name} is strictly on-policy, got {mini}",
+            )
     sync_steps = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1) or 1
     if entflow_trainer and int(sync_steps) != 1:
         raise ConfigError(

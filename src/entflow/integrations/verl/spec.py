@@ -20,6 +20,7 @@ import torch
 
 from entflow.errors import CompositionError, ConfigError, ParameterError, UnknownMethodError
 from entflow.methods import Method, get_method, list_methods
+from entflow.methods.needs import needs_of
 
 GENERIC_MODE = "entflow"
 MODE_PREFIX = "entflow."
@@ -134,23 +135,24 @@ def registry_blockers(method: Method) -> list[str]:
 
     A registered loss receives only ``old_log_prob, log_prob, advantages, response_mask`` (and
     rollout importance weights): no entropy, no reference log-probs, no training step, and no
-    hook after the step for controllers or before it for advantage shaping.
+    hook after the step for controllers or before it for advantage shaping. Read from each
+    part's :class:`~entflow.methods.needs.MethodNeeds`.
     """
     reasons = []
     for p in method.parts:
-        if p.overrides("shape_advantages"):
+        needs = needs_of(p)
+        if needs.shapes_advantages:
             reasons.append(f"{p.name} shapes advantages (run by the entflow trainer where verl computes them)")
-        elif p.reads_entropy:
+        elif needs.reads_entropy:
             reasons.append(f"{p.name} reads the old-policy entropy, which a registered loss does not receive")
-        if "entropy" in p.needs:
+        if needs.entropy_grad:
             reasons.append(f"{p.name} differentiates the current entropy, which a registered loss does not receive")
-        if "ref_logp" in p.needs:
+        if needs.ref_logp:
             reasons.append(f"{p.name} needs reference log-probs, which a registered loss does not receive")
-        schedule = getattr(p, "schedule", None)
-        if p.overrides("update") and schedule in (None, "entropy"):
+        if needs.controllers:
             reasons.append(f"{p.name} is a controller that the entflow trainer advances once per step")
-        if schedule in ("stage", "epoch"):
-            reasons.append(f"{p.name} (schedule={schedule!r}) reads the training step, which a registered loss lacks")
+        if needs.reads_step and not needs.shapes_advantages:
+            reasons.append(f"{p.name} reads the training step, which a registered loss lacks")
     return reasons
 
 
@@ -158,7 +160,7 @@ def verl_blockers(method: Method) -> list[str]:
     """Why ``method`` cannot run inside verl at all (empty: it can)."""
     reasons = []
     for p in method.parts:
-        if getattr(p, "estimator", None) == "tabular":
+        if needs_of(p).tabular:
             reasons.append(
                 f"{p.name}(estimator='tabular') needs sum_p2_logp = Σπ²·log π per token, which verl's forward "
                 "pass does not compute; use estimator='steer' or 'opefo'"
@@ -168,20 +170,21 @@ def verl_blockers(method: Method) -> list[str]:
 
 def needs_model_entropy(method: Method) -> bool:
     """True when the loss differentiates the current entropy (set ``actor.calculate_entropy=True``)."""
-    return any("entropy" in p.needs for p in method.parts)
+    return needs_of(method).entropy_grad
 
 
 def needs_ref_logp(method: Method) -> bool:
-    return any("ref_logp" in p.needs for p in method.parts)
+    return needs_of(method).ref_logp
 
 
 def shapes_advantages(method: Method) -> bool:
-    return any(p.overrides("shape_advantages") for p in method.parts)
+    return needs_of(method).shapes_advantages
 
 
 def controller_state(method: Method) -> dict[str, dict[str, Any]]:
     """State of the parts that advance in ``update`` (controllers), keyed by part name."""
-    return {p.name: p.state_dict() for p in method.parts if p.overrides("update")}
+    controllers = needs_of(method).controllers
+    return {p.name: p.state_dict() for p in method.parts if p.name in controllers}
 
 
 def load_controller_state(method: Method, state: Mapping[str, Mapping[str, Any]]) -> None:
@@ -201,8 +204,9 @@ def reseed(method: Method, step: int, rank: int, device: torch.device | str) -> 
     """Point every stochastic part's two streams (per call and shared, see
     :class:`entflow.methods.base.Stochastic`) at :func:`stream_seed` for this step, on ``device``,
     through the part's state dict."""
+    stochastic = needs_of(method).stochastic
     for p in method.parts:
-        if "generator" in p.state_fields and hasattr(p, "seed"):
+        if p.name in stochastic:
             streams = {}
             for name, r in (("per_call", rank), ("shared", 0)):
                 g = torch.Generator(device=device).manual_seed(stream_seed(int(p.seed), step, r))

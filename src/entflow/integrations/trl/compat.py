@@ -1,0 +1,64 @@
+"""What the adapter knows about TRL's internals (written against TRL 1.16): the keys of the
+batch dict ``GRPOTrainer._generate_and_score_completions`` returns, TRL's rule for when it
+computes old log-probs at generation time, and its no-grad forward helper. A TRL upgrade that
+changes these changes this file (and the overridden hooks in ``trainer.py``), nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from trl.models.utils import disable_gradient_checkpointing
+
+# extra model inputs of multimodal batches, passed through to every forward as TRL does
+MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+def completion_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """The tokens the loss sees ``[B, T]``: completion tokens, minus tool-call output when present."""
+    mask = inputs["completion_mask"]
+    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
+
+def forward_inputs(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int, dict[str, Any]]:
+    """``(input_ids [B, P+T], attention_mask [B, P+T], logits_to_keep = T, extra model kwargs)``
+    of a TRL batch, the arguments of ``GRPOTrainer._get_per_token_logps_and_entropies``."""
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    extra = {k: inputs[k] for k in MULTIMODAL_KEYS if inputs.get(k) is not None}
+    return input_ids, attention_mask, inputs["completion_ids"].size(1), extra
+
+
+def trl_computes_old_logps(
+    gradient_accumulation_steps: int, generate_every: int, use_vllm: bool, vllm_is_correction: bool
+) -> bool:
+    """GRPOTrainer's rule: it computes old log-probs at generation time exactly when the policy
+    may change between generation and the last micro-batch that uses it (``generate_every`` =
+    ``steps_per_generation × num_iterations`` micro-steps), or to correct vLLM's sampler."""
+    return gradient_accumulation_steps % generate_every != 0 or (use_vllm and vllm_is_correction)
+
+
+def no_grad_forward(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a trainer method's extra forward without grad and without gradient checkpointing (as
+    TRL does for its own old-log-prob pass)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            return fn(self, *args, **kwargs)
+
+    return wrapper

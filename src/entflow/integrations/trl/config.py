@@ -1,0 +1,211 @@
+"""``EntflowGRPOConfig``: ``trl.GRPOConfig`` plus the entflow method, and the checks that refuse
+TRL options a method cannot combine with (docs/design.md §12, docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from entflow.core.advantages import SCALES
+from entflow.errors import ConfigError, EntflowError
+from entflow.methods.base import Method, get_method
+from entflow.methods.needs import needs_of
+
+__all__ = ["LOSS_TYPE_AGG", "SCALES", "EntflowGRPOConfig", "build_method", "check_compatibility"]
+
+# TRL loss_type → entflow aggregation (docs/design.md §4). ``dapo`` and ``bnpo`` are both token means; they
+# differ in the denominator (global token count of the optimizer step vs the micro-batch's).
+LOSS_TYPE_AGG = {
+    "dapo": "token-mean",
+    "bnpo": "token-mean",
+    "grpo": "seq-mean-token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+}
+
+
+@dataclass
+class EntflowGRPOConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the entflow method.
+
+    Validated when built: an unknown method or parameter, or a TRL option that cannot combine
+    with the method, raises :class:`entflow.ConfigError` naming the field, before any model is
+    loaded or any completion generated.
+    """
+
+    entflow_method: str = field(
+        default="grpo",
+        metadata={"help": "entflow method or composition 'a+b' (see `entflow methods`); 'grpo' = TRL's loss."},
+    )
+    entflow_method_params: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Parameters of the method, e.g. {'lambda_min': 0.8} or {'steer.lambda_min': 0.8} in a "
+            "composition. A JSON string is accepted (command line)."
+        },
+    )
+    entflow_global_stats: bool = field(
+        default=True,
+        metadata={
+            "help": "Batch statistics (STEER max|Ω|, OPEFO S±, Cov means, quantiles, random draws) over all "
+            "micro-batches of an optimizer step and all processes (True), or per micro-batch (False, as verl)."
+        },
+    )
+    entflow_advantage_eps: float = field(
+        default=1e-4,
+        metadata={"help": "Added to the reward std in the advantages (TRL uses 1e-4; docs/design.md §1 uses 1e-6)."},
+    )
+    entflow_chunk_size: int | None = field(
+        default=256,
+        metadata={"help": "Token rows per softmax chunk in the rollout pass that the tabular estimator needs."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.entflow_method_params, str):
+            try:
+                self.entflow_method_params = json.loads(self.entflow_method_params)
+            except json.JSONDecodeError as e:
+                raise ConfigError("entflow_method_params", f"is not valid JSON: {e}") from e
+        if self.entflow_method_params is None:
+            self.entflow_method_params = {}
+        if not isinstance(self.entflow_method_params, dict):
+            raise ConfigError(
+                "entflow_method_params",
+                f"must be a dict (or JSON object), got {type(self.entflow_method_params).__name__}",
+            )
+        if not self.entflow_advantage_eps >= 0:
+            raise ConfigError("entflow_advantage_eps", f"must be >= 0, got {self.entflow_advantage_eps}")
+        if self.entflow_chunk_size is not None and self.entflow_chunk_size < 1:
+            raise ConfigError("entflow_chunk_size", f"must be None or >= 1, got {self.entflow_chunk_size}")
+        method = build_method(self)
+        check_compatibility(self, method)
+        kl = _part(method, "kl_ref")
+        if kl is not None:
+            # TRL loads the reference model and computes ref_logp only when beta != 0; the KL term
+            # itself is entflow's kl_ref (TRL's own loss is not used).
+            self.beta = kl.beta
+
+
+def build_method(args: EntflowGRPOConfig) -> Method:
+    """The method ``args`` names, built with its parameters (:class:`ConfigError` naming the field)."""
+    name = args.entflow_method
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("entflow_method", f"must be a method name or 'a+b' composition, got {name!r}")
+    params = dict(args.entflow_method_params or {})
+    try:
+        return get_method(name, **params)
+    except EntflowError as e:
+        key = "entflow_method_params" if params and "unknown method" not in str(e) else "entflow_method"
+        raise ConfigError(key, str(e)) from e
+
+
+def _part(method: Method, name: str) -> Method | None:
+    return next((p for p in method.parts if p.name == name), None)
+
+
+def check_compatibility(args: GRPOConfig, method: Method) -> None:
+    """Refuse TRL options that would silently change or be silently ignored by ``method``.
+
+    Each refusal is a :class:`ConfigError` naming the TRL field and saying what to use instead.
+    """
+    m = method.name
+
+    def refuse(key: str, why: str) -> None:
+        raise ConfigError(key, f"{why} (entflow_method={m!r})")
+
+    if args.loss_type not in LOSS_TYPE_AGG:
+        refuse(
+            "loss_type",
+            f"{args.loss_type!r} is not a PPO-clip loss; entflow methods act on PPO-clip. "
+            f"Use one of {', '.join(LOSS_TYPE_AGG)}",
+        )
+    if args.importance_sampling_level != "token":
+        refuse("importance_sampling_level", "entflow methods are token-level; use 'token'")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        refuse(
+            "multi_objective_aggregation",
+            "entflow builds advantages from the weighted reward sum ('sum_then_normalize') and its groups",
+        )
+    if args.scale_rewards not in SCALES:
+        refuse("scale_rewards", f"must be one of {SCALES}, got {args.scale_rewards!r}")
+    if args.top_entropy_quantile < 1.0:
+        refuse(
+            "top_entropy_quantile",
+            f"TRL's high-entropy token mask is entflow's 'forking_tokens'; write "
+            f"entflow_method='{m}+forking_tokens' with entflow_method_params={{'rho': {args.top_entropy_quantile}}} "
+            "and leave top_entropy_quantile=1.0",
+        )
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+        key = "use_adaptive_entropy" if args.use_adaptive_entropy else "entropy_coef"
+        refuse(
+            key,
+            "TRL's entropy bonus would be dropped by the entflow loss; use entflow's 'entropy_bonus' (c) or "
+            "'adaptive_entropy' (target, delta, c_min, c_max) in entflow_method and leave entropy_coef=0, "
+            "use_adaptive_entropy=False",
+        )
+    if args.off_policy_mask_threshold is not None:
+        refuse("off_policy_mask_threshold", "the off-policy sequence mask is not supported with entflow methods")
+    kl = _part(method, "kl_ref")
+    if needs_of(method).ref_logp and kl is None:
+        raise ConfigError(
+            "entflow_method",
+            f"{m} needs reference log-probs, which TRL computes only for its KL penalty (beta ≠ 0); the "
+            "adapter maps beta to entflow's 'kl_ref' only",
+        )
+    if args.beta != 0.0 and kl is None:
+        refuse(
+            "beta",
+            f"TRL's KL penalty is entflow's 'kl_ref'; write entflow_method='{m}+kl_ref' with "
+            f"entflow_method_params={{'kl_ref.beta': {args.beta}}} and leave beta=0.0",
+        )
+    if kl is not None:
+        if args.beta != 0.0 and args.beta != kl.beta:
+            refuse("beta", f"is {args.beta} but kl_ref.beta is {kl.beta}; set only kl_ref.beta")
+        if kl.beta == 0.0:
+            raise ConfigError("entflow_method_params", "kl_ref with beta = 0 adds nothing; drop kl_ref")
+        if args.use_bias_correction_kl:
+            refuse(
+                "use_bias_correction_kl",
+                "entflow's kl_ref is GRPO's k3 without the importance ratio (docs/design.md §6); "
+                "set use_bias_correction_kl=False",
+            )
+    bounds = method.clip_bounds()
+    eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
+    if bounds is not None and (args.epsilon != 0.2 or eps_high != args.epsilon):
+        key = "epsilon" if args.epsilon != 0.2 else "epsilon_high"
+        refuse(
+            key,
+            f"the method sets the clip bounds (ε_low, ε_high) = {bounds}, so epsilon={args.epsilon}, "
+            f"epsilon_high={args.epsilon_high} would be ignored; leave them at the default or drop the clip setter",
+        )
+    ga = args.gradient_accumulation_steps
+    if (
+        getattr(args, "entflow_global_stats", False)
+        and ga > 1
+        and (args.steps_per_generation * args.num_iterations) % ga
+    ):
+        refuse(
+            "steps_per_generation",
+            f"global statistics need every optimizer step's {ga} micro-batches generated before its first one, "
+            f"so steps_per_generation × num_iterations = {args.steps_per_generation * args.num_iterations} must be a "
+            f"multiple of gradient_accumulation_steps = {ga}; change it or set entflow_global_stats=False",
+        )
+    if needs_of(method).strict_on_policy and args.steps_per_generation * args.num_iterations != ga:
+        key = "num_iterations" if args.num_iterations != 1 else "steps_per_generation"
+        refuse(
+            key,
+            "the method is strictly on-policy (one gradient step per rollout batch, r ≡ 1; docs/design.md §6), so "
+            f"steps_per_generation × num_iterations = {args.steps_per_generation * args.num_iterations} must equal "
+            f"gradient_accumulation_steps = {ga}",
+        )
+    if args.delta is not None:
+        clip_high = bounds[1] if bounds is not None else eps_high
+        if not args.delta > 1 + clip_high:
+            refuse(
+                "delta",
+                f"TRL's two-sided clip delta={args.delta} is entflow's dual clip only when delta > 1 + ε_high "
+                f"= {1 + clip_high}",
+            )

@@ -1,0 +1,220 @@
+"""The pieces of the TRL adapter's loss hook, as functions of tensors and TRL's batch dict:
+TRL's batch → :class:`TokenBatch`, the rewards of a generation batch → entflow's advantage
+inputs, the rollout pass for the tabular estimator, the factor from ``policy_loss`` to TRL's
+normalisation, and the ``policy_loss`` call itself (docs/design.md §4, §12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from entflow.core.batch import TokenBatch
+from entflow.core.distributed import StepStatistics
+from entflow.core.token_stats import TokenStats, token_stats
+from entflow.errors import ConfigError
+from entflow.integrations.trl.compat import completion_mask, forward_inputs
+from entflow.methods.base import Composite, LossContext, Method
+from entflow.methods.objective import LossOutput, policy_loss
+
+# TRL's batch key → TokenBatch field, for the rollout values the adapter stores in the batch dict
+ROLLOUT_KEYS = {
+    "old_per_token_logps": "old_logp",
+    "ef_old_entropy": "old_entropy",
+    "ef_sum_p2": "sum_p2",
+    "ef_sum_p2_logp": "sum_p2_logp",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The vLLM importance-sampling correction as a token weight
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(repr=False)
+class SamplerCorrection(Method):
+    """TRL's vLLM importance-sampling ratio ρ (detached, ``[N, T]`` or ``[N, 1]``) as a token
+    weight: ℓ_t ← ρ_t·ℓ_t, exactly where TRL applies it (not on the KL or entropy terms)."""
+
+    name = "vllm_is_correction"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ratio: torch.Tensor | None = None
+
+    def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
+        if self.ratio is None:
+            return None
+        return self.ratio.detach().to(ctx.adv.dtype).expand_as(ctx.adv)
+
+
+def loss_method(method: Method, correction: SamplerCorrection | None) -> Method:
+    """The method the loss runs: ``method``, with the sampler correction as a last part if any."""
+    return method if correction is None else Composite([*method.parts, correction])
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------
+
+
+def token_batch(
+    inputs: dict[str, Any],
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    entropy_is_rollout: bool,
+    max_len: int | None,
+    step: int,
+    total_steps: int | None,
+) -> TokenBatch:
+    """TRL's micro-batch ``inputs`` as a :class:`TokenBatch` with log-probs ``logp`` ``[B, T]``.
+
+    ``old_logp``: TRL's (or the rollout pass's) when computed, else ``logp`` detached (no
+    optimizer step since generation). ``old_entropy``: read once per generation batch, else
+    ``entropy`` detached when ``entropy_is_rollout`` (no optimizer step since generation).
+    ``max_len``: Dr. GRPO's constant; columns past it are cut (they must be padding).
+    """
+    mask = completion_mask(inputs)
+    old_logp = inputs.get("old_per_token_logps")
+    old_logp = logp.detach() if old_logp is None else old_logp
+    old_entropy = inputs.get("ef_old_entropy")
+    if old_entropy is None and entropy_is_rollout:
+        old_entropy = entropy.detach()
+    fields = dict(
+        logp=logp,
+        old_logp=old_logp,
+        advantages=inputs["advantages"],
+        mask=mask,
+        entropy=entropy,
+        old_entropy=old_entropy,
+        ref_logp=inputs.get("ref_per_token_logps"),
+        sum_p2=inputs.get("ef_sum_p2"),
+        sum_p2_logp=inputs.get("ef_sum_p2_logp"),
+    )
+    if max_len is not None and mask.shape[1] > max_len:  # padded past the limit (pad_to_multiple_of)
+        if bool(mask[:, max_len:].any()):
+            raise ConfigError("max_completion_length", f"completions longer than {max_len} tokens reached the loss")
+        fields = {k: None if v is None else v[:, :max_len] for k, v in fields.items()}
+    return TokenBatch(**fields, step=step, total_steps=total_steps, validate=False)
+
+
+def scored_rewards(
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rewards [N], group_index [N], unscorable [N] bool)`` of a generation batch.
+
+    ``rewards_per_func`` ``[N, F]`` (NaN where a function returned None) is summed with the
+    weights; groups are ``group_size`` consecutive completions. A completion that every function
+    left unscored gets reward 0 in a group of its own, so it leaves its group's baseline alone
+    (and the caller gives it advantage 0, as TRL).
+    """
+    rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    n = rewards.shape[0]
+    index = torch.arange(n, device=rewards.device)
+    group = torch.where(unscorable, n + index, index // group_size)
+    return rewards.masked_fill(unscorable, 0.0), group, unscorable
+
+
+def advantage_batch(
+    mask: torch.Tensor,
+    rollout: dict[str, torch.Tensor],
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    step: int,
+    total_steps: int | None,
+) -> TokenBatch:
+    """The generation batch as ``compute_advantages`` reads it: ``mask`` ``[N, T]``, the rollout
+    values it has (``rollout``: TokenBatch field → ``[N, T]``; ``old_logp`` zeros if absent, for
+    shapers that read none) and the rewards and groups ``[N]``."""
+    fields = dict(rollout)
+    old_logp = fields.pop("old_logp", torch.zeros(mask.shape, dtype=torch.float32, device=mask.device))
+    return TokenBatch(
+        logp=old_logp,
+        old_logp=old_logp,
+        advantages=None,
+        mask=mask,
+        rewards=rewards.to(mask.device),
+        group_index=group_index.to(mask.device),
+        step=step,
+        total_steps=total_steps,
+        **fields,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Token statistics of the rollout
+# --------------------------------------------------------------------------------------------
+
+
+def rollout_token_stats(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    temperature: float,
+    batch_size: int,
+    chunk_size: int | None,
+    autocast: Any,
+) -> TokenStats:
+    """logp, entropy, Σπ², Σπ² log π ``[N, T]`` of the generation batch (full-vocabulary softmax,
+    chunked), in forwards of ``batch_size`` rows under ``autocast()``. Call without grad."""
+    input_ids, attention_mask, keep, extra = forward_inputs(inputs)
+    if extra:
+        raise ConfigError("entflow_method", "the tabular estimator is not supported with multimodal inputs")
+    rows = []
+    completion_ids = inputs["completion_ids"]
+    for start in range(0, input_ids.size(0), batch_size):
+        sl = slice(start, start + batch_size)
+        with autocast():
+            logits = model(input_ids=input_ids[sl], attention_mask=attention_mask[sl], logits_to_keep=keep + 1).logits
+        rows.append(token_stats(logits[:, :-1].float(), completion_ids[sl], temperature, chunk_size))
+    return TokenStats(*(torch.cat([getattr(r, f) for r in rows]) for f in TokenStats._fields))
+
+
+# --------------------------------------------------------------------------------------------
+# The loss
+# --------------------------------------------------------------------------------------------
+
+
+def loss_scale(
+    mask: torch.Tensor,
+    num_items_in_batch: torch.Tensor,
+    loss_type: str,
+    accumulation_steps: int,
+    world: int,
+    steps_per_generation: int,
+    train: bool,
+) -> float | torch.Tensor:
+    """Per-call mode: the factor from ``policy_loss`` (one micro-batch) to TRL's loss.
+
+    TRL's trainer sums micro-batch gradients over gradient accumulation and averages over
+    processes. ``dapo``: token mean over TRL's normaliser (the generation batch's token count
+    per optimizer step, all processes: ``num_items_in_batch``); ``grpo`` / ``dr_grpo`` /
+    ``bnpo``: the micro-batch value divided by the accumulation steps (1 in eval).
+    """
+    ga = accumulation_steps if train else 1
+    if loss_type != "dapo":
+        return 1.0 / ga
+    normaliser = num_items_in_batch.clamp(min=1.0) / world
+    if train:
+        normaliser = normaliser * ga / steps_per_generation
+    return mask.sum() / normaliser
+
+
+def trl_loss(
+    batch: TokenBatch,
+    method: Method,
+    clip: tuple[float, float, float | None],
+    agg: str,
+    max_len: int | None,
+    scale: float | torch.Tensor,
+    stats: StepStatistics | None = None,
+) -> tuple[torch.Tensor, LossOutput]:
+    """``policy_loss`` on one micro-batch, times ``scale`` (TRL's normalisation): with ``stats``
+    (global statistics and denominators of the whole optimizer step, from
+    ``prepare_statistics``), the summed micro-batch losses are the full-batch loss and ``scale``
+    is the process count (DDP averages gradients over processes); without, see :func:`loss_scale`."""
+    out = policy_loss(batch, method, *clip, agg, max_len, stats=stats)
+    return out.loss * scale, out

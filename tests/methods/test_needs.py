@@ -1,0 +1,260 @@
+"""``MethodNeeds``: what each method needs from a trainer, from its declarations only.
+
+The expectation table below is written by hand from docs/design.md §6 and each method's formula
+(what its hooks read); every registered method must be in it. The declarations themselves are
+checked against the code: perturbing a batch field a method does not declare leaves its batch
+statistics and its advantage shaping bit-identical, while perturbing the declared ones changes
+them (so the check can fail).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import entflow as ef
+from entflow.core.estimators import ESTIMATORS
+from entflow.errors import MissingInputError, UnknownMethodError
+from entflow.methods.base import method_class
+from entflow.methods.needs import MethodNeeds, needs_of, required_token_stats
+from support.methods_ref import make_batch
+from support.throwaway_methods import RolloutEntropyShaper, StrictOnPolicyMethod, registered
+
+REQUIRED = {"opefo_target": {"target": 0.5}}  # no default for this parameter
+VALUES_HS = ("logp", "old_logp", "old_entropy")  # the estimators read p, r and H
+
+# name → the MethodNeeds fields that differ from the defaults (nothing needed = plain GRPO)
+EXPECTED: dict[str, dict] = {
+    "grpo": {},
+    "clip_higher": {},
+    "clip_lower": {},
+    "clip_tighter": {},
+    "clip_free": {},
+    "clip_extreme": {},
+    "positive_only": {},
+    "negative_only": {},
+    "entropy_bonus": dict(entropy_grad=True, loss_fields=("entropy",)),  # −c·H with grad
+    "adaptive_entropy": dict(
+        entropy_grad=True,
+        loss_fields=("entropy",),
+        controllers=("adaptive_entropy",),
+        stateful=("adaptive_entropy",),
+    ),
+    "kl_ref": dict(loss_fields=("ref_logp",)),
+    "clip_cov": dict(
+        statistics_fields=("logp", "old_logp"),  # Cov_t of log p and A among clipped-in tokens
+        stateful=("clip_cov",),
+        stochastic=("clip_cov",),
+    ),
+    "kl_cov": dict(statistics_fields=("logp",)),  # top-k Cov_t, no clip
+    "steer": dict(reads_entropy=True, statistics_fields=VALUES_HS),
+    "opefo": dict(reads_entropy=True, statistics_fields=VALUES_HS),
+    "opefo_target": dict(reads_entropy=True, statistics_fields=VALUES_HS),
+    "forking_tokens": dict(reads_entropy=True, statistics_fields=("old_entropy",)),
+    "pos_adv_reweight": dict(controllers=("pos_adv_reweight",), stateful=("pos_adv_reweight",)),
+    "rand_pos_clip": dict(stateful=("rand_pos_clip",), stochastic=("rand_pos_clip",)),
+    "quadrant": dict(stateful=("quadrant",), stochastic=("quadrant",)),
+    "w_reinforce": dict(advantage_fields=("rewards",), shapers=("w_reinforce",), replaces_advantages=True),
+    "unlikeliness": dict(
+        advantage_fields=("rewards", "group_index", "old_logp"),  # ranks by mean old log-prob
+        rollout_stats=("old_logp",),
+        shapers=("unlikeliness",),
+        replaces_advantages=True,
+    ),
+    "gtpo": dict(
+        reads_entropy=True,
+        advantage_fields=("rewards", "group_index", "old_entropy"),
+        rollout_stats=("old_entropy",),
+        shapers=("gtpo",),
+        replaces_advantages=True,
+    ),
+    "entropy_advantage": dict(
+        reads_entropy=True,
+        advantage_fields=("old_entropy",),
+        rollout_stats=("old_entropy",),
+        shapers=("entropy_advantage",),
+    ),
+    "edge_grpo": dict(
+        reads_entropy=True,
+        advantage_fields=("group_index", "old_entropy"),
+        rollout_stats=("old_entropy",),
+        shapers=("edge_grpo",),
+    ),
+    "ppl_shaping": dict(
+        advantage_fields=("group_index", "old_logp"), rollout_stats=("old_logp",), shapers=("ppl_shaping",)
+    ),
+    "position_shaping": dict(shapers=("position_shaping",)),
+}
+
+
+def build(name: str, **params) -> ef.Method:
+    return ef.get_method(name, **{**REQUIRED.get(name, {}), **params})
+
+
+def test_the_table_covers_every_registered_method():
+    assert sorted(EXPECTED) == ef.list_methods()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_needs_of_every_registered_method(name):
+    assert needs_of(build(name)) == MethodNeeds(method=name, **EXPECTED[name])
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "changed"),
+    [
+        ("steer", {"estimator": "tabular"}, dict(tabular=True)),
+        ("opefo", {"estimator": "tabular"}, dict(tabular=True)),
+        ("pos_adv_reweight", {"schedule": "constant"}, dict(controllers=())),  # λ fixed: update does nothing
+        ("pos_adv_reweight", {"schedule": "stage"}, dict(controllers=(), reads_step=True)),
+        ("position_shaping", {"start": 3}, dict(reads_step=True)),
+    ],
+)
+def test_parameters_that_change_the_needs(name, params, changed):
+    expected = dataclasses.replace(MethodNeeds(method=name, **EXPECTED[name]), **changed)
+    assert needs_of(build(name, **params)) == expected
+
+
+def test_a_composition_needs_the_union_of_its_parts():
+    m = ef.get_method("unlikeliness+entropy_advantage+steer+adaptive_entropy+clip_cov+kl_ref")
+    assert needs_of(m) == MethodNeeds(
+        method=m.name,
+        entropy_grad=True,
+        reads_entropy=True,
+        loss_fields=("entropy", "ref_logp"),
+        advantage_fields=("rewards", "group_index", "old_logp", "old_entropy"),
+        statistics_fields=("logp", "old_logp", "old_entropy"),
+        rollout_stats=("old_logp", "old_entropy"),
+        shapers=("unlikeliness", "entropy_advantage"),
+        replaces_advantages=True,
+        controllers=("adaptive_entropy",),
+        stateful=("adaptive_entropy", "clip_cov"),
+        stochastic=("clip_cov",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "estimators", "entropy", "stats"),
+    [
+        (None, (), True, ("logp", "entropy")),
+        ("grpo", (), False, ("logp",)),
+        ("steer", (), False, ("logp",)),  # reads H detached: the rollout's old_entropy serves
+        ("entropy_bonus", (), False, ("logp", "entropy")),  # differentiates H
+        ("grpo", ("steer", "opefo"), True, ("logp", "entropy")),
+        ("grpo", ESTIMATORS, False, ("logp", "entropy", "sum_p2", "sum_p2_logp")),  # the audit
+        (ef.get_method("steer", estimator="tabular"), (), False, ("logp", "entropy", "sum_p2", "sum_p2_logp")),
+    ],
+)
+def test_token_stats(method, estimators, entropy, stats):
+    assert needs_of(method, estimators).token_stats(entropy=entropy) == stats
+    assert required_token_stats(method, estimators, entropy=entropy) == stats  # the trainer's call
+
+
+def test_unknown_names_raise():
+    with pytest.raises(UnknownMethodError, match="tabularr"):
+        needs_of("grpo", ["tabularr"])
+    with pytest.raises(UnknownMethodError, match="no_such"):
+        needs_of("no_such")
+
+
+# --------------------------------------------------------------------------------------------
+# The declarations are true: undeclared fields do not reach the statistics / the shaping
+# --------------------------------------------------------------------------------------------
+
+PER_TOKEN = ("logp", "old_logp", "entropy", "old_entropy")
+# parameters under which each statistic depends on its inputs on a small batch (defaults select
+# max(⌊2e-4·N⌋, 1) = 1 token, which a perturbation rarely moves)
+SENSITIVE = {
+    "clip_cov": {"ratio": 0.3, "cov_low": 0.0},
+    "kl_cov": {"ratio": 0.3},
+    "forking_tokens": {"rho": 0.5},
+    "steer": {"mapping": "binary"},
+    "quadrant": {"preset": "uplift"},
+    "rand_pos_clip": {"ratio": 0.3},
+}
+
+
+def _perturbed(batch: ef.TokenBatch, fields, gen) -> ef.TokenBatch:
+    new = {}
+    for f in fields:
+        x = getattr(batch, f)
+        if f == "rewards":
+            new[f] = 1.0 - x
+        elif f == "group_index":
+            new[f] = torch.arange(x.numel())  # every response its own group
+        else:
+            new[f] = (x.detach() - 0.5 * torch.rand(x.shape, generator=gen, dtype=x.dtype)).clamp(max=-1e-3)
+            if "entropy" in f:
+                new[f] = -new[f]
+    return dataclasses.replace(batch, **new)
+
+
+def _statistics(name: str, batch: ef.TokenBatch) -> dict[str, torch.Tensor]:
+    method = build(name, **SENSITIVE.get(name, {}))  # fresh: the same random draws every call
+    return ef.prepare_statistics([batch], method, 0.2, 0.28)[0].methods.get(name, {})
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+STAT_METHODS = [n for n in sorted(EXPECTED) if method_class(n).batch_statistics is not ef.Method.batch_statistics]
+
+
+@pytest.mark.parametrize("name", STAT_METHODS)
+def test_batch_statistics_read_only_the_declared_fields(name, gen):
+    batch = make_batch(gen, n=8, t=12)
+    declared = needs_of(build(name)).statistics_fields
+    base = _statistics(name, batch)
+    assert base, "the method computes statistics"
+    for f in PER_TOKEN:
+        if f not in declared:
+            assert _same(_statistics(name, _perturbed(batch, [f], gen)), base), f"{name} reads {f}"
+    if declared:  # the check can fail: changing the declared fields changes the statistics
+        assert not _same(_statistics(name, _perturbed(batch, declared, gen)), base)
+
+
+SHAPERS = [n for n in sorted(EXPECTED) if EXPECTED[n].get("shapers")]
+
+
+@pytest.mark.parametrize("name", SHAPERS)
+def test_advantage_shapers_read_only_the_declared_fields(name, gen):
+    batch = make_batch(gen, n=8, t=12, group=4)
+    declared = needs_of(build(name)).advantage_fields
+    adv = batch.token_advantages().detach()
+    base = build(name).shape_advantages(adv, batch)
+    for f in (*PER_TOKEN, "rewards", "group_index"):
+        if f not in declared:
+            assert torch.equal(build(name).shape_advantages(adv, _perturbed(batch, [f], gen)), base), f
+    if declared:
+        assert not torch.equal(build(name).shape_advantages(adv, _perturbed(batch, declared, gen)), base)
+
+
+# --------------------------------------------------------------------------------------------
+# A new method: its declarations are in its needs (the adapters: tests/integrations)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_new_shaper_declaring_old_entropy_needs_rollout_stats(gen):
+    with registered(RolloutEntropyShaper):
+        needs = needs_of("test_rollout_entropy_shaper")
+        assert needs.rollout_stats == ("old_entropy",) and needs.rollout_entropy
+        assert needs_of("clip_higher+test_rollout_entropy_shaper").rollout_stats == ("old_entropy",)
+        method = ef.get_method("test_rollout_entropy_shaper")
+        # the lab path: compute_advantages with the rollout entropy, and without it a typed error
+        batch = make_batch(gen)
+        adv = ef.compute_advantages(batch, method)
+        grpo = ef.compute_advantages(batch, "grpo")
+        assert torch.allclose(adv, grpo + 0.1 * batch.old_entropy * batch.mask, atol=1e-12)
+        with pytest.raises(MissingInputError, match="old_entropy"):
+            ef.compute_advantages(dataclasses.replace(batch, old_entropy=None), method)
+    assert "test_rollout_entropy_shaper" not in ef.list_methods()  # unregistered after
+
+
+def test_a_strict_on_policy_method_says_so():
+    with registered(StrictOnPolicyMethod):
+        assert needs_of("test_strict_on_policy").strict_on_policy
+        assert needs_of("steer+test_strict_on_policy").strict_on_policy
+    assert not any(needs_of(build(n)).strict_on_policy for n in EXPECTED)

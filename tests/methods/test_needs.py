@@ -86,6 +86,17 @@ EXPECTED: dict[str, dict] = {
         advantage_fields=("group_index", "old_logp"), rollout_stats=("old_logp",), shapers=("ppl_shaping",)
     ),
     "position_shaping": dict(shapers=("position_shaping",)),
+    # the field's methods since the five papers (docs/methods.md)
+    "cispo": {},  # −sg(clip(r))·A·log π: logp, old_logp, A only
+    "gspo": {},  # sequence ratio from logp − old_logp
+    "sapo": {},  # soft gate of r
+    "ce_gppo": {},  # bounded gradient outside the clip, from r and A
+    "archer": dict(reads_entropy=True, loss_fields=("ref_logp",)),  # entropy quantile split, KL to the reference
+    "siren": dict(entropy_grad=True, loss_fields=("entropy",), stateful=("siren",)),  # anchored bonus, anchor kept
+    "entropic": dict(  # PI control on the batch mean entropy
+        reads_entropy=True, statistics_fields=("old_entropy",), controllers=("entropic",), stateful=("entropic",)
+    ),
+    "aepo": dict(controllers=("aepo",), stateful=("aepo",)),  # temperature controller
 }
 
 

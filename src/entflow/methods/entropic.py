@@ -44,6 +44,7 @@ class EntroPIC(Method):
     formula = "loss += α·agg(−r·|A|·1[p > p_high]),  α = clip(K_p·(H−H*) + K_i·Σ_{past}(H−H*), ±α_max)"
     paper = "arXiv 2511.15248 (EntroPIC) §4, PI control of positive/negative sample weights; official code"
     reads_entropy = True
+    statistics_needs = ("old_entropy",)  # the batch mean entropy H of the PI error
     state_fields = ("integral",)
 
     target: float = param(0.1, NONNEG, "target entropy H* (nats per token)")

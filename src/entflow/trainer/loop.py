@@ -22,6 +22,7 @@ import torch
 
 from entflow.errors import ConfigError
 from entflow.methods import Method, get_method
+from entflow.methods.needs import needs_of
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.progress import ProgressBar, quiet_transformers
 from entflow.trainer.rollout import Rollout, step_seed
@@ -116,7 +117,7 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
     resume (after which the config must match the run's, see :func:`_check_resumable`)."""
     method = get_method(cfg.method, **cfg.method_params)
     ref_model = None
-    if "ref_logp" in method.needs:
+    if needs_of(method).ref_logp:
         ref_model = parts.load_reference()
         ref_model.eval().requires_grad_(False)
     optimizer = make_optimizer(parts.model, cfg)

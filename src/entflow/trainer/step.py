@@ -27,7 +27,7 @@ from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.methods import Method
-from entflow.methods.needs import required_token_stats
+from entflow.methods.needs import needs_of
 from entflow.methods.objective import compute_advantages, policy_loss
 from entflow.trainer.audit import audit_entropy_change
 from entflow.trainer.config import TrainConfig
@@ -84,7 +84,7 @@ def collect_rollout(
 
     t0 = time.perf_counter()
     with torch.no_grad():
-        stats = required_token_stats(method, ESTIMATORS if (cfg.audit or diagnose) else ())
+        stats = needs_of(method, ESTIMATORS if (cfg.audit or diagnose) else ()).token_stats()
         if roll.logits is not None:  # the rollout policy's logits, from generate (no second forward)
             old = token_stats(
                 roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=stats
@@ -186,8 +186,10 @@ def policy_update(
     counts: dict[str, int] = defaultdict(int)
     result = UpdateResult({}, torch.ones_like(roll.mask))
     # the loss reads H from old_entropy; the current entropy only where a method differentiates it
-    cur_stats = required_token_stats(method, entropy=False)
-    epochs, chunks = (1, 1) if cfg.strict_on_policy else (cfg.ppo_epochs, cfg.mini_batches)
+    needs = needs_of(method)
+    cur_stats = needs.token_stats(entropy=False)
+    strict = cfg.strict_on_policy or needs.strict_on_policy  # a method may require it (docs/design.md §6)
+    epochs, chunks = (1, 1) if strict else (cfg.ppo_epochs, cfg.mini_batches)
     for epoch in range(epochs):
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(chunks):

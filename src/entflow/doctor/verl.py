@@ -102,6 +102,9 @@ def modes_result(get_loss_fn: GetLossFn) -> CheckResult:
             else:
                 bad.append(f"{mode}: {e}")
             continue
+        except Exception as e:  # name the mode that crashed, check the others
+            bad.append(f"{mode}: raised {type(e).__name__}: {e}")
+            continue
         if blocked:
             bad.append(f"{mode}: ran although the registry path cannot give it what it needs")
         elif not (math.isfinite(loss) and bool(torch.isfinite(grad).all()) and float(grad.abs().max()) > 0):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 import entflow as ef
-from entflow.doctor.speed import MIN_JUDGED_SECONDS, SLOWDOWN_LIMIT, check_speed
+from entflow.doctor.speed import MIN_JUDGED_SECONDS, SLOWDOWN_LIMIT, check_speed, shape_for
 
 SMALL = (1, 32, 16384)  # outputs only: too small to judge speed
-JUDGED = (1, 64, 65536)  # naive ≈ 40 ms on a loaded 2-core CPU: above MIN_JUDGED_SECONDS
+JUDGED = shape_for(torch.device("cpu"), quick=True)  # naive ≈ 40 ms on a loaded 2-core CPU (≥ MIN_JUDGED_SECONDS)
 
 
 def test_speed_passes_and_reports_ratios():

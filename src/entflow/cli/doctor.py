@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         table = Table(title=f"entflow doctor{' --quick' if args.quick else ''}")
         for col in ("check", "status", "detail", "s"):
-            table.add_column(col, justify="right" if col == "s" else "left", overflow="fold")
+            table.add_column(col, justify="right" if col == "s" else "left", overflow="fold", no_wrap=col != "detail")
         style = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
         for r in results:
             table.add_row(escape(r.name), f"[{style[r.status]}]{r.status}[/]", escape(r.detail), f"{r.seconds:.1f}")

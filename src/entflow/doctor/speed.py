@@ -33,7 +33,7 @@ Path = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 def shape_for(device: torch.device, quick: bool) -> tuple[int, int, int]:
     """``(B, T, V)``: Qwen's vocabulary and 4 × 1,024 tokens on a GPU, smaller on the CPU."""
     if device.type == "cpu":
-        return (1, 128, 65536) if quick else (1, 256, 151936)
+        return (1, 64, 65536) if quick else (1, 256, 151936)
     return (2, 1024, 151936) if quick else (4, 1024, 151936)
 
 

@@ -41,3 +41,12 @@ def test_bad_arguments_are_typed_errors(capsys):
         run_checks(device="not-a-device")
     with pytest.raises(ParameterError, match="not visible"):
         run_checks(device="xla")
+
+
+def test_json_of_a_non_finite_error_is_valid_json():
+    from entflow.doctor.result import compared
+
+    r = compared("x", float("nan"), 1e-5)
+    assert r.status == "FAIL"  # a NaN error never passes
+    text = json.dumps(r.to_dict(), allow_nan=False)
+    assert json.loads(text)["error"] == "nan"

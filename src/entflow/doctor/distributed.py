@@ -142,9 +142,10 @@ def check_distributed(
     must be a module-level function: the ranks are fresh processes."""
     import torch.distributed as dist
 
-    backends = ["gloo"]
-    if torch.device(device).type == "cuda":
-        backends = ["nccl"]
+    kind = torch.device(device).type
+    if kind not in ("cpu", "cuda"):
+        return [skipped(f"distributed[{kind}]", "the data-parallel check runs on cpu (gloo) and cuda (NCCL)")]
+    backends = ["nccl"] if kind == "cuda" else ["gloo"]
     results: list[CheckResult] = []
     for backend in backends:
         label = f"distributed[{backend},2 ranks]"

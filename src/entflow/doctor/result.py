@@ -7,6 +7,7 @@ dtype (docs/gpu.md lists them). A check that raises is reported as failed, never
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -48,7 +49,16 @@ class CheckResult:
         return "PASS" if self.ok else "FAIL"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status}
+        """Plain JSON types; a non-finite number becomes its string (``"inf"``, ``"nan"``)."""
+
+        def plain(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            return v
+
+        return {k: plain(v) for k, v in asdict(self).items()} | {"status": self.status}
 
 
 def skipped(name: str, reason: str) -> CheckResult:

@@ -57,6 +57,8 @@ def trl_path() -> Path | None:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def measure(path: Path, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> tuple[float, float | None, tuple]:

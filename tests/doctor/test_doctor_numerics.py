@@ -162,3 +162,17 @@ def test_gradient_reference_for_grpo_is_the_written_out_formula():
     assert float(ref) == pytest.approx(float(out.loss), rel=1e-12)
     r = torch.exp(st.logp - inputs.old_logp)
     assert bool(((r > 1.2) | (r < 0.8)).any())  # the clip is active in the checked batch
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_the_triton_variant_runs_only_with_triton_and_cuda(monkeypatch, installed):
+    from entflow.core import triton_token_stats as tts
+
+    monkeypatch.setattr(tts, "available", lambda: installed)
+    on_cuda = dict(token_stats._variants(torch.device("cuda")))
+    on_cpu = dict(token_stats._variants(torch.device("cpu")))
+    assert on_cuda["triton"] == ({"backend": "triton"} if installed else "triton not installed")
+    no_cuda = "the Triton kernel needs a CUDA device (this is cpu)"
+    assert on_cpu["triton"] == (no_cuda if installed else "triton not installed")
+    results = token_stats.check_token_stats("cpu", quick=True)
+    assert {r.skipped_reason for r in results if r.status == "SKIP"} == {on_cpu["triton"]}

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "methods": ("entflow.cli.methods", "list every method with its formula, paper and parameters"),
     "analyze": ("entflow.cli.analyze", "summary table, plots and report.html for one or more runs"),
     "reproduce": ("entflow.cli.reproduce", "the five papers' claims over seeds: a table of verdicts + estimator audit"),
+    "doctor": ("entflow.cli.doctor", "self-checks on this machine: correctness vs float64 and speed (docs/gpu.md)"),
 }
 
 

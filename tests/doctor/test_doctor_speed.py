@@ -1,0 +1,41 @@
+"""The doctor's speed check: passes on entflow, reports the ratios, and fails on a subject whose
+outputs are wrong or that is grossly slower than the naive path."""
+
+from __future__ import annotations
+
+import torch
+
+import entflow as ef
+from entflow.doctor.speed import MIN_JUDGED_SECONDS, SLOWDOWN_LIMIT, check_speed, shape_for
+
+SMALL = (1, 32, 16384)  # outputs only: too small to judge speed
+JUDGED = shape_for(torch.device("cpu"), quick=True)  # naive ≈ 40 ms on a loaded 2-core CPU (≥ MIN_JUDGED_SECONDS)
+
+
+def test_speed_passes_and_reports_ratios():
+    (r,) = check_speed("cpu", quick=True, shape=JUDGED)
+    assert r.status == "PASS", r.detail
+    m = r.measurements
+    assert m["entflow_seconds"] > 0 and m["naive_seconds"] > 0 and m["agreement_error"] < 1e-5
+    assert "naive takes" in r.detail and "× its time" in r.detail
+    assert m["naive_seconds"] >= MIN_JUDGED_SECONDS  # the speed was judged
+
+
+def test_speed_fails_on_wrong_outputs():
+    def wrong(*args, **kwargs):
+        st = ef.token_stats(*args, **kwargs)
+        return st._replace(entropy=st.entropy * 1.001)
+
+    (r,) = check_speed("cpu", quick=True, fn=wrong, shape=SMALL)
+    assert r.status == "FAIL" and "outputs differ from naive" in r.detail
+
+
+def test_speed_fails_when_grossly_slower_than_naive():
+    def slow(*args, **kwargs):  # 20 extra forwards: ~10× naive's forward + backward (≈ entflow's)
+        with torch.no_grad():
+            for _ in range(20):
+                ef.token_stats(*args, **kwargs)
+        return ef.token_stats(*args, **kwargs)
+
+    (r,) = check_speed("cpu", quick=True, fn=slow, shape=JUDGED)
+    assert r.status == "FAIL" and f"limit {SLOWDOWN_LIMIT:g}×" in r.detail, r.detail

@@ -1,0 +1,501 @@
+"""Training logs of TRL, verl, W&B/MLflow exports and entflow → named series → :func:`analyze_series`.
+
+A user passes a path and does not name the format: each reader in :data:`READERS` says whether it
+can read the path (:meth:`LogReader.find`) and, if so, reads it. Tried in this order:
+
+========================  ==================================================================================
+``entflow-run``           an entflow run directory: ``metrics.jsonl`` (read by ``entflow.analysis.report``)
+``trl-state``             TRL / ``transformers``: ``trainer_state.json`` (its ``log_history``) in the folder,
+                          or in its latest ``checkpoint-N/``
+``verl-jsonl``            verl's ``file`` logger: a JSONL of ``{"step": s, "data": {key: value}}`` lines
+``csv``                   a CSV exported from a W&B run (wide: a step column ``_step``/``Step``/``step``, one
+                          column per metric, ``RUN - key`` headers and ``__MIN``/``__MAX`` columns allowed) or
+                          from MLflow (long: columns ``key``, ``value``, ``step``)
+``tensorboard``           TensorBoard event files (TRL ``report_to="tensorboard"``, verl ``trainer.logger``
+                          with ``tensorboard``), read by TensorBoard's own ``EventAccumulator``
+========================  ==================================================================================
+
+Which log key is the entropy, the reward, the validation metric and the validation entropy comes
+from :data:`KEY_TABLE` (first match wins; ``*`` matches anything, ``/`` included), which users may
+extend with :func:`add_key`, or from the ``--entropy-key`` / ``--reward-key`` / ``--val-key``
+overrides. Every problem is a :class:`entflow.errors.LogError` naming the file and the key: an
+empty log, no entropy or reward key, non-finite values of a key used, fewer points than the fit
+needs, steps going backwards in one file, or several runs in one folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from entflow.analysis.collapse import CollapseAnalysis, analyze_series
+from entflow.analysis.diagnostics import AnalysisError
+from entflow.errors import LogError
+
+__all__ = [
+    "KEY_TABLE",
+    "READERS",
+    "LogData",
+    "LogReader",
+    "add_key",
+    "analyze_log",
+    "read_log",
+    "resolve_keys",
+]
+
+# role -> log keys, most specific first (docs/analyze.md). Extend with add_key().
+KEY_TABLE: dict[str, list[str]] = {
+    "entropy": ["entropy", "train/entropy", "actor/entropy"],
+    "reward": [
+        "reward/mean",  # entflow
+        "reward",  # TRL (trainer_state.json)
+        "train/reward",  # TRL through TensorBoard / W&B
+        "critic/score/mean",  # verl: the verifier's score
+        "critic/rewards/mean",  # verl: the reward after KL-in-reward
+        "rewards/*/mean",  # TRL: one reward function
+        "train/rewards/*/mean",
+    ],
+    "val": [
+        "val/acc",  # entflow
+        "eval_reward",  # TRL (trainer_state.json)
+        "eval/reward",  # TRL through TensorBoard / W&B
+        "val-core/*/acc/mean@*",  # verl
+        "val-core/*/reward/mean@*",
+        "val/test_score/*",  # older verl
+    ],
+    "val_entropy": ["val/entropy", "eval_entropy", "eval/entropy"],
+}
+
+
+def add_key(role: str, pattern: str, *, first: bool = True) -> None:
+    """Add a log key (or ``*`` pattern) for ``role`` to :data:`KEY_TABLE`, tried first by default."""
+    if role not in KEY_TABLE:
+        raise LogError("KEY_TABLE", role, f"unknown role; known: {', '.join(KEY_TABLE)}")
+    keys = KEY_TABLE[role]
+    if pattern in keys:
+        keys.remove(pattern)
+    keys.insert(0 if first else len(keys), pattern)
+
+
+@dataclass
+class LogData:
+    """One run's log: ``series[key] = (steps [n], values [n])`` with steps non-decreasing as read.
+
+    ``path`` is the file (or run directory) read, ``format`` the reader's name.
+    """
+
+    path: Path
+    format: str
+    series: dict[str, tuple[np.ndarray, np.ndarray]]
+    notes: list[str] = field(default_factory=list)
+
+    def keys(self) -> list[str]:
+        """The logged keys, sorted."""
+        return sorted(self.series)
+
+
+def _num(v: Any) -> float:
+    if v is None:
+        return math.nan
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, int | float):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _from_records(
+    path: Path, fmt: str, records: Iterable[tuple[float, dict[str, Any]]], skip: Sequence[str] = ()
+) -> LogData:
+    """Series from (step, {key: value}) records in file order; numbers only, ``skip`` keys left out.
+
+    A key logged twice at one step keeps the later value (a resumed run re-logging); a key whose
+    step goes backwards means two runs in one file.
+    """
+    steps: dict[str, list[float]] = {}
+    values: dict[str, list[float]] = {}
+    for step, rec in records:
+        for k, v in rec.items():
+            if k in skip or isinstance(v, str | dict | list) or (v is None and k not in steps):
+                continue
+            s, x = steps.setdefault(k, []), values.setdefault(k, [])
+            if s and step <= s[-1]:
+                if step < s[-1]:
+                    raise LogError(
+                        path, k, f"step {step:g} follows step {s[-1]:g}: several runs in one log? pass one run's log"
+                    )
+                x[-1] = _num(v)
+                continue
+            s.append(step)
+            x.append(_num(v))
+    series = {k: (np.asarray(steps[k]), np.asarray(values[k])) for k in steps}
+    if not series:
+        raise LogError(path, None, "empty log: no numeric values logged")
+    return LogData(path, fmt, series)
+
+
+class LogReader:
+    """A log format: :meth:`find` the file(s) it reads under a path (None: not this format), then :meth:`read`."""
+
+    name = ""
+
+    def find(self, path: Path) -> Path | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def read(self, target: Path) -> LogData:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class EntflowRunReader(LogReader):
+    """entflow's run directory (docs/design.md §10), read by ``entflow.analysis.report.load_metrics``."""
+
+    name = "entflow-run"
+
+    def find(self, path: Path) -> Path | None:
+        if path.is_dir() and (path / "metrics.jsonl").is_file():
+            return path
+        if path.is_file() and path.name == "metrics.jsonl":
+            return path.parent
+        return None
+
+    def read(self, target: Path) -> LogData:
+        from entflow.analysis.report import load_metrics
+
+        recs = load_metrics(target)
+        stepped = ((float(r["step"]), r) for r in recs if isinstance(r.get("step"), int | float))
+        return _from_records(target / "metrics.jsonl", self.name, stepped, skip=("step",))
+
+
+class TrlStateReader(LogReader):
+    """``trainer_state.json`` of ``transformers.Trainer`` (TRL's trainers): its ``log_history``.
+
+    In an output folder without one, the latest ``checkpoint-N/trainer_state.json`` (the highest N
+    holds the whole history up to it).
+    """
+
+    name = "trl-state"
+
+    def find(self, path: Path) -> Path | None:
+        if path.is_file():
+            return path if path.name == "trainer_state.json" else None
+        if (path / "trainer_state.json").is_file():
+            return path / "trainer_state.json"
+        ckpts = []
+        for p in path.glob("checkpoint-*/trainer_state.json"):
+            m = re.fullmatch(r"checkpoint-(\d+)", p.parent.name)
+            if m:
+                ckpts.append((int(m.group(1)), p))
+        return max(ckpts)[1] if ckpts else None
+
+    def read(self, target: Path) -> LogData:
+        try:
+            state = json.loads(target.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise LogError(target, None, f"not valid JSON ({e})") from None
+        hist = state.get("log_history") if isinstance(state, dict) else None
+        if not isinstance(hist, list):
+            raise LogError(target, "log_history", "missing or not a list: not a trainer_state.json?")
+        if not hist:
+            raise LogError(target, "log_history", "empty log: no records")
+        recs = ((float(r["step"]), r) for r in hist if isinstance(r, dict) and isinstance(r.get("step"), int | float))
+        return _from_records(target, self.name, recs, skip=("step", "epoch"))
+
+
+class VerlJsonlReader(LogReader):
+    """verl's ``file`` logger (``verl.utils.tracking.FileLogger``): ``{"step": s, "data": {...}}`` per line."""
+
+    name = "verl-jsonl"
+
+    @staticmethod
+    def _is_verl(p: Path) -> bool:
+        try:
+            with p.open("rb") as f:
+                first = f.readline()
+            rec = json.loads(first)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return False
+        return isinstance(rec, dict) and "step" in rec and isinstance(rec.get("data"), dict)
+
+    def find(self, path: Path) -> Path | None:
+        if path.is_file():
+            return path if path.suffix == ".jsonl" and self._is_verl(path) else None
+        files = sorted(p for p in path.glob("*.jsonl") if self._is_verl(p))
+        if len(files) > 1:
+            names = ", ".join(p.name for p in files)
+            raise LogError(path, None, f"{len(files)} verl logs in one folder ({names}): several runs? pass one file")
+        return files[0] if files else None
+
+    def read(self, target: Path) -> LogData:
+        lines = target.read_bytes().splitlines()
+        while lines and not lines[-1].strip():
+            lines.pop()
+        recs = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                if i == len(lines) - 1:
+                    continue  # the line in flight when the run died
+                raise LogError(target, None, f"line {i + 1} is not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("data"), dict):
+                raise LogError(target, None, f"line {i + 1} is not a verl file-logger record {{step, data}}")
+            recs.append((_num(rec.get("step")), rec["data"]))
+        if not recs:
+            raise LogError(target, None, "empty log: no records")
+        return _from_records(target, self.name, recs)
+
+
+STEP_COLUMNS = ("_step", "step", "Step", "global_step", "trainer/global_step")
+
+
+class CsvReader(LogReader):
+    """A CSV exported from W&B (wide) or MLflow (long: ``key``, ``value``, ``step``)."""
+
+    name = "csv"
+
+    def find(self, path: Path) -> Path | None:
+        if path.is_file():
+            return path if path.suffix.lower() == ".csv" else None
+        files = sorted(path.glob("*.csv"))
+        if len(files) > 1:
+            names = ", ".join(p.name for p in files)
+            raise LogError(path, None, f"{len(files)} CSV files in one folder ({names}): several runs? pass one file")
+        return files[0] if files else None
+
+    def read(self, target: Path) -> LogData:
+        with target.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        if len(rows) < 2:
+            raise LogError(target, None, "empty log: no rows under the header")
+        head = [h.strip() for h in rows[0]]
+        if {"key", "value", "step"} <= set(head):
+            return self._long(target, head, rows[1:])
+        return self._wide(target, head, rows[1:])
+
+    def _long(self, target: Path, head: list[str], rows: list[list[str]]) -> LogData:
+        ik, iv, istep = head.index("key"), head.index("value"), head.index("step")
+        if "run_id" in head:
+            runs = {r[head.index("run_id")] for r in rows if r}
+            if len(runs) > 1:
+                raise LogError(target, "run_id", f"{len(runs)} runs in one export: export one run")
+        per_key: dict[str, list[tuple[float, float]]] = {}
+        for r in rows:
+            if r:
+                per_key.setdefault(r[ik], []).append((_num(r[istep]), _num(r[iv])))
+        recs = sorted(((s, {k: v}) for k, pts in per_key.items() for s, v in pts), key=lambda t: t[0])
+        return _from_records(target, self.name, recs)
+
+    def _wide(self, target: Path, head: list[str], rows: list[list[str]]) -> LogData:
+        istep = next((head.index(c) for c in STEP_COLUMNS if c in head), None)
+        if istep is None:
+            raise LogError(target, "step", f"no step column (looked for {', '.join(STEP_COLUMNS)})")
+        cols: dict[int, str] = {}
+        runs = set()
+        for j, h in enumerate(head):
+            if j == istep or h.endswith(("__MIN", "__MAX")) or h.startswith("_"):
+                continue
+            if " - " in h:  # W&B panel export: "RUN NAME - key"
+                run, h = h.split(" - ", 1)
+                runs.add(run)
+            cols[j] = h
+        if len(runs) > 1:
+            raise LogError(target, None, f"{len(runs)} runs in one export ({', '.join(sorted(runs))}): export one run")
+        recs = []
+        for r in rows:
+            if not r or istep >= len(r) or not r[istep].strip():
+                continue
+            rec = {k: _num(r[j]) for j, k in cols.items() if j < len(r) and r[j].strip() != ""}
+            recs.append((_num(r[istep]), rec))
+        return _from_records(target, self.name, recs)
+
+
+class TensorBoardReader(LogReader):
+    """TensorBoard event files, read with ``tensorboard``'s ``EventAccumulator`` (all scalars kept).
+
+    One run = one folder of ``events.out.tfevents.*`` files; event files in several folders under
+    the path are several runs (TRL writes ``runs/<date>_<host>/`` per run).
+    """
+
+    name = "tensorboard"
+
+    def find(self, path: Path) -> Path | None:
+        if path.is_file():
+            return path if path.name.startswith("events.out.tfevents") else None
+        dirs = sorted({p.parent for p in path.rglob("events.out.tfevents*")})
+        if len(dirs) > 1:
+            names = ", ".join(str(d.relative_to(path)) for d in dirs[:5])
+            raise LogError(path, None, f"TensorBoard runs in {len(dirs)} folders ({names}): several runs? pass one")
+        return dirs[0] if dirs else None
+
+    def read(self, target: Path) -> LogData:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(target), size_guidance={"scalars": 0})
+        acc.Reload()
+        series = {}
+        for tag in acc.Tags().get("scalars", []):
+            events = acc.Scalars(tag)
+            steps = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
+            vals = np.fromiter((e.value for e in events), dtype=np.float64, count=len(events))
+            if steps.size > 1 and np.any(np.diff(steps) < 0):
+                i = int(np.flatnonzero(np.diff(steps) < 0)[0])
+                raise LogError(target, tag, f"step {steps[i + 1]:g} follows {steps[i]:g}: several runs in one folder?")
+            series[tag] = (steps, vals)
+        if not series:
+            raise LogError(target, None, "empty log: no scalar in the event files")
+        return LogData(target, self.name, series)
+
+
+READERS: list[LogReader] = [EntflowRunReader(), TrlStateReader(), VerlJsonlReader(), CsvReader(), TensorBoardReader()]
+
+
+def read_log(path: str | os.PathLike) -> LogData:
+    """Read a log, detecting the format (see the module docstring).
+
+    Raises:
+        LogError: the path does not exist, no reader recognises it, or it is empty / malformed.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise LogError(p, None, "no such file or directory")
+    for reader in READERS:
+        target = reader.find(p)
+        if target is not None:
+            return reader.read(target)
+    raise LogError(
+        p,
+        None,
+        "no training log found (looked for metrics.jsonl, trainer_state.json, a verl file-logger .jsonl, "
+        "a .csv export, TensorBoard events.out.tfevents.*)",
+    )
+
+
+def _match(log: LogData, patterns: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The first key matching the first pattern that matches any (sorted), and the other matches."""
+    keys = log.keys()
+    for pat in patterns:
+        hits = [k for k in keys if fnmatch.fnmatchcase(k, pat)]
+        if hits:
+            return hits[0], hits[1:]
+    return None, []
+
+
+def resolve_keys(
+    log: LogData, overrides: dict[str, str | None] | None = None, table: dict[str, list[str]] | None = None
+) -> dict[str, str | None]:
+    """Which log key plays each role of :data:`KEY_TABLE` (an override wins; it must be in the log).
+
+    Raises:
+        LogError: an override names a key the log lacks, or no key is found for ``entropy`` or ``reward``.
+    """
+    table = KEY_TABLE if table is None else table
+    out: dict[str, str | None] = {}
+    for role, patterns in table.items():
+        given = (overrides or {}).get(role)
+        if given:
+            if given not in log.series:
+                near = [k for k in log.keys() if given.split("/")[-1] in k][:8]
+                raise LogError(log.path, given, f"--{role.replace('_', '-')}-key not in the log; similar: {near}")
+            out[role] = given
+            continue
+        key, others = _match(log, patterns)
+        out[role] = key
+        if others:
+            log.notes.append(f"{role}: using {key}; also in the log: {', '.join(others[:5])}")
+    for role in ("entropy", "reward"):
+        if out[role] is None:
+            shown = ", ".join(log.keys()[:25])
+            raise LogError(
+                log.path,
+                role,
+                f"no {role} key (looked for {', '.join(table[role])}); the log has: {shown}; pass --{role}-key",
+            )
+    return out
+
+
+def _finite(log: LogData, key: str) -> tuple[np.ndarray, np.ndarray]:
+    s, v = log.series[key]
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise LogError(log.path, key, f"{int(bad.sum())} non-finite value(s), first at step {s[i]:g} ({v[i]})")
+    return s, v
+
+
+def analyze_log(
+    path: str | os.PathLike | LogData,
+    *,
+    entropy_key: str | None = None,
+    reward_key: str | None = None,
+    val_key: str | None = None,
+    val_entropy_key: str | None = None,
+    **kwargs: Any,
+) -> tuple[LogData, CollapseAnalysis]:
+    """Read a log (or take a :class:`LogData`) and run :func:`analyze_series` on its series.
+
+    The training series are the steps where both the entropy and the reward key were logged; the
+    validation series is the ``val`` key with the ``val_entropy`` key at the same steps (else the
+    training entropy at the nearest step). ``kwargs`` go to :func:`analyze_series`. The result's
+    ``source`` holds ``format``, ``path`` and ``keys``.
+
+    Raises:
+        LogError: anything :func:`read_log` / :func:`resolve_keys` raise, non-finite values of a
+            key used, or too few points for the fit (naming the file and the key).
+    """
+    log = path if isinstance(path, LogData) else read_log(path)
+    keys = resolve_keys(
+        log, {"entropy": entropy_key, "reward": reward_key, "val": val_key, "val_entropy": val_entropy_key}
+    )
+    es, ev = _finite(log, keys["entropy"])
+    rs, rv = _finite(log, keys["reward"])
+    steps, ie, ir = np.intersect1d(es, rs, assume_unique=True, return_indices=True)
+    val_args: dict[str, Any] = {}
+    if keys["val"] is not None:
+        vs, vv = _finite(log, keys["val"])
+        val_args = {"val_steps": vs, "val": vv}
+        if keys["val_entropy"] is not None:
+            hs, hv = _finite(log, keys["val_entropy"])
+            common, _, ih = np.intersect1d(vs, hs, assume_unique=True, return_indices=True)
+            if common.size == vs.size:
+                val_args["val_entropy"] = hv[ih]
+            else:
+                keys["val_entropy"] = None
+    field_key = {
+        "steps": keys["entropy"],
+        "entropy": keys["entropy"],
+        "reward": keys["reward"],
+        "val": keys["val"],
+        "val_steps": keys["val"],
+        "val_entropy": keys["val_entropy"],
+    }
+    try:
+        result = analyze_series(steps, ev[ie], rv[ir], **val_args, **kwargs)
+    except AnalysisError as e:
+        key = field_key.get(e.field, e.field)
+        msg = str(e).split(": ", 1)[-1]
+        if e.field in ("entropy", "steps") and steps.size < len(es):
+            msg += f" ({steps.size} steps carry both {keys['entropy']} and {keys['reward']})"
+        raise LogError(log.path, key, msg) from None
+    if result.target == "reward":
+        keys_used = {k: v for k, v in keys.items() if k in ("entropy", "reward")}
+        if keys["val"] is not None:
+            log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
+    else:
+        keys_used = dict(keys)
+    source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}
+    return log, replace(result, source=source)

@@ -202,7 +202,10 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class CollapseAnalysis:
-    """What :func:`analyze_series` found; :meth:`to_dict` is the ``analysis.json`` schema (docs/analyze.md)."""
+    """What :func:`analyze_series` found; :meth:`to_dict` is the ``analysis.json`` schema (docs/analyze.md).
+
+    ``points`` = (steps, H, R) ``[n]`` each: the points the law was fitted on.
+    """
 
     target: str
     steps: tuple[float, float]
@@ -217,6 +220,7 @@ class CollapseAnalysis:
     reward: dict[str, Any]
     collapse: dict[str, Any]
     suggestion: dict[str, Any]
+    points: tuple[np.ndarray, np.ndarray, np.ndarray] = field(repr=False, default=())
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -549,6 +553,7 @@ def analyze_series(
         reward=rs,
         collapse=verdict,
         suggestion=_suggest(verdict["verdict"]),
+        points=(Rs, RH, R),
     )
 
 

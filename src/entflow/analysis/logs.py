@@ -361,6 +361,10 @@ class TensorBoardReader(LogReader):
         return LogData(target, self.name, series)
 
 
+LOOKED_FOR = (
+    "an entflow run's metrics.jsonl, trainer_state.json, a verl file-logger .jsonl, a .csv export, "
+    "TensorBoard events.out.tfevents.*"
+)
 READERS: list[LogReader] = [EntflowRunReader(), TrlStateReader(), VerlJsonlReader(), CsvReader(), TensorBoardReader()]
 
 
@@ -372,17 +376,12 @@ def read_log(path: str | os.PathLike) -> LogData:
     """
     p = Path(path)
     if not p.exists():
-        raise LogError(p, None, "no such file or directory")
+        raise LogError(p, None, f"no such file or directory (expected {LOOKED_FOR})")
     for reader in READERS:
         target = reader.find(p)
         if target is not None:
             return reader.read(target)
-    raise LogError(
-        p,
-        None,
-        "no training log found (looked for metrics.jsonl, trainer_state.json, a verl file-logger .jsonl, "
-        "a .csv export, TensorBoard events.out.tfevents.*)",
-    )
+    raise LogError(p, None, f"no training log found (looked for {LOOKED_FOR})")
 
 
 def _match(log: LogData, patterns: Sequence[str]) -> tuple[str | None, list[str]]:

@@ -31,7 +31,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,11 +44,14 @@ from entflow.errors import LogError
 
 __all__ = [
     "KEY_TABLE",
+    "MONITOR_KEYS",
     "READERS",
+    "CollapseMonitor",
     "LogData",
     "LogReader",
     "add_key",
     "analyze_log",
+    "log_from_records",
     "read_log",
     "resolve_keys",
 ]
@@ -498,3 +501,74 @@ def analyze_log(
         keys_used = dict(keys)
     source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}
     return log, replace(result, source=source)
+
+
+def log_from_records(
+    records: Iterable[Mapping[str, Any]], path: str | os.PathLike = "<records>", fmt: str = "records"
+) -> LogData:
+    """A :class:`LogData` from in-memory records that carry a numeric ``step`` (TRL's ``state.log_history``,
+    entflow's metrics lines, a verl driver's ``{"step": s, **metrics}``); the others are ignored."""
+    stepped = (
+        (float(r["step"]), r) for r in records if isinstance(r, Mapping) and isinstance(r.get("step"), int | float)
+    )
+    return _from_records(Path(path), fmt, stepped, skip=("step", "epoch"))
+
+
+MONITOR_KEYS = ("entflow/law_ceiling", "entflow/pred_final", "entflow/entropy_retention")
+
+
+class CollapseMonitor:
+    """The live side of :func:`analyze_log`, shared by the TRL callback and the verl monitor.
+
+    :meth:`check` analyses the log so far and returns the ``entflow/*`` metrics of
+    :data:`MONITOR_KEYS` (``entflow/pred_final`` only when the early prediction exists) and, the
+    first time the verdict is ``collapsed`` (entropy retention below ``retention_threshold`` while
+    the reward has stalled), a warning message; later calls return no message. A log still too
+    short (or otherwise unusable) gives ``({}, None)`` and keeps the reason in ``last_error``.
+    """
+
+    def __init__(
+        self,
+        *,
+        retention_threshold: float = 0.5,
+        stall_ratio: float = 0.1,
+        early_frac: float = 0.15,
+        entropy_key: str | None = None,
+        reward_key: str | None = None,
+        val_key: str | None = None,
+    ):
+        self.options = {
+            "retention_threshold": retention_threshold,
+            "stall_ratio": stall_ratio,
+            "early_frac": early_frac,
+            "entropy_key": entropy_key,
+            "reward_key": reward_key,
+            "val_key": val_key,
+        }
+        self.warned = False
+        self.last_error: str | None = None
+        self.last: CollapseAnalysis | None = None
+
+    def check(self, log: LogData) -> tuple[dict[str, float], str | None]:
+        """(metrics to log, warning message or None) for the log so far."""
+        try:
+            _, analysis = analyze_log(log, **self.options)
+        except LogError as e:
+            self.last_error = str(e)
+            return {}, None
+        self.last, self.last_error = analysis, None
+        out = {"entflow/law_ceiling": analysis.ceiling, "entflow/entropy_retention": analysis.entropy["retention"]}
+        pred = analysis.prediction["final"]
+        if math.isfinite(pred):
+            out["entflow/pred_final"] = pred
+        out = {k: float(v) for k, v in out.items() if math.isfinite(v)}
+        message = None
+        if analysis.collapse["collapsed"] and not self.warned:
+            self.warned = True
+            sug = analysis.suggestion
+            message = (
+                f"entflow: entropy collapse at step {analysis.steps[1]:g}: "
+                + "; ".join(analysis.collapse["evidence"])
+                + f". Suggestion: {sug['trl']} ({sug['why']})"
+            )
+        return out, message

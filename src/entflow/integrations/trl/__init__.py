@@ -4,6 +4,7 @@ Modules: ``trainer`` (:class:`EntflowGRPOConfig`, :class:`EntflowGRPOTrainer`, t
 checks). Importing this package imports TRL.
 """
 
+from entflow.integrations.trl.callbacks import EntropyMonitorCallback
 from entflow.integrations.trl.trainer import (
     LOSS_TYPE_AGG,
     SCALES,
@@ -22,6 +23,7 @@ __all__ = [
     "TRL_METRIC_NAMES",
     "EntflowGRPOConfig",
     "EntflowGRPOTrainer",
+    "EntropyMonitorCallback",
     "build_method",
     "check_compatibility",
 ]

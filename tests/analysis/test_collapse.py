@@ -46,7 +46,7 @@ def test_law_fit_recovers_known_coefficients():
 
 def test_law_intervals_match_scipy_linregress():
     """OLS of R on x = e^H: slope = −a, intercept = b; scipy's standard errors are independent."""
-    s, H, R = law_run(n=60, sigma=0.02, seed=3)
+    _s, H, R = law_run(n=60, sigma=0.02, seed=3)
     fit = fit_law(H, R)
     ref = stats.linregress(np.exp(H), R)
     t = stats.t.ppf(0.975, H.size - 2)
@@ -66,7 +66,7 @@ def test_law_intervals_match_scipy_linregress():
 def test_law_ci_and_prediction_interval_coverage():
     """Over 400 seeds the 95 % intervals cover the true a, ceiling and a new R about 95 % of the time."""
     a, b, sigma = 0.1, 0.6, 0.02
-    s, H, _ = law_run(n=30, a=a, b=b, sigma=0.0)
+    _s, H, _ = law_run(n=30, a=a, b=b, sigma=0.0)
     rng = np.random.default_rng(11)
     cov_a = cov_c = cov_pred = 0
     trials = 400

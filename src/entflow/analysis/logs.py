@@ -121,18 +121,23 @@ def _num(v: Any) -> float:
 
 
 def _from_records(
-    path: Path, fmt: str, records: Iterable[tuple[float, dict[str, Any]]], skip: Sequence[str] = ()
+    path: Path,
+    fmt: str,
+    records: Iterable[tuple[float, dict[str, Any]]],
+    skip: Sequence[str] = (),
+    null_is_nan: bool = True,
 ) -> LogData:
     """Series from (step, {key: value}) records in file order; numbers only, ``skip`` keys left out.
 
-    A key logged twice at one step keeps the later value (a resumed run re-logging); a key whose
-    step goes backwards means two runs in one file.
+    ``null``: NaN (verl's orjson writes NaN as null) or, with ``null_is_nan=False``, not logged at
+    that step (entflow's metrics.jsonl). A key logged twice at one step keeps the later value (a
+    resumed run re-logging); a key whose step goes backwards means two runs in one file.
     """
     steps: dict[str, list[float]] = {}
     values: dict[str, list[float]] = {}
     for step, rec in records:
         for k, v in rec.items():
-            if k in skip or isinstance(v, str | dict | list) or (v is None and k not in steps):
+            if k in skip or isinstance(v, str | dict | list) or (v is None and not null_is_nan):
                 continue
             s, x = steps.setdefault(k, []), values.setdefault(k, [])
             if s and step <= s[-1]:
@@ -179,7 +184,7 @@ class EntflowRunReader(LogReader):
 
         recs = load_metrics(target)
         stepped = ((float(r["step"]), r) for r in recs if isinstance(r.get("step"), int | float))
-        return _from_records(target / "metrics.jsonl", self.name, stepped, skip=("step",))
+        return _from_records(target / "metrics.jsonl", self.name, stepped, skip=("step",), null_is_nan=False)
 
 
 class TrlStateReader(LogReader):
@@ -493,12 +498,11 @@ def analyze_log(
         if e.field in ("entropy", "steps") and steps.size < len(es):
             msg += f" ({steps.size} steps carry both {keys['entropy']} and {keys['reward']})"
         raise LogError(log.path, key, msg) from None
+    keys_used = {k: v for k, v in keys.items() if v is not None}
     if result.target == "reward":
-        keys_used = {k: v for k, v in keys.items() if k in ("entropy", "reward")}
+        keys_used = {k: v for k, v in keys_used.items() if k in ("entropy", "reward")}
         if keys["val"] is not None:
             log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
-    else:
-        keys_used = dict(keys)
     source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}
     return log, replace(result, source=source)
 

@@ -213,3 +213,25 @@ def test_cli_default_out_and_bad_input(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "tb"), "--entropy-key", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and str(tmp_path / "tb") in err and "Traceback" not in err
+
+
+def test_tensorboard_data_server_matches_event_accumulator(tmp_path):
+    """The fast reader (TensorBoard's data server) and EventAccumulator give the same series; a step
+    written twice (a resumed run) keeps the later value in both."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from entflow.analysis.logs import _read_data_server, _read_event_accumulator
+
+    write_tensorboard(tmp_path, 50, val_tag="eval/reward", extra=3)
+    w = SummaryWriter(str(tmp_path))
+    w.add_scalar("train/entropy", 123.0, 50)  # step 50 again, written later
+    w.close()
+    fast, slow = _read_data_server(tmp_path), _read_event_accumulator(tmp_path)
+    if fast is None:
+        pytest.skip("tensorboard_data_server cannot run here")
+    assert set(fast) == set(slow) and len(fast) == 6
+    for k in fast:
+        np.testing.assert_array_equal(fast[k][0], slow[k][0])
+        np.testing.assert_array_equal(fast[k][1], slow[k][1])
+    assert fast["train/entropy"][0][-1] == 50 and fast["train/entropy"][1][-1] == 123.0
+    assert fast["train/entropy"][0].size == 50

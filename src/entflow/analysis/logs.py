@@ -333,13 +333,19 @@ class CsvReader(LogReader):
 
 
 class TensorBoardReader(LogReader):
-    """TensorBoard event files, read with ``tensorboard``'s ``EventAccumulator`` (all scalars kept).
+    """TensorBoard event files, read by TensorBoard's own readers.
 
     One run = one folder of ``events.out.tfevents.*`` files; event files in several folders under
-    the path are several runs (TRL writes ``runs/<date>_<host>/`` per run).
+    the path are several runs (TRL writes ``runs/<date>_<host>/`` per run). The reader is
+    TensorBoard's data server (``tensorboard_data_server``, the Rust loader behind
+    ``tensorboard --load_fast``: about 0.5 M scalars a second here), loaded once with every scalar
+    kept, and queried over its gRPC API; where it cannot run, ``EventAccumulator`` (pure Python:
+    about 20 k scalars a second, so a 10,000-step log of 60 tags takes ~30 s). A step logged twice
+    (a resumed run) keeps its latest value.
     """
 
     name = "tensorboard"
+    fast = True  # False: always EventAccumulator
 
     def find(self, path: Path) -> Path | None:
         if path.is_file():
@@ -351,22 +357,101 @@ class TensorBoardReader(LogReader):
         return dirs[0] if dirs else None
 
     def read(self, target: Path) -> LogData:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-        acc = EventAccumulator(str(target), size_guidance={"scalars": 0})
-        acc.Reload()
-        series = {}
-        for tag in acc.Tags().get("scalars", []):
-            events = acc.Scalars(tag)
-            steps = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
-            vals = np.fromiter((e.value for e in events), dtype=np.float64, count=len(events))
-            if steps.size > 1 and np.any(np.diff(steps) < 0):
-                i = int(np.flatnonzero(np.diff(steps) < 0)[0])
-                raise LogError(target, tag, f"step {steps[i + 1]:g} follows {steps[i]:g}: several runs in one folder?")
-            series[tag] = (steps, vals)
+        if target.is_file():  # one events file: read its folder (the run)
+            target = target.parent
+        series = _read_data_server(target) if self.fast else None
+        if series is None:
+            series = _read_event_accumulator(target)
         if not series:
             raise LogError(target, None, "empty log: no scalar in the event files")
         return LogData(target, self.name, series)
+
+
+def _latest_per_step(steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted by step; of a step logged twice, the value written last."""
+    order = np.lexsort((walls, steps))
+    steps, values = steps[order], values[order]
+    keep = np.ones(steps.size, dtype=bool)
+    keep[:-1] = steps[1:] != steps[:-1]
+    return steps[keep], values[keep]
+
+
+def _read_event_accumulator(target: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(target), size_guidance={"scalars": 0})
+    acc.Reload()
+    series = {}
+    for tag in acc.Tags().get("scalars", []):
+        ev = acc.Scalars(tag)
+        steps = np.fromiter((e.step for e in ev), dtype=np.float64, count=len(ev))
+        walls = np.fromiter((e.wall_time for e in ev), dtype=np.float64, count=len(ev))
+        vals = np.fromiter((e.value for e in ev), dtype=np.float64, count=len(ev))
+        series[tag] = _latest_per_step(steps, walls, vals)
+    return series
+
+
+def _read_data_server(target: Path, timeout_s: float = 120.0) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """All scalars of the run in ``target`` through TensorBoard's data server; None if it cannot run."""
+    import subprocess
+    import tempfile
+    import time
+
+    try:
+        import grpc
+        from tensorboard.data import grpc_provider
+        from tensorboard.data.proto import data_provider_pb2
+        from tensorboard_data_server import server_binary
+    except ImportError:
+        return None
+    binary = server_binary()
+    if not binary or not os.path.isfile(binary):
+        return None
+    with tempfile.TemporaryDirectory(prefix="entflow_tb_") as tmp:
+        port_file = Path(tmp) / "port"
+        args = [binary, f"--logdir={target}", "--reload=once", "--port=0", f"--port-file={port_file}"]
+        args += ["--samples-per-plugin=scalars=all", "--die-after-stdin", "--verbose"]
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError:
+            return None
+        try:
+            deadline = time.monotonic() + timeout_s
+            assert proc.stderr is not None
+            for raw in proc.stderr:  # the server logs the end of its (only) load cycle
+                if b"Finished load cycle" in raw:
+                    break
+                if time.monotonic() > deadline:
+                    return None
+            else:
+                return None  # exited before loading
+            port = int(port_file.read_text().strip())
+            channel = grpc.insecure_channel(f"localhost:{port}", options=[("grpc.max_receive_message_length", 1 << 30)])
+            stub = grpc_provider.make_stub(channel)
+            req = data_provider_pb2.ReadScalarsRequest()
+            req.plugin_filter.plugin_name = "scalars"
+            req.downsample.num_points = 2**31 - 1
+            res = stub.ReadScalars(req, timeout=timeout_s)
+            channel.close()
+        except (grpc.RpcError, OSError, ValueError):
+            return None
+        finally:
+            if proc.stdin:
+                proc.stdin.close()  # --die-after-stdin
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if proc.stderr:
+                proc.stderr.close()
+    series = {}
+    for run in res.runs:
+        for tag in run.tags:
+            d = tag.data
+            series[tag.tag_name] = _latest_per_step(
+                np.asarray(d.step, dtype=np.float64), np.asarray(d.wall_time), np.asarray(d.value, dtype=np.float64)
+            )
+    return series
 
 
 LOOKED_FOR = (

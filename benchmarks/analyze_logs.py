@@ -8,8 +8,9 @@ Writes one log per format with the real writers of tests/support/log_writers.py 
 panel CSV and an MLflow metric-history CSV), each with extra keys per step as the real trainers log
 (TRL ~25, verl ~60). Then, in interleaved rounds (the format order rotated each round), runs the
 whole command in a fresh process — Python start-up and imports included, as a user sees it — and
-reports per format the median wall time and the min–max, plus in-process medians of the two parts
-(reading the log; ``analyze_series``).
+reports per format the median wall time and the min–max, plus in-process medians of three parts
+(reading the log; ``analyze_series``; the two PNG plots). ``python -c "import entflow"`` runs in
+the same rounds: the start-up floor every entflow command pays.
 """
 
 from __future__ import annotations
@@ -65,12 +66,17 @@ def main() -> None:
         logs = build_logs(root, a.steps)
         print(f"wrote {len(logs)} logs of {a.steps} steps in {time.perf_counter() - t0:.1f} s")
         names = list(logs)
-        wall: dict[str, list[float]] = {k: [] for k in names}
+        floor = "(floor: python -c 'import entflow')"
+        wall: dict[str, list[float]] = {k: [] for k in [*names, floor]}
         for r in range(a.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
+            order = [*names, floor]
+            order = order[r % len(order) :] + order[: r % len(order)]
             for name in order:
-                cmd = [sys.executable, "-m", "entflow.cli.main", "analyze", str(logs[name]), "--json"]
-                cmd += ["--out", str(root / "out" / name.replace(" ", "_"))]
+                if name == floor:
+                    cmd = [sys.executable, "-c", "import entflow"]
+                else:
+                    cmd = [sys.executable, "-m", "entflow.cli.main", "analyze", str(logs[name]), "--json"]
+                    cmd += ["--out", str(root / "out" / name.replace(" ", "_"))]
                 t = time.perf_counter()
                 p = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 wall[name].append(time.perf_counter() - t)
@@ -78,18 +84,22 @@ def main() -> None:
                     raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr}")
         sys.path.insert(0, str(ROOT / "src"))
         from entflow.analysis.logs import analyze_log, read_log
+        from entflow.cli.analyze import write_plots
 
-        parts: dict[str, tuple[float, float]] = {}
+        parts: dict[str, tuple[float, float, float]] = {}
         for name in names:
-            reads, fits = [], []
+            reads, fits, plots = [], [], []
             for _ in range(a.rounds):
                 t = time.perf_counter()
                 log = read_log(logs[name])
                 reads.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                analyze_log(log)
+                _, an = analyze_log(log)
                 fits.append(time.perf_counter() - t)
-            parts[name] = (statistics.median(reads), statistics.median(fits))
+                t = time.perf_counter()
+                write_plots(log, an, root / "plots")
+                plots.append(time.perf_counter() - t)
+            parts[name] = (statistics.median(reads), statistics.median(fits), statistics.median(plots))
         sizes = {
             k: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
             for k, p in logs.items()
@@ -99,14 +109,16 @@ def main() -> None:
         f"{os.cpu_count()} CPUs  python {platform.python_version()}"
     )
     print(f"entflow analyze PATH --json, {a.steps} steps, {a.rounds} interleaved rounds (fresh process each)\n")
-    print("| format | size | wall median (s) | min–max (s) | read (s) | analysis (s) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| format | size | wall median (s) | min–max (s) | read (s) | analysis (s) | plots (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in names:
         size, w = sizes[name], wall[name]
         print(
             f"| {name} | {size / 2**20:.1f} MiB | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | "
-            f"{parts[name][0]:.2f} | {parts[name][1]:.3f} |"
+            f"{parts[name][0]:.2f} | {parts[name][1]:.3f} | {parts[name][2]:.2f} |"
         )
+    w = wall[floor]
+    print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | | | |")
 
 
 if __name__ == "__main__":

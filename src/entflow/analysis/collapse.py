@@ -4,7 +4,7 @@ The CLI (``entflow analyze``), the TRL callback (:class:`entflow.integrations.tr
 and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) all call it. It reads
 arrays only (no file, no trainer) and returns a :class:`CollapseAnalysis`:
 
-* **law fit** — paper 003 §2 / Fig. 1: ``R = −a·exp(H) + b`` (ordinary least squares in (a, b),
+* **law fit** — paper 003 §2.4 Eq. 6: ``R = −a·exp(H) + b`` (ordinary least squares in (a, b),
   :func:`entflow.analysis.diagnostics.fit_entropy_law`), with 95 % t-intervals on a, b and the
   ceiling ``−a + b`` from the OLS covariance ``s²·(XᵀX)⁻¹``, ``X = [−e^H, 1]``, ``s² = RSS/(n − 2)``;
 * **mirror form** — ``R = q·exp(−β·H)`` (docs/reproduction.md: it fits the lab's ``grpo_law`` better),
@@ -81,7 +81,7 @@ class FormFit:
         H = np.asarray(entropy, dtype=np.float64)
         p = self.params
         if self.model == "law":
-            return -p["a"] * np.exp(H) + p["b"]  # paper 003 §2: R = −a·exp(H) + b
+            return -p["a"] * np.exp(H) + p["b"]  # paper 003 §2.4 Eq. 6: R = −a·exp(H) + b
         return p["q"] * np.exp(-p["beta"] * H)  # docs/reproduction.md: R ≈ q·e^(−βH)
 
     def gradient(self, entropy: float) -> np.ndarray:

@@ -9,7 +9,9 @@ panel CSV and an MLflow metric-history CSV), each with extra keys per step as th
 (TRL ~25, verl ~60). Then, in interleaved rounds (the format order rotated each round), runs the
 whole command in a fresh process — Python start-up and imports included, as a user sees it — and
 reports per format the median wall time and the min–max, plus in-process medians of three parts
-(reading the log; ``analyze_series``; the two PNG plots). ``python -c "import entflow"`` runs in
+(reading the log; ``analyze_series``; the two PNG plots). CPU = user + system time of the command
+and its children (the TensorBoard data server included), which depends far less on the other jobs
+of a shared machine than wall time. ``python -c "import entflow"`` runs in
 the same rounds: the start-up floor every entflow command pays.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -68,6 +71,7 @@ def main() -> None:
         names = list(logs)
         floor = "(floor: python -c 'import entflow')"
         wall: dict[str, list[float]] = {k: [] for k in [*names, floor]}
+        cpu: dict[str, list[float]] = {k: [] for k in [*names, floor]}
         for r in range(a.rounds):
             order = [*names, floor]
             order = order[r % len(order) :] + order[: r % len(order)]
@@ -77,9 +81,12 @@ def main() -> None:
                 else:
                     cmd = [sys.executable, "-m", "entflow.cli.main", "analyze", str(logs[name]), "--json"]
                     cmd += ["--out", str(root / "out" / name.replace(" ", "_"))]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 p = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 wall[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
                 if p.returncode != 0:
                     raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr}")
         sys.path.insert(0, str(ROOT / "src"))
@@ -109,16 +116,18 @@ def main() -> None:
         f"{os.cpu_count()} CPUs  python {platform.python_version()}"
     )
     print(f"entflow analyze PATH --json, {a.steps} steps, {a.rounds} interleaved rounds (fresh process each)\n")
-    print("| format | size | wall median (s) | min–max (s) | read (s) | analysis (s) | plots (s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| format | size | wall median (s) | min–max (s) | CPU median (s) | read (s) | analysis (s) | plots (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         size, w = sizes[name], wall[name]
         print(
             f"| {name} | {size / 2**20:.1f} MiB | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | "
+            f"{statistics.median(cpu[name]):.2f} | "
             f"{parts[name][0]:.2f} | {parts[name][1]:.3f} | {parts[name][2]:.2f} |"
         )
     w = wall[floor]
-    print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | | | |")
+    c = statistics.median(cpu[floor])
+    print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | {c:.2f} | | | |")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ def test_verl_file_logger(verl_logs):
     assert an.source["keys"]["entropy"] == "actor/entropy"
     assert an.source["keys"]["reward"] == "critic/score/mean"
     assert an.source["keys"]["val"] == "val-core/openai/gsm8k/acc/mean@1"
+    assert an.source["keys"]["response_length"] == "response_length/mean"  # shown, not fitted
+    assert an.source["keys"]["clip"] == "actor/pg_clipfrac"
     R = law_series(N)[2]
     np.testing.assert_array_equal(log.series["critic/score/mean"][1], R)  # JSON keeps float64 exactly
     check_fit(an, "val")

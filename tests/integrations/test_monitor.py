@@ -177,6 +177,27 @@ def test_verl_monitor(caplog):
     assert ok.warning is None and ok.analysis.collapse["verdict"] == "healthy"
 
 
+def test_callback_every_n_logging_steps_without_evaluation():
+    """Without evaluation the callback refits every `every` training logs, on the history so far."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    cb = EntropyMonitorCallback(every=5)
+    state, args = TrainerState(), SimpleNamespace(eval_strategy="no")
+    for s, m in verl_stream(40, collapse=True):
+        logs = {"loss": 0.0, "entropy": m["actor/entropy"], "reward": m["critic/score/mean"]}
+        state.global_step = s
+        state.log_history.append({**logs, "step": s})
+        cb.on_log(args, state, TrainerControl(), logs=logs)
+    cb.on_log(args, state, TrainerControl(), logs={"train_runtime": 1.0})  # the end summary: no refit
+    refit = [r["step"] for r in state.log_history if "entflow/law_ceiling" in r]
+    assert refit == list(range(5, 41, 5)) and cb.n_refits == 8
+    clean = [{k: v for k, v in r.items() if not k.startswith("entflow/")} for r in state.log_history]
+    _, an = analyze_log(log_from_records(clean))
+    assert state.log_history[-1]["entflow/law_ceiling"] == pytest.approx(an.ceiling, rel=1e-12)
+
+
 def test_monitor_parameters_are_checked():
     with pytest.raises(ParameterError, match="every"):
         EntropyMonitorCallback(every=0)

@@ -77,6 +77,14 @@ KEY_TABLE: dict[str, list[str]] = {
         "val/test_score/*",  # older verl
     ],
     "val_entropy": ["val/entropy", "eval_entropy", "eval/entropy"],
+    # shown in the plots and source.keys, not fitted
+    "response_length": [
+        "response_len/mean",
+        "completions/mean_length",
+        "train/completions/mean_length",
+        "response_length/mean",
+    ],
+    "clip": ["clip_ratio/region_mean", "train/clip_ratio/region_mean", "actor/pg_clipfrac", "clip/frac"],
 }
 
 
@@ -585,7 +593,7 @@ def analyze_log(
         raise LogError(log.path, key, msg) from None
     keys_used = {k: v for k, v in keys.items() if v is not None}
     if result.target == "reward":
-        keys_used = {k: v for k, v in keys_used.items() if k in ("entropy", "reward")}
+        keys_used = {k: v for k, v in keys_used.items() if k not in ("val", "val_entropy")}
         if keys["val"] is not None:
             log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
     source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}

@@ -112,7 +112,8 @@ def html_report(
 
 
 def write_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
-    """``entropy_reward.png`` (both series, the half-entropy step marked) and ``law_fit.png`` (R vs H, fits)."""
+    """``entropy_reward.png`` (entropy, reward and, when logged, response length and clip fraction against
+    the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the ceiling)."""
     import matplotlib
     import numpy as np
 
@@ -122,9 +123,11 @@ def write_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     plot_dir.mkdir(parents=True, exist_ok=True)
     keys = analysis.source["keys"]
     out = []
-    fig = Figure(figsize=(9, 3.5))
-    ax1, ax2 = fig.subplots(1, 2)
-    for ax, role in ((ax1, "entropy"), (ax2, "reward")):
+    roles = ["entropy", "reward"] + [r for r in ("response_length", "clip") if keys.get(r)]
+    fig = Figure(figsize=(4.5 * len(roles), 3.5))
+    axes = fig.subplots(1, len(roles))
+    ax1 = axes[0]
+    for ax, role in zip(axes, roles, strict=True):
         s, v = log.series[keys[role]]
         ax.plot(s, v, lw=1)
         ax.set_xlabel("step")

@@ -79,12 +79,12 @@ KEY_TABLE: dict[str, list[str]] = {
     "val_entropy": ["val/entropy", "eval_entropy", "eval/entropy"],
     # shown in the plots and source.keys, not fitted
     "response_length": [
-        "response_len/mean",
+        "response/len_mean",
         "completions/mean_length",
         "train/completions/mean_length",
         "response_length/mean",
     ],
-    "clip": ["clip_ratio/region_mean", "train/clip_ratio/region_mean", "actor/pg_clipfrac", "clip/frac"],
+    "clip": ["clip_ratio/region_mean", "train/clip_ratio/region_mean", "actor/pg_clipfrac", "clip/frac_high"],
 }
 
 

@@ -237,3 +237,25 @@ def test_tensorboard_data_server_matches_event_accumulator(tmp_path):
         np.testing.assert_array_equal(fast[k][1], slow[k][1])
     assert fast["train/entropy"][0][-1] == 50 and fast["train/entropy"][1][-1] == 123.0
     assert fast["train/entropy"][0].size == 50
+
+
+def test_tensorboard_falls_back_when_the_data_server_hangs(tmp_path, monkeypatch):
+    """A data server that never finishes loading (injected: a silent `sleep`) is killed after the
+    timeout and the folder is read by EventAccumulator instead."""
+    import time
+
+    import tensorboard_data_server
+
+    from entflow.analysis import logs
+
+    fake = tmp_path / "server"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(tensorboard_data_server, "server_binary", lambda: str(fake))
+    write_tensorboard(tmp_path / "tb", 30)
+    t = time.monotonic()
+    assert logs._read_data_server(tmp_path / "tb", timeout_s=1.0) is None
+    assert time.monotonic() - t < 10
+    monkeypatch.setattr(logs, "_read_data_server", lambda target: None)
+    log = read_log(tmp_path / "tb")
+    assert log.format == "tensorboard" and log.series["train/entropy"][0].size == 30

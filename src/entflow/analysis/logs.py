@@ -399,11 +399,29 @@ def _read_event_accumulator(target: Path) -> dict[str, tuple[np.ndarray, np.ndar
     return series
 
 
+def _wait_for_load(proc: Any, drain: Any, timeout_s: float) -> bool:
+    """True once the data server logs the end of its (only) load cycle; False if it exits first or
+    ``timeout_s`` passes. Its stderr is read to the end by the thread ``drain`` (so a silent server
+    cannot hang us, nor a chatty one fill the pipe)."""
+    import threading
+
+    done = threading.Event()
+
+    def read() -> None:
+        for raw in proc.stderr:
+            if b"Finished load cycle" in raw:
+                done.set()
+        done.set()  # end of stderr: the server exited
+
+    drain.append(threading.Thread(target=read, daemon=True))
+    drain[0].start()
+    return done.wait(timeout_s) and proc.poll() is None
+
+
 def _read_data_server(target: Path, timeout_s: float = 120.0) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     """All scalars of the run in ``target`` through TensorBoard's data server; None if it cannot run."""
     import subprocess
     import tempfile
-    import time
 
     try:
         import grpc
@@ -423,16 +441,12 @@ def _read_data_server(target: Path, timeout_s: float = 120.0) -> dict[str, tuple
             proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError:
             return None
+        drain: list[Any] = []
+        loaded = False
         try:
-            deadline = time.monotonic() + timeout_s
-            assert proc.stderr is not None
-            for raw in proc.stderr:  # the server logs the end of its (only) load cycle
-                if b"Finished load cycle" in raw:
-                    break
-                if time.monotonic() > deadline:
-                    return None
-            else:
-                return None  # exited before loading
+            loaded = _wait_for_load(proc, drain, timeout_s)
+            if not loaded:
+                return None
             port = int(port_file.read_text().strip())
             channel = grpc.insecure_channel(f"localhost:{port}", options=[("grpc.max_receive_message_length", 1 << 30)])
             stub = grpc_provider.make_stub(channel)
@@ -444,13 +458,18 @@ def _read_data_server(target: Path, timeout_s: float = 120.0) -> dict[str, tuple
         except (grpc.RpcError, OSError, ValueError):
             return None
         finally:
+            if not loaded:
+                proc.kill()
             if proc.stdin:
                 proc.stdin.close()  # --die-after-stdin
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            if proc.stderr:
+                proc.wait()
+            if drain:
+                drain[0].join(timeout=2)
+            if proc.stderr and not (drain and drain[0].is_alive()):  # closing blocks on a pending read
                 proc.stderr.close()
     series = {}
     for run in res.runs:

@@ -69,3 +69,13 @@ class ConfigError(EntflowError, ValueError):
 
 class StatefulMethodWarning(UserWarning):
     """A stateful or stochastic method was passed by name, so it is rebuilt on every call."""
+
+
+class LogError(EntflowError, ValueError):
+    """A training log cannot be read or analysed: empty, missing a key, non-finite values, too few
+    points, or several runs in one folder. Names the file and the key."""
+
+    def __init__(self, path: object, key: str | None, message: str):
+        self.path, self.key = str(path), key
+        where = f"{self.path} [{key}]" if key else self.path
+        super().__init__(f"{where}: {message}")

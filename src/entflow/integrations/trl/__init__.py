@@ -4,9 +4,11 @@ Modules, following TRL's trainer/config split: ``config`` (:class:`EntflowGRPOCo
 compatibility checks), ``trainer`` (:class:`EntflowGRPOTrainer`: thin overrides of TRL's hooks),
 ``loss`` (TRL's batch → ``TokenBatch``, rollout statistics, the ``policy_loss`` call and its
 normalisation), ``metrics`` (entflow's metrics under TRL's names, the controller's step metrics)
-and ``compat`` (what depends on TRL's internals). Importing this package imports TRL.
+``compat`` (what depends on TRL's internals) and ``callbacks`` (:class:`EntropyMonitorCallback`, the
+live entropy-collapse monitor, which also works with plain ``trl.GRPOTrainer``). Importing this package imports TRL.
 """
 
+from entflow.integrations.trl.callbacks import EntropyMonitorCallback
 from entflow.integrations.trl.config import (
     LOSS_TYPE_AGG,
     SCALES,
@@ -24,6 +26,7 @@ __all__ = [
     "TRL_METRIC_NAMES",
     "EntflowGRPOConfig",
     "EntflowGRPOTrainer",
+    "EntropyMonitorCallback",
     "build_method",
     "check_compatibility",
 ]

@@ -1,0 +1,134 @@
+"""Time of ``entflow analyze PATH --json`` on 10,000 logged steps, per log format (issue 22: ≤ 5 s).
+
+    .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3]
+
+Writes one log per format with the real writers of tests/support/log_writers.py (TensorBoard through
+``SummaryWriter`` with TRL's tag names, verl's ``Tracking`` file logger and TensorBoard, TRL's
+``trainer_state.json`` through ``TrainerState.save_to_json``, entflow's ``metrics.jsonl``, a W&B
+panel CSV and an MLflow metric-history CSV), each with extra keys per step as the real trainers log
+(TRL ~25, verl ~60). Then, in interleaved rounds (the format order rotated each round), runs the
+whole command in a fresh process — Python start-up and imports included, as a user sees it — and
+reports per format the median wall time and the min–max, plus in-process medians of three parts
+(reading the log; ``analyze_series``; the two PNG plots). CPU = user + system time of the command
+and its children (the TensorBoard data server included), which depends far less on the other jobs
+of a shared machine than wall time. ``python -c "import entflow"`` runs in
+the same rounds: the start-up floor every entflow command pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.log_writers import (  # noqa: E402
+    write_entflow_run,
+    write_mlflow_csv,
+    write_tensorboard,
+    write_trainer_state,
+    write_verl,
+    write_wandb_csv,
+)
+
+
+def build_logs(root: Path, n: int) -> dict[str, Path]:
+    logs = {
+        "trl-state": write_trainer_state(
+            root / "trl" / "checkpoint-1" / "trainer_state.json", n, extra=20
+        ).parent.parent,
+        "tensorboard (TRL tags)": write_tensorboard(root / "trl_tb", n, val_tag="eval/reward", extra=20),
+        "entflow-run": write_entflow_run(root / "entflow", n),
+        "csv (W&B)": write_wandb_csv(root / "wandb.csv", n, extra=5),
+        "csv (MLflow)": write_mlflow_csv(root / "mlflow.csv", n),
+    }
+    verl = write_verl(root / "verl", n, backends=("file", "tensorboard"), extra=55)
+    logs["verl-jsonl"] = verl["file"]
+    logs["tensorboard (verl)"] = verl["tensorboard"]
+    return logs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        logs = build_logs(root, a.steps)
+        print(f"wrote {len(logs)} logs of {a.steps} steps in {time.perf_counter() - t0:.1f} s")
+        names = list(logs)
+        floor = "(floor: python -c 'import entflow')"
+        wall: dict[str, list[float]] = {k: [] for k in [*names, floor]}
+        cpu: dict[str, list[float]] = {k: [] for k in [*names, floor]}
+        for r in range(a.rounds):
+            order = [*names, floor]
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for name in order:
+                if name == floor:
+                    cmd = [sys.executable, "-c", "import entflow"]
+                else:
+                    cmd = [sys.executable, "-m", "entflow.cli.main", "analyze", str(logs[name]), "--json"]
+                    cmd += ["--out", str(root / "out" / name.replace(" ", "_"))]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                wall[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                if p.returncode != 0:
+                    raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr}")
+        sys.path.insert(0, str(ROOT / "src"))
+        from entflow.analysis.logs import analyze_log, read_log
+        from entflow.cli.analyze import write_plots
+
+        parts: dict[str, tuple[float, float, float]] = {}
+        for name in names:
+            reads, fits, plots = [], [], []
+            for _ in range(a.rounds):
+                t = time.perf_counter()
+                log = read_log(logs[name])
+                reads.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                _, an = analyze_log(log)
+                fits.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                write_plots(log, an, root / "plots")
+                plots.append(time.perf_counter() - t)
+            parts[name] = (statistics.median(reads), statistics.median(fits), statistics.median(plots))
+        sizes = {
+            k: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+            for k, p in logs.items()
+        }
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}  {platform.node()}  {platform.processor() or platform.machine()}  "
+        f"{os.cpu_count()} CPUs  python {platform.python_version()}"
+    )
+    print(f"entflow analyze PATH --json, {a.steps} steps, {a.rounds} interleaved rounds (fresh process each)\n")
+    print("| format | size | wall median (s) | min–max (s) | CPU median (s) | read (s) | analysis (s) | plots (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in names:
+        size, w = sizes[name], wall[name]
+        print(
+            f"| {name} | {size / 2**20:.1f} MiB | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | "
+            f"{statistics.median(cpu[name]):.2f} | "
+            f"{parts[name][0]:.2f} | {parts[name][1]:.3f} | {parts[name][2]:.2f} |"
+        )
+    w = wall[floor]
+    c = statistics.median(cpu[floor])
+    print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | {c:.2f} | | | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""analyze_series (entflow.analysis.collapse): the law fit and its intervals against scipy's
+linregress and against coverage over seeds, the mirror form, held-out model choice, the early
+prediction and its baselines by hand, retention / half-life by hand, verdicts, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from entflow.analysis.collapse import (
+    MIN_POINTS,
+    SCHEMA,
+    analysis_table,
+    analyze_series,
+    fit_law,
+    fit_mirror,
+)
+from entflow.analysis.diagnostics import AnalysisError, ema
+from entflow.methods import get_method
+
+
+def law_run(n=200, a=0.1, b=0.6, sigma=0.005, seed=0, tau=30.0):
+    """A collapsing run: H decays exponentially, R = −a·e^H + b + noise."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, n + 1, dtype=float)
+    H = 0.2 + 1.3 * np.exp(-s / tau)
+    R = -a * np.exp(H) + b + rng.normal(0, sigma, n)
+    return s, H, R
+
+
+def test_law_fit_recovers_known_coefficients():
+    s, H, R = law_run()
+    an = analyze_series(s, H, R)
+    d = an.to_dict()["fit"]
+    assert d["a"] == pytest.approx(0.1, rel=0.03)
+    assert d["b"] == pytest.approx(0.6, abs=0.005)
+    assert d["ceiling"] == pytest.approx(0.5, abs=0.005)
+    assert d["r2"] > 0.98
+    lo, hi = d["ci"]["a"]
+    assert lo < 0.1 < hi and lo < d["a"] < hi
+
+
+def test_law_intervals_match_scipy_linregress():
+    """OLS of R on x = e^H: slope = −a, intercept = b; scipy's standard errors are independent."""
+    _s, H, R = law_run(n=60, sigma=0.02, seed=3)
+    fit = fit_law(H, R)
+    ref = stats.linregress(np.exp(H), R)
+    t = stats.t.ppf(0.975, H.size - 2)
+    assert fit.params["a"] == pytest.approx(-ref.slope, rel=1e-10)
+    assert fit.params["b"] == pytest.approx(ref.intercept, rel=1e-10)
+    assert fit.r2 == pytest.approx(ref.rvalue**2, rel=1e-10)
+    assert fit.ci["a"][1] - fit.params["a"] == pytest.approx(t * ref.stderr, rel=1e-8)
+    assert fit.ci["b"][1] - fit.params["b"] == pytest.approx(t * ref.intercept_stderr, rel=1e-8)
+    # ceiling −a + b: its variance by brute force from residual bootstrap-free algebra (float64)
+    X = np.stack([-np.exp(H), np.ones_like(H)], 1)
+    resid = R - X @ np.array([fit.params["a"], fit.params["b"]])
+    cov = resid @ resid / (H.size - 2) * np.linalg.inv(X.T @ X)
+    se_c = math.sqrt(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1])
+    assert fit.ci["ceiling"][1] - fit.ceiling == pytest.approx(t * se_c, rel=1e-8)
+
+
+def test_law_ci_and_prediction_interval_coverage():
+    """Over 400 seeds the 95 % intervals cover the true a, ceiling and a new R about 95 % of the time."""
+    a, b, sigma = 0.1, 0.6, 0.02
+    _s, H, _ = law_run(n=30, a=a, b=b, sigma=0.0)
+    rng = np.random.default_rng(11)
+    cov_a = cov_c = cov_pred = 0
+    trials = 400
+    for _ in range(trials):
+        R = -a * np.exp(H) + b + rng.normal(0, sigma, H.size)
+        f = fit_law(H, R)
+        cov_a += f.ci["a"][0] <= a <= f.ci["a"][1]
+        cov_c += f.ci["ceiling"][0] <= b - a <= f.ci["ceiling"][1]
+        new = -a * math.exp(0.1) + b + rng.normal(0, sigma)
+        lo, hi = f.interval(0.1)
+        cov_pred += lo <= new <= hi
+    for c in (cov_a, cov_c, cov_pred):
+        assert 0.92 <= c / trials <= 0.98  # binomial sd at 95 %, 400 trials: 1.1 points
+
+
+def test_mirror_fit_and_model_choice_by_heldout_error():
+    s = np.arange(1, 121, dtype=float)
+    H = 0.1 + 1.5 * np.exp(-s / 25)
+    rng = np.random.default_rng(1)
+    R_mirror = 0.7 * np.exp(-1.2 * H) + rng.normal(0, 0.003, s.size)
+    m = fit_mirror(H, R_mirror)
+    assert m is not None
+    assert m.params["q"] == pytest.approx(0.7, rel=0.02)
+    assert m.params["beta"] == pytest.approx(1.2, rel=0.03)
+    assert m.ceiling == m.params["q"]
+    an = analyze_series(s, H, R_mirror)
+    assert an.model == "mirror"
+    assert an.heldout_rmse["mirror"] < an.heldout_rmse["law"]
+    # the held-out error by hand: both fitted on the first 70 % (84 points), scored on the last 36
+    law84 = fit_law(H[:84], R_mirror[:84])
+    rmse = float(np.sqrt(np.mean((law84.predict(H[84:]) - R_mirror[84:]) ** 2)))
+    assert an.heldout_rmse["law"] == pytest.approx(rmse, rel=1e-9)
+    assert an.heldout_n == 36
+    # and law data chooses the law
+    s2, H2, R2 = law_run()
+    assert analyze_series(s2, H2, R2).model == "law"
+
+
+def test_early_prediction_and_baselines_by_hand():
+    s, H, _ = law_run(n=100, sigma=0.0)
+    R = -0.1 * np.exp(H) + 0.6  # exact law: the early fit predicts the final value exactly
+    an = analyze_series(s, H, R, early_frac=0.15)
+    p = an.prediction
+    assert p["n_fit"] == 15 and p["model"] == "law"
+    assert p["final"] == pytest.approx(R[-1], abs=1e-9)
+    assert p["error"] == pytest.approx(0.0, abs=1e-9)
+    lo, hi = p["interval"]
+    assert lo <= R[-1] <= hi and hi - lo < 1e-6  # no noise: a vanishing interval
+    assert p["baselines"]["last_value"]["final"] == R[14]
+    x, y = s[:15], R[:15]
+    slope = ((x - x.mean()) @ (y - y.mean())) / ((x - x.mean()) @ (x - x.mean()))
+    lin = y.mean() + slope * (s[-1] - x.mean())
+    assert p["baselines"]["linear"]["final"] == pytest.approx(lin, rel=1e-9)
+    assert p["baselines"]["linear"]["error"] == pytest.approx(lin - R[-1], rel=1e-9)
+
+
+def test_early_prediction_beats_naive_baselines_on_noisy_law_data():
+    s, H, R = law_run(n=200, sigma=0.003, seed=5)
+    p = analyze_series(s, H, R).prediction
+    assert abs(p["error"]) < 0.02
+    assert abs(p["error"]) < abs(p["baselines"]["last_value"]["error"])
+    assert abs(p["error"]) < abs(p["baselines"]["linear"]["error"])
+    assert p["interval"][0] <= p["observed_final"] <= p["interval"][1]
+
+
+def test_retention_and_half_life_by_hand():
+    s = np.arange(0, 20, dtype=float) * 10
+    H = np.array([2.0] * 5 + [1.5, 1.2, 1.0, 0.9, 0.8] + [0.6] * 10)
+    R = np.linspace(0.1, 0.5, 20)
+    ent = analyze_series(s, H, R).entropy
+    assert ent["initial"] == 2.0  # first 5 % of 20 values: 1 value
+    assert ent["final"] == pytest.approx(0.6)  # last 20 %: 4 values
+    assert ent["retention"] == pytest.approx(0.3)
+    e = 2.0
+    first = None
+    for i, h in enumerate(H):  # EMA with β = 0.6 (paper 002 App. D.3), started at the first value
+        e = h if i == 0 else 0.6 * e + 0.4 * h
+        if first is None and e < 1.0:
+            first = s[i]
+    assert ent["half_life_step"] == first
+    assert np.allclose(ema(H)[-1], e)
+
+
+def test_verdicts_and_suggestions():
+    s, H, R = law_run()
+    collapsed = analyze_series(s, H, R)
+    assert collapsed.collapse["verdict"] == "collapsed" and collapsed.collapse["collapsed"]
+    assert collapsed.reward["stalled"]
+    assert any("retention 0.15" in e for e in collapsed.collapse["evidence"])
+    # entropy halves while the reward still rises linearly
+    n = np.arange(1, 101, dtype=float)
+    rising_R = 0.1 + 0.004 * n
+    falling_H = 1.0 - 0.008 * n
+    c2 = analyze_series(n, falling_H, rising_R)
+    assert c2.collapse["verdict"] == "collapsing" and not c2.reward["stalled"]
+    healthy = analyze_series(n, 1.0 - 0.001 * n, rising_R)
+    assert healthy.collapse["verdict"] == "healthy"
+    rising = analyze_series(n, 0.5 + 0.02 * n, rising_R)
+    assert rising.collapse["verdict"] == "rising"
+    for an in (collapsed, c2, healthy, rising):
+        sug = an.suggestion
+        assert repr(get_method(sug["method"], **sug["params"])) == sug["spec"]
+    assert collapsed.suggestion["method"] == "kl_cov" and c2.suggestion["method"] == "clip_higher"
+
+
+def test_validation_series_is_the_law_target():
+    s, H, R = law_run(n=200, sigma=0.0)
+    vs = s[::20]
+    val = -0.2 * np.exp(H[::20]) + 0.9  # a different law on the validation points
+    an = analyze_series(s, H, R + 0.05, val_steps=vs, val=val)
+    assert an.target == "val" and an.n_points == vs.size
+    assert an.law.params["a"] == pytest.approx(0.2, rel=1e-9)
+    # the entropy at val steps comes from the nearest logged training step; or is given
+    an2 = analyze_series(s, H, R, val_steps=vs + 0.4, val=val, val_entropy=H[::20])
+    assert an2.law.params["b"] == pytest.approx(0.9, rel=1e-9)
+    few = analyze_series(s, H, R, val_steps=vs[:3], val=val[:3])
+    assert few.target == "reward"
+
+
+def test_schema_and_table():
+    s, H, R = law_run()
+    d = analyze_series(s, H, R).to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["schema"] == SCHEMA
+    for path in (
+        "fit.a",
+        "fit.b",
+        "fit.r2",
+        "fit.ceiling",
+        "prediction.final",
+        "prediction.interval",
+        "entropy.retention",
+        "entropy.half_life_step",
+        "collapse.verdict",
+    ):
+        obj = d
+        for part in path.split("."):
+            assert part in obj, path
+            obj = obj[part]
+    title, cols, rows = analysis_table(analyze_series(s, H, R))
+    assert "collapsed" in title and cols == ["quantity", "value", "evidence"]
+    assert all(len(r) == 3 and all(isinstance(c, str) for c in r) for r in rows)
+    assert any(r[0] == "law ceiling −a+b" and r[1] == f"{d['fit']['ceiling']:.4g}" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(entropy=[1.0, 0.9, np.nan, 0.7, 0.6]), "entropy"),
+        (dict(reward=[0.1, np.inf, 0.2, 0.3, 0.3]), "reward"),
+        (dict(steps=[1, 2, 3], entropy=[1.0, 0.9, 0.8], reward=[0.1, 0.2, 0.3]), "entropy"),
+        (dict(steps=[1, 2, 2, 3, 4]), "steps"),
+        (dict(entropy=[1.0, 0.9]), "entropy"),
+        (dict(entropy=[0.5] * 5), "entropy"),
+    ],
+    ids=["nan-entropy", "inf-reward", "too-few", "repeated-step", "length", "flat-entropy"],
+)
+def test_bad_input_is_a_typed_error(kwargs, field):
+    base = dict(steps=[1, 2, 3, 4, 5], entropy=[1.0, 0.9, 0.8, 0.7, 0.6], reward=[0.1, 0.2, 0.25, 0.3, 0.3])
+    base.update(kwargs)
+    with pytest.raises(AnalysisError) as e:
+        analyze_series(base["steps"], base["entropy"], base["reward"])
+    assert e.value.field == field
+    assert MIN_POINTS == 4

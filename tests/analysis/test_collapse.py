@@ -14,12 +14,12 @@ from scipy import stats
 from entflow.analysis.collapse import (
     MIN_POINTS,
     SCHEMA,
-    analysis_table,
     analyze_series,
     fit_law,
     fit_mirror,
 )
 from entflow.analysis.diagnostics import AnalysisError, ema
+from entflow.analysis.tables import collapse_table
 from entflow.methods import get_method
 
 
@@ -206,8 +206,9 @@ def test_schema_and_table():
         for part in path.split("."):
             assert part in obj, path
             obj = obj[part]
-    title, cols, rows = analysis_table(analyze_series(s, H, R))
-    assert "collapsed" in title and cols == ["quantity", "value", "evidence"]
+    table = collapse_table(analyze_series(s, H, R))
+    rows = table.text()
+    assert "collapsed" in table.title and [c.header for c in table.columns] == ["quantity", "value", "evidence"]
     assert all(len(r) == 3 and all(isinstance(c, str) for c in r) for r in rows)
     assert any(r[0] == "law ceiling −a+b" and r[1] == f"{d['fit']['ceiling']:.4g}" for r in rows)
 

@@ -45,7 +45,6 @@ __all__ = [
     "SCHEMA",
     "CollapseAnalysis",
     "FormFit",
-    "analysis_table",
     "analyze_series",
     "fit_law",
     "fit_mirror",
@@ -555,70 +554,3 @@ def analyze_series(
         suggestion=_suggest(verdict["verdict"]),
         points=(Rs, RH, R),
     )
-
-
-def _fmt(v: Any, spec: str = ".4g") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    return format(v, spec) if isinstance(v, int | float) else str(v)
-
-
-def _iv(iv: Any) -> str:
-    return f"[{_fmt(iv[0])}, {_fmt(iv[1])}]" if iv else "—"
-
-
-def analysis_table(analysis: CollapseAnalysis) -> tuple[str, list[str], list[list[str]]]:
-    """The terminal / HTML table of one analysis as (title, columns, rows) of strings."""
-    d = analysis.to_dict()
-    fit, pred, ent, col, sug = d["fit"], d["prediction"], d["entropy"], d["collapse"], d["suggestion"]
-    src = d["source"] or {}
-    title = f"entflow analyze: {src.get('path', '')} ({src.get('format', 'series')}) — {col['verdict']}"
-    rows = [
-        [
-            "R (fitted target)",
-            f"{d['target']} ({_fmt(src.get('keys', {}).get(d['target']))})",
-            f"{d['steps']['n_points']} points",
-        ],
-        ["law a", _fmt(fit["a"]), f"95 % CI {_iv(fit['ci']['a'])}"],
-        ["law b", _fmt(fit["b"]), f"95 % CI {_iv(fit['ci']['b'])}"],
-        ["law ceiling −a+b", _fmt(fit["ceiling"]), f"95 % CI {_iv(fit['ci']['ceiling'])}"],
-        ["law R²", _fmt(fit["r2"], ".3f"), "paper 003: R = −a·e^H + b"],
-    ]
-    if fit["mirror"] is not None:
-        m = fit["mirror"]
-        rows.append(["mirror q·e^(−βH)", f"q {_fmt(m['q'])}, β {_fmt(m['beta'])}", f"R² {_fmt(m['r2'], '.3f')}"])
-    rows.append(
-        [
-            "model (held-out RMSE)",
-            fit["model"],
-            f"law {_fmt(fit['heldout_rmse']['law'])}, mirror {_fmt(fit['heldout_rmse']['mirror'])}"
-            f" on the last {fit['heldout_n']} points",
-        ]
-    )
-    if pred["final"] is not None:
-        rows.append(
-            [
-                f"predicted final ({pred['model']}, first {pred['n_fit']} pts)",
-                _fmt(pred["final"]),
-                f"95 % PI {_iv(pred['interval'])}; observed {_fmt(pred['observed_final'])},"
-                f" error {_fmt(pred['error'], '+.3g')}",
-            ]
-        )
-        for name, b in pred["baselines"].items():
-            rows.append(
-                [f"  baseline: {name.replace('_', ' ')}", _fmt(b["final"]), f"error {_fmt(b['error'], '+.3g')}"]
-            )
-    else:
-        rows.append(["predicted final", "—", pred["note"]])
-    half = ent["half_life_step"]
-    rows += [
-        ["entropy initial → final", f"{_fmt(ent['initial'])} → {_fmt(ent['final'])}", "first 5 % / last 20 % means"],
-        [
-            "entropy retention",
-            _fmt(ent["retention"], ".3f"),
-            f"below half at step {_fmt(half, 'g')}" if half is not None else "never below half",
-        ],
-        ["verdict", col["verdict"], "; ".join(col["evidence"][2:3])],
-        ["suggestion", sug["cli"], sug["why"]],
-    ]
-    return title, ["quantity", "value", "evidence"], rows

@@ -277,3 +277,50 @@ def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path
+
+
+def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
+    """``entropy_reward.png`` (entropy, reward and, when logged, response length and clip fraction against
+    the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the ceiling)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    keys = analysis.source["keys"]
+    out = []
+    roles = ["entropy", "reward"] + [r for r in ("response_length", "clip") if keys.get(r)]
+    fig = Figure(figsize=(4.5 * len(roles), 3.5))
+    axes = fig.subplots(1, len(roles))
+    ax1 = axes[0]
+    for ax, role in zip(axes, roles, strict=True):
+        s, v = log.series[keys[role]]
+        ax.plot(s, v, lw=1)
+        ax.set_xlabel("step")
+        ax.set_title(keys[role])
+    half = analysis.entropy["half_life_step"]
+    if half is not None:
+        ax1.axvline(half, color="C3", ls="--", lw=1, label=f"below half at {half:g}")
+        ax1.legend(fontsize=8)
+    fig.tight_layout()
+    out.append(plot_dir / "entropy_reward.png")
+    fig.savefig(out[-1], dpi=100)
+
+    fig = Figure(figsize=(5, 4))
+    ax = fig.subplots()
+    target_key = keys.get(analysis.target) or keys["reward"]
+    _, H, R = analysis.points
+    ax.scatter(H, R, s=8, alpha=0.6, label="logged")
+    grid = np.linspace(0, max(float(np.max(H)), 1e-3), 100)
+    ax.plot(grid, analysis.law.predict(grid), "C1", label=f"law −a·e^H+b (R² {analysis.law.r2:.3f})")
+    if analysis.mirror is not None:
+        ax.plot(grid, analysis.mirror.predict(grid), "C2--", label=f"mirror q·e^(−βH) (R² {analysis.mirror.r2:.3f})")
+    ax.axhline(analysis.ceiling, color="C1", ls=":", lw=1, label=f"ceiling {analysis.ceiling:.3g}")
+    ax.set_xlabel(keys.get("val_entropy") or keys["entropy"])
+    ax.set_ylabel(target_key)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.append(plot_dir / "law_fit.png")
+    fig.savefig(out[-1], dpi=100)
+    return out

@@ -391,3 +391,39 @@ __getattr__ = forward(
     "entflow.analysis.render",
     "entflow.analysis.plots",
 )
+
+
+def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: bool = False) -> Path:
+    """``entflow analyze`` on any trainer's log (docs/analyze.md): ``out_dir/report.html`` (the
+    collapse table, the verdict with its evidence, the suggestion, the source and the plots),
+    ``out_dir/plots/*.png`` and, with ``write_json``, ``out_dir/analysis.json``. Returns the report."""
+    import html
+    import json
+
+    from entflow.analysis.plots import write_collapse_plots
+    from entflow.analysis.render import render_html, render_html_page
+    from entflow.analysis.tables import collapse_table
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_collapse_plots(log, analysis, out / "plots")
+    d = analysis.to_dict()
+    table = collapse_table(analysis)
+    e = html.escape
+    sug, src = d["suggestion"], d["source"]
+    sections = [
+        render_html(table),
+        f"<h2>Verdict: {e(d['collapse']['verdict'])}</h2><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in d["collapse"]["evidence"])
+        + "</ul>",
+        f"<h2>Suggestion</h2><p><code>{e(sug['cli'])}</code><br><code>{e(sug['trl'])}</code></p><p>{e(sug['why'])}</p>",
+        f"<h2>Source</h2><p>{e(src['format'])}: {e(str(src['path']))}</p><p>keys: {e(json.dumps(src['keys']))}</p><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in src.get("notes", []))
+        + "</ul>",
+        *(f'<p><img src="plots/{e(p.name)}" alt="{e(p.name)}" style="max-width:100%"></p>' for p in plots),
+    ]
+    report = out / "report.html"
+    report.write_text(render_html_page(table.title, sections), encoding="utf-8")
+    if write_json:
+        (out / "analysis.json").write_text(json.dumps(d, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return report

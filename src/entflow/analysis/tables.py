@@ -36,6 +36,7 @@ __all__ = [
     "audit_detail_table",
     "audit_matrix_table",
     "audit_ranking_table",
+    "collapse_table",
     "format_cell",
     "format_number",
     "headline_table",
@@ -320,3 +321,77 @@ def audit_matrix_table(summaries: Sequence[dict[str, Any]]) -> Table:
         ],
         name="audit-matrix",
     )
+
+
+# --------------------------------------------------------------------------------------------
+# entflow analyze on any trainer's log (docs/analyze.md)
+
+
+def _text(v: Any, spec: str = ".4g") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return format(v, spec) if isinstance(v, int | float) else str(v)
+
+
+def _iv(iv: Any) -> str:
+    return f"[{_text(iv[0])}, {_text(iv[1])}]" if iv else "—"
+
+
+def collapse_table(analysis: Any) -> Table:
+    """The table of one :class:`~entflow.analysis.collapse.CollapseAnalysis` (``entflow analyze`` on
+    any trainer's log): the law fit with intervals, the model choice, the early prediction next to
+    its baselines, entropy retention, the verdict and the suggestion."""
+    d = analysis.to_dict()
+    fit, pred, ent, col, sug = d["fit"], d["prediction"], d["entropy"], d["collapse"], d["suggestion"]
+    src = d["source"] or {}
+    title = f"entflow analyze: {src.get('path', '')} ({src.get('format', 'series')}) — {col['verdict']}"
+    rows = [
+        [
+            "R (fitted target)",
+            f"{d['target']} ({_text(src.get('keys', {}).get(d['target']))})",
+            f"{d['steps']['n_points']} points",
+        ],
+        ["law a", _text(fit["a"]), f"95 % CI {_iv(fit['ci']['a'])}"],
+        ["law b", _text(fit["b"]), f"95 % CI {_iv(fit['ci']['b'])}"],
+        ["law ceiling −a+b", _text(fit["ceiling"]), f"95 % CI {_iv(fit['ci']['ceiling'])}"],
+        ["law R²", _text(fit["r2"], ".3f"), "paper 003: R = −a·e^H + b"],
+    ]
+    if fit["mirror"] is not None:
+        m = fit["mirror"]
+        rows.append(["mirror q·e^(−βH)", f"q {_text(m['q'])}, β {_text(m['beta'])}", f"R² {_text(m['r2'], '.3f')}"])
+    rows.append(
+        [
+            "model (held-out RMSE)",
+            fit["model"],
+            f"law {_text(fit['heldout_rmse']['law'])}, mirror {_text(fit['heldout_rmse']['mirror'])}"
+            f" on the last {fit['heldout_n']} points",
+        ]
+    )
+    if pred["final"] is not None:
+        rows.append(
+            [
+                f"predicted final ({pred['model']}, first {pred['n_fit']} pts)",
+                _text(pred["final"]),
+                f"95 % PI {_iv(pred['interval'])}; observed {_text(pred['observed_final'])},"
+                f" error {_text(pred['error'], '+.3g')}",
+            ]
+        )
+        for name, b in pred["baselines"].items():
+            rows.append(
+                [f"  baseline: {name.replace('_', ' ')}", _text(b["final"]), f"error {_text(b['error'], '+.3g')}"]
+            )
+    else:
+        rows.append(["predicted final", "—", pred["note"]])
+    half = ent["half_life_step"]
+    rows += [
+        ["entropy initial → final", f"{_text(ent['initial'])} → {_text(ent['final'])}", "first 5 % / last 20 % means"],
+        [
+            "entropy retention",
+            _text(ent["retention"], ".3f"),
+            f"below half at step {_text(half, 'g')}" if half is not None else "never below half",
+        ],
+        ["verdict", col["verdict"], "; ".join(col["evidence"][2:3])],
+        ["suggestion", sug["cli"], sug["why"]],
+    ]
+    columns = (Column("quantity", align="left"), Column("value", align="left"), Column("evidence", align="left"))
+    return Table(title, columns, [tuple(r) for r in rows], name="collapse")

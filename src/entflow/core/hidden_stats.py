@@ -251,7 +251,8 @@ class _HiddenStats(torch.autograd.Function):
         if all(g is None for g in grads) or not (need_h or need_w or need_b):
             return none
         if h2.shape[0] == 0:  # no rows: zero gradients
-            zeros = [torch.zeros_like(t) if need else None for t, need in zip((h2, weight, bias), (need_h, need_w, need_b))]
+            pairs = zip((h2, weight, bias), (need_h, need_w, need_b), strict=True)
+            zeros = [torch.zeros_like(t) if need else None for t, need in pairs]
             return (*zeros, None, None, None, None, None, None)
         _, grad_tile = _tile_fns(ctx.backend)
         cdt = _compute_dtype(h2.dtype, weight.dtype)

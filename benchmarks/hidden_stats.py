@@ -22,10 +22,16 @@ warm-up (8 rows × 4,096 vocabulary rows, so the warm-up's own peak stays far be
 ran. It counts everything the process touched, torch's allocations included (tracemalloc would
 not see them). ``working`` subtracts the gradients the call must return (∇hidden and ∇W,
 ``rows·D + V·D`` floats, the same for every variant), leaving the memory the method itself needs.
-Variants are interleaved, the order rotated every repetition; medians of ``--runs``.
+Variants are interleaved, the order rotated every repetition; medians of ``--runs``. Time is
+wall clock (``perf_counter``) and, next to it, the process's CPU time (``process_time``, all
+threads), which is less sensitive to other processes sharing the cores.
 
     python benchmarks/hidden_stats.py                                  # D = 896 and 3,584, 3 runs
     python benchmarks/hidden_stats.py --dims 896 --runs 1 --rows 128   # smoke run
+    python benchmarks/hidden_stats.py --tile-sweep 1024,8192,32768 --dims 896   # chunk_vocab, forward
+
+``--tile-sweep``: forward + backward of ``hidden4`` at each ``chunk_vocab`` listed (default
+``chunk_rows``), interleaved in one process (inputs allocated once; time only), medians of ``--runs``.
 """
 
 from __future__ import annotations
@@ -118,6 +124,7 @@ def worker(variant: str, mode: str, rows: int, vocab: int, dim: int, threads: in
     weight.requires_grad_(backward)
 
     base = _rss_bytes()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     if backward:
         out = f(hidden, weight, ids)
@@ -126,8 +133,10 @@ def worker(variant: str, mode: str, rows: int, vocab: int, dim: int, threads: in
         with torch.no_grad():
             out = f(hidden, weight, ids)
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     peak = _peak_rss_bytes()
     res = {"variant": variant, "mode": mode, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB}
+    res["cpu_s"] = cpu
     res["logp_sum"], res["entropy_sum"] = float(out[0].detach().double().sum()), float(out[1].detach().double().sum())
     if backward:
         res["grad_h_abs_sum"] = float(hidden.grad.double().abs().sum())
@@ -159,24 +168,28 @@ def report(dim: int, pairs, results, args, seconds: float) -> None:
         t = statistics.median(r["time_s"] for r in rs)
         m = statistics.median(r["peak_extra_mib"] for r in rs)
         work = statistics.median(r["peak_extra_mib"] - r.get("grads_mib", 0.0) for r in rs)
-        med[p] = (t, m, work)
-    print("| variant | mode | median time (s) | min–max (s) | × logits_ts time | × trl2 time "
-          "| peak extra MiB | working MiB | × logits_ts peak | × logits_ts working |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        cpu = statistics.median(r["cpu_s"] for r in rs)
+        med[p] = (t, m, work, cpu)
+    print("| variant | mode | median time (s) | min–max (s) | × logits_ts time | × trl2 time | CPU s | × logits_ts CPU "
+          "| × trl2 CPU | peak extra MiB | working MiB | × logits_ts peak | × logits_ts working |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v, m in pairs:
-        t, mem, work = med[(v, m)]
+        t, mem, work, cpu = med[(v, m)]
         ts = [r["time_s"] for r in results[(v, m)]]
         base, trl = med.get(("logits_ts", m)), med.get(("trl2", m))
         rt = f"{t / base[0]:.2f}" if base else "—"
         rtrl = f"{t / trl[0]:.2f}" if trl else "—"
         rm = f"{mem / base[1]:.3f}" if base and base[1] > 0 else "—"
         rw = f"{work / base[2]:.3f}" if base and base[2] > 0 else "—"
-        print(f"| {v} | {m} | {t:.2f} | {min(ts):.2f}–{max(ts):.2f} | {rt} | {rtrl} | {mem:.0f} | {work:.0f} "
-              f"| {rm} | {rw} |")  # fmt: skip
+        rc = f"{cpu / base[3]:.2f}" if base else "—"
+        rctrl = f"{cpu / trl[3]:.2f}" if trl else "—"
+        print(f"| {v} | {m} | {t:.2f} | {min(ts):.2f}–{max(ts):.2f} | {rt} | {rtrl} | {cpu:.1f} | {rc} | {rctrl} "
+              f"| {mem:.0f} | {work:.0f} | {rm} | {rw} |")  # fmt: skip
     for m in {m for _, m in pairs}:
         for v in {v for v, mm in pairs if mm == m}:
             # the gradients of four statistics compare with logits_ts, those of two with naive
-            ref = results.get(("logits_ts" if v == "hidden4" else "naive", m)) or results[pairs[0]]
+            other = {"hidden4": "logits_ts", "logits_ts": "hidden4"}.get(v, "naive")
+            ref = results.get((other, m)) or results[pairs[0]]
             a, b = results[(v, m)][0], ref[0]
             keys = ["logp_sum", "entropy_sum"] + (["grad_h_abs_sum", "grad_w_abs_sum"] if m == "fwd_bwd" else [])
             d = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in keys)
@@ -191,10 +204,38 @@ def report(dim: int, pairs, results, args, seconds: float) -> None:
             ("time hidden2 / logits_ts ≤ 1.2", h2[0] / ts[0], 1.2),
             ("time hidden2 / trl2 ≤ 1.0", h2[0] / trl[0], 1.0),
             ("time hidden4 / trl2 ≤ 1.2", h4[0] / trl[0], 1.2),
+            ("CPU time hidden4 / logits_ts ≤ 1.2", h4[3] / ts[3], 1.2),
+            ("CPU time hidden2 / trl2 ≤ 1.0", h2[3] / trl[3], 1.0),
+            ("CPU time hidden4 / trl2 ≤ 1.2", h4[3] / trl[3], 1.2),
         ]
         print(f"\ntargets (forward+backward, D={dim}):")
         for name, val, lim in checks:
             print(f"- {name}: {val:.3f} → {'met' if val <= lim else 'NOT met'}")
+
+
+def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> None:
+    import torch
+
+    from entflow.core.hidden_stats import token_stats_from_hidden
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    hidden = torch.randn(args.rows, dim, requires_grad=True)
+    weight = torch.randn(args.vocab, dim).mul_(2.0 / dim**0.5).requires_grad_(True)
+    ids = torch.randint(0, args.vocab, (args.rows,))
+    times: dict[int, list[float]] = {c: [] for c in cols}
+    for rep in range(args.runs):
+        for c in cols if rep % 2 == 0 else cols[::-1]:
+            hidden.grad = weight.grad = None
+            t0 = time.perf_counter()
+            out = token_stats_from_hidden(hidden, weight, ids, chunk_vocab=c)
+            sum(o.sum() for o in out).backward()
+            times[c].append(time.perf_counter() - t0)
+            print(f"D={dim} chunk_vocab={c}: {times[c][-1]:.2f} s", flush=True)
+    print(f"\n| chunk_vocab (D={dim}, {args.rows} rows, V={args.vocab}) | median fwd+bwd (s) | min–max (s) |")
+    print("|---:|---:|---:|")
+    for c in cols:
+        print(f"| {c} | {statistics.median(times[c]):.2f} | {min(times[c]):.2f}–{max(times[c]):.2f} |")
 
 
 def main() -> None:
@@ -207,8 +248,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--tile-sweep", default=None, help="comma-separated chunk_vocab values to time (hidden4)")
     ap.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tile_sweep:
+        for dim in (int(d) for d in args.dims.split(",")):
+            tile_sweep(dim, [int(c) for c in args.tile_sweep.split(",")], args)
+        return
     if args.worker:
         v, m, d = args.worker
         print(json.dumps(worker(v, m, args.rows, args.vocab, int(d), args.threads, args.seed)))

@@ -305,3 +305,20 @@ def test_triton_tile_kernels_on_cpu_interpreter():
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     summary = res.stdout.strip().splitlines()[-1]
     assert "6 passed" in summary and "skipped" not in summary, res.stdout[-2000:]
+
+
+def test_hidden_as_a_strided_view(gen):
+    """``last_hidden_state[:, :-1]`` (a non-contiguous view) gives the same statistics and gradient
+    as its contiguous copy."""
+    full = torch.randn(3, 6, 7, generator=gen)
+    w = torch.randn(53, 7, generator=gen)
+    ids = torch.randint(0, 53, (3, 5), generator=gen)
+    coef = torch.randn(4, 3, 5, generator=gen, dtype=torch.float64)
+    res = []
+    for contiguous in (False, True):
+        x = full.clone().requires_grad_(True)
+        h = x[:, :-1].contiguous() if contiguous else x[:, :-1]
+        out = token_stats_from_hidden(h, w, ids, chunk_rows=4, chunk_vocab=11)
+        res.append((torch.stack(list(out)), torch.autograd.grad(objective(out, coef), x)[0]))
+    assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
+    assert res[0][1][:, -1].abs().max() == 0 and res[0][1][:, :-1].abs().max() > 1e-3

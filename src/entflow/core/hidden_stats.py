@@ -18,8 +18,8 @@ over the entries seen so far. A tile whose maximum raises ``m`` to ``m'`` rescal
     Z' = α Z + Σ_tile e,  A' = α (A + δ Z) + Σ_tile e·d,  B' = α² B + Σ_tile e²,  C' = α² (C + δ B) + Σ_tile e²·d
 
 After the last tile, with ``log Z`` (``lse = m + log Z``): entropy = log Z − A/Z,
-Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ², logp = z_k − lse (the definitions of
-:mod:`entflow.core.token_stats`; entropy is paper 001's H = −Σ π log π).
+Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ², logp = z_k − lse (the statistics of docs/design.md §3,
+as :mod:`entflow.core.token_stats` computes them from logits).
 
 Backward: the tiles are recomputed (one more matmul each) and turned into the closed-form gradient
 w.r.t. the logits of ``token_stats._backward_chunk``, π (c0 + c1 log π + π (c2 + c3 log π)) +

@@ -46,10 +46,11 @@ from entflow.errors import NonFiniteError, ParameterError, ShapeError
 BACKENDS = ("auto", "torch", "triton")
 _OWNER = "token_stats_from_hidden"
 
-# Default tile (chunk_rows=None, chunk_vocab=None). Measured on the 2-core CPU at V = 151,936
-# (docs/benchmarks.md, "token_stats_from_hidden"): a [1,024 × 8,192] float32 tile (32 MiB) keeps
-# the matmul at its full rate (~68 GFLOP/s, vs ~51 at 1,024 columns) and all rows of a
-# typical micro-batch in one row chunk, so the weight is read once per pass.
+# Default tile (chunk_rows=None, chunk_vocab=None), measured on the 2-core CPU at D = 896,
+# V = 151,936 (docs/benchmarks.md, "token_stats_from_hidden", tile sweep): forward + backward took
+# 38 s with 8,192 vocabulary entries per tile, 62 s with 2,048 (more, smaller ops) and 36 s with
+# 32,768 (within the noise, at 4× the memory). 1,024 rows keep a typical micro-batch in one row
+# chunk, so the weight is read once per pass; a float32 tile is then 32 MiB.
 DEFAULT_CHUNK_ROWS = 1024
 DEFAULT_CHUNK_VOCAB = 8192
 

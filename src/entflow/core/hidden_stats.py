@@ -424,8 +424,9 @@ def token_stats_from_hidden(
         chunk_rows: rows per tile (default ``DEFAULT_CHUNK_ROWS`` = 1,024).
         chunk_vocab: vocabulary entries per tile (default ``DEFAULT_CHUNK_VOCAB`` = 8,192). Extra
             memory is a few ``[chunk_rows, chunk_vocab]`` compute-dtype buffers (3 × 32 MiB at the
-            defaults), plus, in the backward, the gradients (and float32 accumulators for
-            half-precision weights when the rows span several row chunks).
+            defaults; 2 in the forward), a float32 copy of each ``[chunk_vocab, D]`` weight slice
+            for half-precision weights, and, in the backward, the gradients (plus a float32 ∇W
+            accumulator for half-precision weights when the rows span several row chunks).
         row_mask: optional ``[...]`` bool/0-1 mask; rows where it is 0 are not computed at all
             (every statistic 0, zero gradient). Selecting the kept rows costs one host sync.
         validate: check ids, shapes' contents and finiteness (docs/design.md §13; reads the

@@ -333,3 +333,17 @@ def test_hidden_as_a_strided_view(gen):
         res.append((torch.stack(list(out)), torch.autograd.grad(objective(out, coef), x)[0]))
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
     assert res[0][1][:, -1].abs().max() == 0 and res[0][1][:, :-1].abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("rows", [None, 4])
+def test_bf16_weight_gradient_one_or_many_row_chunks(gen, rows):
+    """bf16 weights: ∇W is written once per vocabulary chunk (one row chunk) or accumulated in
+    float32 over row chunks; both match float64 to bf16 rounding (1e-2 · max|∇_ref|)."""
+    h, w, b, ids, coef = make_inputs(gen)
+    x = [t.to(torch.bfloat16).requires_grad_(True) for t in (h, w, b)]
+    out = token_stats_from_hidden(*x[:2], ids, x[2], chunk_rows=rows, chunk_vocab=11)
+    got = torch.autograd.grad(objective(out, coef), x)
+    _, ref = reference(*(t.detach() for t in x), ids, 1.0, coef)
+    for g, r in zip(got, ref, strict=True):
+        assert g.dtype == torch.bfloat16
+        assert _err(g, r) <= 1e-2 * r.abs().max().item()

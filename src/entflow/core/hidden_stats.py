@@ -1,0 +1,473 @@
+"""Per-token statistics straight from the last hidden state (docs/design.md §3), without logits.
+
+``token_stats_from_hidden(hidden, weight, ids, bias)`` returns what
+``token_stats(hidden @ weight.T + bias, ids)`` returns — the same :class:`TokenStats`, the same
+``stats=`` selection — but the ``[N, V]`` logits never exist. Rows are taken ``chunk_rows`` at a
+time and the vocabulary ``chunk_vocab`` entries at a time; each ``[rows, vocab chunk]`` tile of
+logits is one matmul into a reused float32 buffer, folded into per-row running sums, and dropped.
+Peak extra memory is O(chunk_rows · chunk_vocab) (plus the gradients themselves in the backward).
+
+Online statistics (all float32; float64 for float64 input). With ``z = (h·wᵀ + b)/τ`` and a
+running reference ``m`` (the largest ``z`` seen so far in the row), each row keeps::
+
+    Z = Σ_b e_b,   A = Σ_b e_b d_b,   B = Σ_b e_b²,   C = Σ_b e_b² d_b,   e_b = exp(d_b), d_b = z_b − m
+
+over the entries seen so far. A tile whose maximum raises ``m`` to ``m'`` rescales them with
+α = exp(m − m') and δ = m − m' (since ``e_b' = α e_b`` and ``d_b' = d_b + δ``)::
+
+    Z' = α Z + Σ_tile e,  A' = α (A + δ Z) + Σ_tile e·d,  B' = α² B + Σ_tile e²,  C' = α² (C + δ B) + Σ_tile e²·d
+
+After the last tile, with ``log Z`` (``lse = m + log Z``): entropy = log Z − A/Z,
+Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ², logp = z_k − lse (the statistics of docs/design.md §3,
+as :mod:`entflow.core.token_stats` computes them from logits).
+
+Backward: the tiles are recomputed (one more matmul each) and turned into the closed-form gradient
+w.r.t. the logits of ``token_stats._backward_chunk``, π (c0 + c1 log π + π (c2 + c3 log π)) +
+g_logp δ_bk (divided by τ), from the saved ``lse`` and statistics; then
+``∇h += G W_c``, ``∇W_c += Gᵀ h`` and ``∇b_c += Σ_rows G`` (float32 accumulation). All four
+statistics are differentiable, as in ``token_stats``.
+
+Backends: the tile folds (forward) and the tile gradient (backward) run as torch ops, or as the
+Triton kernels of :mod:`entflow.core._triton_hidden_kernels` (``backend="auto"`` on CUDA with
+Triton installed; the matmuls are torch's either way).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+
+import torch
+
+from entflow.core.checks import check_finite
+from entflow.core.token_stats import _LOG_FLOOR, STAT_NAMES, TokenStats, _parse_stats
+from entflow.errors import NonFiniteError, ParameterError, ShapeError
+
+BACKENDS = ("auto", "torch", "triton")
+_OWNER = "token_stats_from_hidden"
+
+# Default tile (chunk_rows=None, chunk_vocab=None), measured on the 2-core CPU at D = 896,
+# V = 151,936 (docs/benchmarks.md, "token_stats_from_hidden", tile sweep): forward + backward took
+# 38 s with 8,192 vocabulary entries per tile, 62 s with 2,048 (more, smaller ops) and 36 s with
+# 32,768 (within the noise, at 4× the memory). 1,024 rows keep a typical micro-batch in one row
+# chunk, so the weight is read once per pass; a float32 tile is then 32 MiB.
+DEFAULT_CHUNK_ROWS = 1024
+DEFAULT_CHUNK_VOCAB = 8192
+
+
+def _triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    return torch.float64 if all(d == torch.float64 for d in dtypes) else torch.float32
+
+
+# --------------------------------------------------------------------------------------------
+# Tiles
+# --------------------------------------------------------------------------------------------
+
+
+def _tile_logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """Raw logits ``h wᵀ + b`` of one tile into ``out`` [R, C] (h [R, D], w [C, D], compute dtype)."""
+    if b is None:
+        return torch.mm(h, w.t(), out=out)
+    return torch.addmm(b, h, w.t(), out=out)
+
+
+class _State:
+    """Running per-row sums of the online softmax (see the module docstring), each ``[R]``."""
+
+    def __init__(self, r: int, want_h: bool, want_p2: bool, want_s2l: bool, kw: dict) -> None:
+        self.m = torch.full((r,), float("-inf"), **kw)
+        self.z = torch.zeros(r, **kw)
+        self.a = torch.zeros(r, **kw) if want_h else None
+        self.b = torch.zeros(r, **kw) if want_p2 else None
+        self.c = torch.zeros(r, **kw) if want_s2l else None
+        self.zk = torch.zeros(r, **kw)  # the sampled token's scaled logit z_k
+
+
+@torch.no_grad()
+def _fold_tile_torch(tile: torch.Tensor, e: torch.Tensor, st: _State, local: torch.Tensor, inv_temp: float) -> None:
+    """Fold one tile of raw logits ``tile`` [R, C] into ``st`` (torch ops; ``tile`` is overwritten).
+
+    ``local`` [R]: the sampled token's column in this tile (outside [0, C) when it is not in it).
+    """
+    m_new = torch.maximum(st.m, tile.amax(-1) * inv_temp)
+    m_ref = torch.where(m_new == float("-inf"), 0.0, m_new)  # all −inf so far: any finite reference
+    alpha = torch.exp(st.m - m_ref)  # 0 while m = −inf
+    delta = torch.where(st.m == float("-inf"), 0.0, st.m - m_ref)
+    d = torch.add(m_ref.neg().unsqueeze(-1), tile, alpha=inv_temp, out=tile)  # d = z − m', one pass
+    c = tile.shape[1]
+    inside = (local >= 0) & (local < c)
+    dk = d.gather(-1, local.clamp(0, c - 1).unsqueeze(-1)).squeeze(-1)
+    st.zk = torch.where(inside, dk + m_ref, st.zk)
+    d.clamp_(min=_LOG_FLOOR)  # exp(d) = 0 below it; keeps 0·(−inf) out of the products
+    torch.exp(d, out=e)
+    z_t = e.sum(-1)
+    if st.a is not None or st.c is not None:
+        ed = d.mul_(e)  # e·d, in place of d
+        if st.a is not None:
+            st.a = alpha * (st.a + delta * st.z) + ed.sum(-1)  # uses the old Z
+        if st.c is not None:  # before B is updated: C uses the old B
+            c_t = torch.bmm(ed.unsqueeze(1), e.unsqueeze(2)).view(-1)  # Σ e²·d
+            st.c = alpha * alpha * (st.c + delta * st.b) + c_t
+    if st.b is not None:
+        st.b = alpha * alpha * st.b + torch.bmm(e.unsqueeze(1), e.unsqueeze(2)).view(-1)  # Σ e²
+    st.z = alpha * st.z + z_t
+    st.m = m_new
+
+
+def _coefficients(grads, saved, inv_temp):
+    """Per-row coefficients (each ``[R]`` or None) of the logits gradient, times ``inv_temp``:
+    G = π (c0 + c1 log π + π (c2 + c3 log π)) + g δ_bk (``token_stats._backward_chunk``)."""
+    g_logp, g_h, g_s2, g_s2l = grads
+    h, s2, s2l = saved
+    ref = next(t for t in grads if t is not None)
+    c0 = torch.zeros_like(ref)
+    c1 = c2 = c3 = None
+    if g_logp is not None:
+        c0 = c0 - g_logp
+    if g_h is not None:
+        c0 = c0 - g_h * h
+        c1 = -g_h
+    if g_s2 is not None:
+        c0 = c0 - 2 * g_s2 * s2
+        c2 = 2 * g_s2
+    if g_s2l is not None:
+        c0 = c0 - g_s2l * (2 * s2l + s2)
+        c2 = g_s2l if c2 is None else c2 + g_s2l
+        c3 = 2 * g_s2l
+
+    def scale(c):
+        return None if c is None else c * inv_temp
+
+    return scale(c0), scale(c1), scale(c2), scale(c3), scale(g_logp)
+
+
+@torch.no_grad()
+def _grad_tile_torch(tile, lse, coefs, local, inv_temp, p, tmp) -> torch.Tensor:
+    """Turn raw logits ``tile`` [R, C] into the logits gradient G (returned; lives in ``tile``).
+
+    ``p``, ``tmp``: [R, C] scratch buffers (``tmp`` is used only for the Σπ² terms)."""
+    c0, c1, c2, c3, g_k = coefs
+
+    def col(c):
+        return c.unsqueeze(-1)
+
+    lp = torch.add(lse.neg().unsqueeze(-1), tile, alpha=inv_temp, out=tile)  # log π
+    lp.clamp_(min=_LOG_FLOOR)
+    torch.exp(lp, out=p)
+    if c2 is not None:  # tmp = π (c2 + c3 log π)
+        if c3 is not None:
+            torch.addcmul(col(c2), lp, col(c3), out=tmp)
+        else:
+            tmp.copy_(col(c2).expand_as(tmp))
+        tmp.mul_(p)
+        if c1 is not None:
+            tmp.addcmul_(lp, col(c1))
+        g = tmp.add_(col(c0)).mul_(p)
+    elif c1 is not None:
+        g = torch.addcmul(col(c0), lp, col(c1), out=lp).mul_(p)
+    else:
+        g = torch.mul(p, col(c0), out=lp)
+    if g_k is not None:
+        c = g.shape[1]
+        inside = (local >= 0) & (local < c)
+        add = torch.where(inside, g_k, 0.0).unsqueeze(-1)
+        g.scatter_add_(-1, local.clamp(0, c - 1).unsqueeze(-1), add)
+    return g
+
+
+def _tile_fns(backend: str):
+    if backend == "triton":
+        from entflow.core._triton_hidden_kernels import fold_tile, grad_tile
+
+        return fold_tile, grad_tile
+    return _fold_tile_torch, _grad_tile_torch
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd function
+# --------------------------------------------------------------------------------------------
+
+
+def _buffers(r: int, c: int, n: int, kw: dict) -> list[torch.Tensor]:
+    return [torch.empty(r * c, **kw) for _ in range(n)]
+
+
+def _view(buf: torch.Tensor, r: int, c: int) -> torch.Tensor:
+    return buf[: r * c].view(r, c)  # contiguous, also for a narrower last vocabulary chunk
+
+
+class _HiddenStats(torch.autograd.Function):
+    """Tiled forward (online softmax); backward recomputes each tile (memory O(rows · vocab chunk))."""
+
+    @staticmethod
+    def forward(ctx, h2, weight, bias, ids, inv_temp, want, rows, cols, backend):  # h2 [N, D], weight [V, D]
+        ctx.set_materialize_grads(False)
+        fold, _ = _tile_fns(backend)
+        cdt = _compute_dtype(h2.dtype, weight.dtype)
+        n, v = h2.shape[0], weight.shape[0]
+        kw = {"dtype": cdt, "device": h2.device}
+        want_h, want_p2 = want[1], want[2] or want[3]
+        outs = [torch.empty(n, **kw) if w else None for w in (want[0], want_h, want_p2, want[3])]
+        lse = torch.empty(n, **kw)
+        r_max, c_max = max(min(rows, n), 1), max(min(cols, v), 1)
+        tile_buf, e_buf = _buffers(r_max, c_max, 2, kw)
+        bias_c = None if bias is None else bias.to(cdt)
+        for r0 in range(0, n, r_max):
+            r1 = min(r0 + r_max, n)
+            h = h2[r0:r1].to(cdt)
+            st = _State(r1 - r0, want_h, want_p2, want[3], kw)
+            for c0 in range(0, v, c_max):
+                c1 = min(c0 + c_max, v)
+                tile = _tile_logits(h, weight[c0:c1].to(cdt), None if bias_c is None else bias_c[c0:c1],
+                                    _view(tile_buf, r1 - r0, c1 - c0))  # fmt: skip
+                fold(tile, _view(e_buf, r1 - r0, c1 - c0), st, ids[r0:r1] - c0, inv_temp)
+            log_z = torch.log(st.z)
+            lse[r0:r1] = st.m + log_z
+            if want[0]:
+                outs[0][r0:r1] = st.zk - lse[r0:r1]
+            if want_h:
+                outs[1][r0:r1] = log_z - st.a / st.z
+            if want_p2:
+                s2 = st.b / (st.z * st.z)
+                outs[2][r0:r1] = s2
+                if want[3]:
+                    outs[3][r0:r1] = st.c / (st.z * st.z) - log_z * s2
+        del tile_buf, e_buf
+        saved = [o if o is not None else lse.new_empty(0) for o in outs[1:]]
+        ctx.save_for_backward(h2, weight, bias, ids, lse, *saved)
+        ctx.inv_temp, ctx.want, ctx.rows, ctx.cols, ctx.backend = inv_temp, want, rows, cols, backend
+        return tuple(o for o, w in zip(outs, want, strict=True) if w)
+
+    @staticmethod
+    def backward(ctx, *grad_outs):
+        h2, weight, bias, ids, lse, h_s, s2_s, s2l_s = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        it = iter(grad_outs)
+        grads = [next(it) if w else None for w in ctx.want]
+        none = (None,) * 9
+        if all(g is None for g in grads) or not (need_h or need_w or need_b):
+            return none
+        if h2.shape[0] == 0:  # no rows: zero gradients
+            pairs = zip((h2, weight, bias), (need_h, need_w, need_b), strict=True)
+            zeros = [torch.zeros_like(t) if need else None for t, need in pairs]
+            return (*zeros, None, None, None, None, None, None)
+        _, grad_tile = _tile_fns(ctx.backend)
+        cdt = _compute_dtype(h2.dtype, weight.dtype)
+        n, v, dim = h2.shape[0], weight.shape[0], h2.shape[1]
+        kw = {"dtype": cdt, "device": h2.device}
+        grads = [None if g is None else g.to(cdt) for g in grads]
+        r_max, c_max = max(min(ctx.rows, n), 1), max(min(ctx.cols, v), 1)
+        one_row_chunk = n <= r_max
+        # gradients: written straight into the result when its dtype is the compute dtype; else
+        # accumulated in float32 (∇h per row chunk, ∇W over the whole vocabulary unless one row
+        # chunk writes each ∇W_c exactly once) and cast once
+        g_h = torch.empty(h2.shape, dtype=h2.dtype, device=h2.device) if need_h else None
+        g_w = g_w_acc = None
+        if need_w:
+            g_w = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+            if not one_row_chunk:
+                g_w_acc = g_w if weight.dtype == cdt else torch.empty(weight.shape, **kw)
+                g_w_acc.zero_()
+        g_b = torch.zeros(v, **kw) if need_b else None
+        bias_c = None if bias is None else bias.to(cdt)
+        has_p2 = grads[2] is not None or grads[3] is not None
+        tile_buf, p_buf = _buffers(r_max, c_max, 2, kw)
+        tmp_buf = _buffers(r_max, c_max, 1, kw)[0] if has_p2 else None
+        gw_tmp = torch.empty(c_max, dim, **kw) if need_w and one_row_chunk and weight.dtype != cdt else None
+        gh_acc = torch.empty(r_max, dim, **kw) if need_h and h2.dtype != cdt else None
+        for r0 in range(0, n, r_max):
+            r1 = min(r0 + r_max, n)
+            r = r1 - r0
+            h = h2[r0:r1].to(cdt)
+            sl = slice(r0, r1)
+            sv = tuple(t[sl] if t.numel() else None for t in (h_s, s2_s, s2l_s))
+            coefs = _coefficients([None if g is None else g[sl] for g in grads], sv, ctx.inv_temp)
+            acc_h = None
+            if need_h:
+                acc_h = g_h[sl] if gh_acc is None else gh_acc[:r]
+            for c0 in range(0, v, c_max):
+                c1 = min(c0 + c_max, v)
+                c = c1 - c0
+                w = weight[c0:c1].to(cdt)
+                tile = _tile_logits(h, w, None if bias_c is None else bias_c[c0:c1], _view(tile_buf, r, c))
+                g = grad_tile(tile, lse[sl], coefs, ids[sl] - c0, ctx.inv_temp, _view(p_buf, r, c),
+                              None if tmp_buf is None else _view(tmp_buf, r, c))  # fmt: skip
+                if need_h:
+                    if c0 == 0:
+                        torch.mm(g, w, out=acc_h)
+                    else:
+                        acc_h.addmm_(g, w)
+                if need_w:
+                    if g_w_acc is not None:
+                        g_w_acc[c0:c1].addmm_(g.t(), h)
+                    elif gw_tmp is None:
+                        torch.mm(g.t(), h, out=g_w[c0:c1])
+                    else:
+                        g_w[c0:c1].copy_(torch.mm(g.t(), h, out=gw_tmp[:c]))
+                if need_b:
+                    g_b[c0:c1] += g.sum(0)
+            if gh_acc is not None:
+                g_h[sl].copy_(acc_h)
+        if g_w_acc is not None and g_w_acc is not g_w:
+            g_w.copy_(g_w_acc)
+        g_b = None if g_b is None else g_b.to(bias.dtype)
+        return g_h, g_w, g_b, None, None, None, None, None, None
+
+
+# --------------------------------------------------------------------------------------------
+# Public function
+# --------------------------------------------------------------------------------------------
+
+
+def _positive_int(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ParameterError(_OWNER, name, f"must be a positive int or None, got {value!r}")
+
+
+def _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_rows, chunk_vocab, backend):
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() < 1 or not torch.is_floating_point(hidden):
+        shown = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        raise ShapeError("hidden", "a floating-point tensor [..., D]", shown)
+    d = hidden.shape[-1]
+    if weight.dim() != 2 or weight.shape[1] != d:
+        raise ShapeError("weight", f"[V, {d}] (D = hidden.shape[-1])", tuple(weight.shape))
+    if not torch.is_floating_point(weight):
+        raise ParameterError(_OWNER, "weight", f"must be a floating-point tensor, got {weight.dtype}")
+    v = weight.shape[0]
+    if bias is not None:
+        if tuple(bias.shape) != (v,):
+            raise ShapeError("bias", f"[{v}] (V = weight.shape[0])", tuple(bias.shape))
+        if not torch.is_floating_point(bias):
+            raise ParameterError(_OWNER, "bias", f"must be a floating-point tensor, got {bias.dtype}")
+    if tuple(token_ids.shape) != tuple(hidden.shape[:-1]):
+        raise ShapeError("token_ids", f"{tuple(hidden.shape[:-1])} (hidden.shape[:-1])", tuple(token_ids.shape))
+    if torch.is_floating_point(token_ids) or torch.is_complex(token_ids):
+        raise ParameterError(_OWNER, "token_ids", f"must be an integer tensor, got {token_ids.dtype}")
+    if row_mask is not None and tuple(row_mask.shape) != tuple(token_ids.shape):
+        raise ShapeError("row_mask", f"{tuple(token_ids.shape)} (token_ids.shape)", tuple(row_mask.shape))
+    if not temperature > 0:
+        raise ParameterError(_OWNER, "temperature", f"must be > 0, got {temperature}")
+    _positive_int("chunk_rows", chunk_rows)
+    _positive_int("chunk_vocab", chunk_vocab)
+    if backend not in BACKENDS:
+        raise ParameterError(_OWNER, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+
+
+def _check_values(hidden, weight, bias, ids, want_logp) -> None:
+    """docs/design.md §13: ids in range; hidden and weight finite; bias may hold −inf (a masked
+    vocabulary entry) but no NaN/+inf, at least one finite entry, and none at a sampled token."""
+    v = weight.shape[0]
+    if ids.numel():
+        if v == 0:
+            raise ShapeError("weight", "a non-empty vocabulary axis (V ≥ 1)", tuple(weight.shape))
+        lo, hi = torch.aminmax(ids)
+        lo, hi = int(lo), int(hi)
+        if lo < 0 or hi >= v:
+            raise ShapeError("token_ids", f"values in [0, {v})", f"range [{lo}, {hi}]")
+    check_finite("hidden", hidden)
+    check_finite("weight", weight)
+    if bias is None or bias.numel() == 0:
+        return
+    bd = bias.detach()
+    lo, hi = torch.aminmax(bd)
+    lo_f, hi_f = float(lo), float(hi)
+    if hi_f != hi_f or hi_f == float("inf"):
+        raise NonFiniteError("bias", int(torch.isnan(bd).sum()), int(torch.isposinf(bd).sum()))
+    if hi_f == float("-inf"):
+        raise NonFiniteError("bias", 0, v)  # no finite logit: the softmax is undefined
+    if lo_f == float("-inf") and want_logp and ids.numel():
+        n = int((bd[ids] == float("-inf")).sum())
+        if n:
+            raise ShapeError("token_ids", "tokens whose bias is finite", f"{n} sampled token(s) with bias -inf")
+
+
+def _use_triton(hidden: torch.Tensor, weight: torch.Tensor, backend: str) -> bool:
+    fp32 = _compute_dtype(hidden.dtype, weight.dtype) == torch.float32
+    if backend == "triton":
+        if not fp32:
+            raise ParameterError(_OWNER, "backend", "'triton' computes in float32; got float64 hidden and weight")
+        return True
+    return backend == "auto" and fp32 and hidden.is_cuda and _triton_available()
+
+
+def token_stats_from_hidden(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    token_ids: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    *,
+    stats: Iterable[str] = STAT_NAMES,
+    chunk_rows: int | None = None,
+    chunk_vocab: int | None = None,
+    row_mask: torch.Tensor | None = None,
+    validate: bool = True,
+    backend: str = "auto",
+) -> TokenStats:
+    """:func:`~entflow.core.token_stats.token_stats` of ``hidden @ weight.T + bias`` without the logits.
+
+    Args:
+        hidden: ``[..., D]`` last hidden states (float32/64, bf16, fp16; computed in float32,
+            float64 stays float64). A view such as ``last_hidden_state[:, :-1]`` is fine.
+        weight: ``[V, D]`` output projection (``lm_head.weight``; may be tied to the input
+            embedding: its gradient is returned to autograd, which accumulates it).
+        token_ids: ``[...]`` sampled token ids (``hidden.shape[:-1]``).
+        bias: optional ``[V]`` output bias. ``-inf`` entries mask vocabulary entries (π = 0);
+            the sampled tokens' entries must be finite.
+        temperature: τ > 0; the logits are divided by it before any softmax.
+        stats: which of ``STAT_NAMES`` to compute (default all four); the others are ``None`` and
+            cost nothing.
+        chunk_rows: rows per tile (default ``DEFAULT_CHUNK_ROWS`` = 1,024).
+        chunk_vocab: vocabulary entries per tile (default ``DEFAULT_CHUNK_VOCAB`` = 8,192). Extra
+            memory is a few ``[chunk_rows, chunk_vocab]`` compute-dtype buffers (3 × 32 MiB at the
+            defaults; 2 in the forward), a float32 copy of each ``[chunk_vocab, D]`` weight slice
+            for half-precision weights, and, in the backward, the gradients (plus a float32 ∇W
+            accumulator for half-precision weights when the rows span several row chunks).
+        row_mask: optional ``[...]`` bool/0-1 mask; rows where it is 0 are not computed at all
+            (every statistic 0, zero gradient). Selecting the kept rows costs one host sync.
+        validate: check ids, shapes' contents and finiteness (docs/design.md §13; reads the
+            inputs once more and syncs with the host), and that no row's logits overflowed.
+        backend: ``"auto"`` (Triton tile kernels for CUDA tensors when Triton is installed, else
+            torch), ``"torch"`` or ``"triton"`` (on CPU tensors only under ``TRITON_INTERPRET=1``).
+
+    Returns:
+        :class:`TokenStats` of ``[...]`` tensors (float32; float64 for float64 inputs), ``None``
+        for the statistics not requested; differentiable w.r.t. ``hidden``, ``weight``, ``bias``.
+    """
+    want = _parse_stats(stats)
+    _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_rows, chunk_vocab, backend)
+    lead, d = token_ids.shape, hidden.shape[-1]
+    ids = token_ids.reshape(-1).long()
+    if validate:
+        _check_values(hidden, weight, bias, ids, want[0])
+    h2 = hidden.reshape(-1, d)
+    keep = None
+    if row_mask is not None:
+        keep = row_mask.reshape(-1).bool().nonzero().squeeze(-1)  # one host sync
+        h2, ids = h2.index_select(0, keep), ids.index_select(0, keep)
+    if h2.stride(-1) != 1:
+        h2 = h2.contiguous()
+    rows = DEFAULT_CHUNK_ROWS if chunk_rows is None else chunk_rows
+    cols = DEFAULT_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
+    backend = "triton" if _use_triton(hidden, weight, backend) else "torch"
+    outs = _HiddenStats.apply(h2, weight, bias, ids.contiguous(), 1.0 / temperature, want, rows, cols, backend)
+    if validate and ids.numel():
+        _check_overflow(outs)
+    if keep is not None:
+        n = lead.numel()
+        outs = tuple(o.new_zeros(n).index_copy(0, keep, o) for o in outs)
+    it = iter(outs)
+    return TokenStats(*(next(it).reshape(lead) if w else None for w in want))
+
+
+def _check_overflow(outs: tuple[torch.Tensor, ...]) -> None:
+    """Finite inputs can still overflow in ``hidden @ weight.T``; such rows give NaN/inf."""
+    vals = torch.stack([o.detach() for o in outs])
+    if not bool(torch.isfinite(vals).all()):
+        raise NonFiniteError(
+            "logits (hidden @ weight.T + bias)", int(torch.isnan(vals).sum()), int(torch.isinf(vals).sum())
+        )

@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out")
     ap.add_argument("--task", default="countdown_routes")
+    ap.add_argument("--splits", default="val,hard", help="comma-separated: val, hard")
     ap.add_argument("params", nargs="*")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -64,10 +65,13 @@ def main() -> None:
     model.eval()
     t0 = time.perf_counter()
     res = {"policy": a.policy, "task": repr(task)}
-    res["val"] = split_passk(model, tok, task, task.validation_set(), a.n, a.seed)
-    res["hard"] = split_passk(model, tok, task, task.hard_set(), a.n, a.seed + 1)
+    splits = a.splits.split(",")
+    if "val" in splits:
+        res["val"] = split_passk(model, tok, task, task.validation_set(), a.n, a.seed)
+    if "hard" in splits:
+        res["hard"] = split_passk(model, tok, task, task.hard_set(), a.n, a.seed + 1)
     res["seconds"] = round(time.perf_counter() - t0, 1)
-    for split in ("val", "hard"):
+    for split in splits:
         r = res[split]
         print(split, {k: round(v, 4) for k, v in r.items() if k != "per_problem_correct" and isinstance(v, float)})
     if a.out:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Design-seed comparison on the exploration-bound preset (docs/regime.md): every method at its paper
+# setting, seeds 100 101 102 (never 0..9), one run at a time; then pass@256 of each final policy on
+# the hard split. Usage: experiments/regime/compare.sh OUT_DIR [STEPS]
+set -u
+OUT=${1:?out dir}; STEPS=${2:-100}
+PY=${PY:-/work/main/.venv/bin/python}
+export PYTHONPATH=src OMP_NUM_THREADS=1
+CFG=src/entflow/lab/configs/regime.yaml
+declare -a RUNS=(
+  "grpo|grpo|"
+  "clip_higher|clip_higher|"
+  "steer|steer|method.lambda_min=0.7"
+  "kl_cov|kl_cov|"
+  "clip_cov|clip_cov|"
+  "adaptive_entropy|adaptive_entropy|"
+  "positive_only|positive_only|"
+  "negative_only|negative_only|"
+  "grpo_strict|grpo|strict_on_policy=true"
+  "opefo_strict|opefo|strict_on_policy=true"
+)
+for seed in 100 101 102; do
+  for r in "${RUNS[@]}"; do
+    IFS='|' read -r label method extra <<< "$r"
+    name="$label-s$seed"
+    [ -f "$OUT/$name/passk.json" ] && continue
+    $PY experiments/regime/train.py --config $CFG --method "$method" --name "$name" \
+      out_dir="$OUT" seed=$seed steps=$STEPS group="$label" $extra > "$OUT/$name.log" 2>&1 || { echo "FAILED $name"; continue; }
+    $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" --n 256 --splits hard \
+      --out "$OUT/$name/passk.json" >> "$OUT/$name.log" 2>&1
+    echo "done $name $(date +%T)"
+  done
+done

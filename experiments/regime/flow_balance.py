@@ -63,33 +63,45 @@ def one_setting(model, tok, task, P: int, G: int, tau: float, batches: int, seed
                     "S_neg_share": float(cn / s_neg.clamp(min=1e-12)),
                 }
         # rewards shuffled within each group
-        perm = torch.cat([
-            torch.nonzero(roll.group_index == g).flatten()[torch.randperm(G)] for g in range(P)
-        ])
+        perm = torch.cat([torch.nonzero(roll.group_index == g).flatten()[torch.randperm(G)] for g in range(P)])
         dHs, _, _ = delta_h(st.logp, st.entropy, mask, roll.rewards[perm], roll.group_index)
         # sequence-normalised: ΔH_t / |y|
         lens = mask.sum(1, keepdim=True).clamp(min=1)
         sp_n, sn_n = flow_sums(dH / lens, valid)
-        rows.append({
-            "S_pos": float(s_pos),
-            "S_neg": float(s_neg),
-            "lambda_star": float(balance(s_pos, s_neg)),
-            "lambda_star_shuffled": float(balance(*flow_sums(dHs, valid))),
-            "lambda_star_seqnorm": float(balance(sp_n, sn_n)),
-            "acc": float(roll.rewards.mean()),
-            "entropy": float((st.entropy * mask).sum() / mask.sum()),
-            "tokens": int(valid.sum()),
-            "cells": cells,
-        })
+        rows.append(
+            {
+                "S_pos": float(s_pos),
+                "S_neg": float(s_neg),
+                "lambda_star": float(balance(s_pos, s_neg)),
+                "lambda_star_shuffled": float(balance(*flow_sums(dHs, valid))),
+                "lambda_star_seqnorm": float(balance(sp_n, sn_n)),
+                "acc": float(roll.rewards.mean()),
+                "entropy": float((st.entropy * mask).sum() / mask.sum()),
+                "tokens": int(valid.sum()),
+                "cells": cells,
+            }
+        )
+
     def mean(key):
         return statistics.mean(r[key] for r in rows)
-    out = {k: mean(k) for k in ("S_pos", "S_neg", "lambda_star", "lambda_star_shuffled",
-                               "lambda_star_seqnorm", "acc", "entropy", "tokens")}
+
+    out = {
+        k: mean(k)
+        for k in (
+            "S_pos",
+            "S_neg",
+            "lambda_star",
+            "lambda_star_shuffled",
+            "lambda_star_seqnorm",
+            "acc",
+            "entropy",
+            "tokens",
+        )
+    }
     out["lambda_star_per_batch"] = [round(r["lambda_star"], 4) for r in rows]
     out["lambda_star_shuffled_per_batch"] = [round(r["lambda_star_shuffled"], 4) for r in rows]
     out["cells"] = {
-        c: {k: statistics.mean(r["cells"][c][k] for r in rows) for k in rows[0]["cells"][c]}
-        for c in rows[0]["cells"]
+        c: {k: statistics.mean(r["cells"][c][k] for r in rows) for k in rows[0]["cells"][c]} for c in rows[0]["cells"]
     }
     out |= {"P": P, "G": G, "temperature": tau, "batches": batches}
     return out
@@ -111,11 +123,15 @@ def main() -> None:
     for P, G, tau in ((16, 16, 1.0), (16, 16, 0.7), (16, 16, 1.3), (64, 4, 1.0), (4, 64, 1.0)):
         r = one_setting(model, tok, task, P, G, tau, a.batches, a.seed)
         res["settings"].append(r)
-        print(f"P={P} G={G} tau={tau}: acc {r['acc']:.3f} H {r['entropy']:.3f} S+ {r['S_pos']:.2f} "
-              f"S- {r['S_neg']:.2f} lambda* {r['lambda_star']:.3f} shuffled {r['lambda_star_shuffled']:.3f} "
-              f"seqnorm {r['lambda_star_seqnorm']:.3f}")
-        print("   ", {c: (round(v["S_pos_share"], 2), round(v["S_neg_share"], 2), v["tokens"])
-                      for c, v in r["cells"].items()})
+        print(
+            f"P={P} G={G} tau={tau}: acc {r['acc']:.3f} H {r['entropy']:.3f} S+ {r['S_pos']:.2f} "
+            f"S- {r['S_neg']:.2f} lambda* {r['lambda_star']:.3f} shuffled {r['lambda_star_shuffled']:.3f} "
+            f"seqnorm {r['lambda_star_seqnorm']:.3f}"
+        )
+        print(
+            "   ",
+            {c: (round(v["S_pos_share"], 2), round(v["S_neg_share"], 2), v["tokens"]) for c, v in r["cells"].items()},
+        )
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -47,10 +47,14 @@ def plateau_step(ev: list[dict], key: str = "val/acc", width: int = 5) -> dict:
     tests = [slope_test(steps[i : i + width], ys[i : i + width]) for i in range(len(ev) - width + 1)]
     for i in range(len(tests)):
         if all(b <= 2 * se for b, se in tests[i:]):
-            return {"plateau_step": steps[i], "window_evals": width,
-                    "window_slopes_per_100_steps": [(round(100 * b, 4), round(100 * se, 4)) for b, se in tests],
-                    "mean_acc_after": statistics.mean(ys[i:]),
-                    "entropy_at_plateau": ev[i]["val/entropy"], "entropy_final": ev[-1]["val/entropy"]}
+            return {
+                "plateau_step": steps[i],
+                "window_evals": width,
+                "window_slopes_per_100_steps": [(round(100 * b, 4), round(100 * se, 4)) for b, se in tests],
+                "mean_acc_after": statistics.mean(ys[i:]),
+                "entropy_at_plateau": ev[i]["val/entropy"],
+                "entropy_final": ev[-1]["val/entropy"],
+            }
     return {"plateau_step": None}
 
 
@@ -80,8 +84,16 @@ def main() -> None:
             "entropy_final": ev[-1]["val/entropy"],
             "steps": ev[-1]["step"],
         }
-    keys = ["val_acc_best_window", "hard_acc_best_window", "hard_pass@256_n256", "hard_pass@64_n256",
-            "hard_pass@1_n256", "val_acc_final", "hard_acc_final", "entropy_final"]
+    keys = [
+        "val_acc_best_window",
+        "hard_acc_best_window",
+        "hard_pass@256_n256",
+        "hard_pass@64_n256",
+        "hard_pass@1_n256",
+        "val_acc_final",
+        "hard_acc_final",
+        "entropy_final",
+    ]
     summary = {}
     base = per.get("grpo", {})
     for label, seeds in per.items():

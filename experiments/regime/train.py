@@ -22,7 +22,12 @@ from entflow.lab.trainer import lab_setup, step_seed, train, validate_policy
 def validate_both(model, tokenizer, task, cfg, step: int) -> dict[str, float]:
     out = validate_policy(model, tokenizer, task, cfg, step)
     res = evaluate(
-        model, tokenizer, task, task.hard_set(), k=cfg.eval_k, temperature=cfg.temperature,
+        model,
+        tokenizer,
+        task,
+        task.hard_set(),
+        k=cfg.eval_k,
+        temperature=cfg.temperature,
         seed=step_seed(cfg.seed + 2, step),
     )
     out |= {f"hard/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems")}

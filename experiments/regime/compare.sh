@@ -7,23 +7,30 @@ OUT=${1:?out dir}; STEPS=${2:-100}
 PY=${PY:-/work/main/.venv/bin/python}
 export PYTHONPATH=src OMP_NUM_THREADS=1
 CFG=src/entflow/lab/configs/regime.yaml
+# most informative first: the queue may be cut short by the CPU budget
 declare -a RUNS=(
   "grpo|grpo|"
+  "negative_only|negative_only|"
   "clip_higher|clip_higher|"
-  "steer|steer|method.lambda_min=0.7"
   "kl_cov|kl_cov|"
   "clip_cov|clip_cov|"
-  "adaptive_entropy|adaptive_entropy|"
-  "positive_only|positive_only|"
-  "negative_only|negative_only|"
-  "grpo_strict|grpo|strict_on_policy=true"
+  "steer|steer|method.lambda_min=0.7"
   "opefo_strict|opefo|strict_on_policy=true"
+  "grpo_strict|grpo|strict_on_policy=true"
+  "positive_only|positive_only|"
+  "adaptive_entropy|adaptive_entropy|"
 )
 for seed in 100 101 102; do
   for r in "${RUNS[@]}"; do
     IFS='|' read -r label method extra <<< "$r"
     name="$label-s$seed"
     [ -f "$OUT/$name/passk.json" ] && continue
+    if [ -f "$OUT/$name/checkpoints/final/config.json" ]; then  # trained, pass@k missing
+      $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" --n 256 --splits hard \
+        --out "$OUT/$name/passk.json" >> "$OUT/$name.log" 2>&1
+      echo "done $name (pass@k only) $(date +%T)"
+      continue
+    fi
     $PY experiments/regime/train.py --config $CFG --method "$method" --name "$name" \
       out_dir="$OUT" seed=$seed steps=$STEPS group="$label" $extra > "$OUT/$name.log" 2>&1 || { echo "FAILED $name"; continue; }
     $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" --n 256 --splits hard \

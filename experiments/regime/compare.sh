@@ -20,9 +20,10 @@ declare -a RUNS=(
   "positive_only|positive_only|"
   "adaptive_entropy|adaptive_entropy|"
 )
-for seed in 100 101 102; do
+for seed in ${SEEDS:-100 101 102}; do
   for r in "${RUNS[@]}"; do
     IFS='|' read -r label method extra <<< "$r"
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $label "* ]]; then continue; fi
     name="$label-s$seed"
     [ -f "$OUT/$name/passk.json" ] && continue
     if [ -f "$OUT/$name/checkpoints/final/config.json" ]; then  # trained, pass@k missing

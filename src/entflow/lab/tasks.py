@@ -389,7 +389,7 @@ class CountdownRoutesTask(CountdownTask):
 
     name = "countdown_routes"
 
-    def __init__(self, route: str = "*", hard_size: int = 128, validation_size: int = 128, **kwargs: Any):
+    def __init__(self, route: str = "*", hard_size: int = 128, validation_size: int = 64, **kwargs: Any):
         super().__init__(validation_size=validation_size, **kwargs)
         if not isinstance(route, str) or len(route) != 1 or route not in "+-*":
             raise ParameterError("countdown_routes", "route", f"must be one of '+', '-', '*', got {route!r}")

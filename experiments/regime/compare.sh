@@ -27,14 +27,14 @@ for seed in ${SEEDS:-100 101 102}; do
     name="$label-s$seed"
     [ -f "$OUT/$name/passk.json" ] && continue
     if [ -f "$OUT/$name/checkpoints/final/config.json" ]; then  # trained, pass@k missing
-      $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" --n 256 --splits hard \
+      $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" validation_size=128 hard_size=128 --n 256 --splits hard \
         --out "$OUT/$name/passk.json" >> "$OUT/$name.log" 2>&1
       echo "done $name (pass@k only) $(date +%T)"
       continue
     fi
     $PY experiments/regime/train.py --config $CFG --method "$method" --name "$name" \
       out_dir="$OUT" seed=$seed steps=$STEPS group="$label" $extra > "$OUT/$name.log" 2>&1 || { echo "FAILED $name"; continue; }
-    $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" --n 256 --splits hard \
+    $PY experiments/regime/passk.py "$OUT/$name/checkpoints/final" validation_size=128 hard_size=128 --n 256 --splits hard \
       --out "$OUT/$name/passk.json" >> "$OUT/$name.log" 2>&1
     echo "done $name $(date +%T)"
   done

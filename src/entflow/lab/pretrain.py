@@ -58,6 +58,9 @@ FORMAT_VERSION = 2
 INFO_FILE = "warmstart.json"
 # fields that do not change what is trained, so they are left out of the cache key
 _NOT_HASHED = ("threads",)
+# fields that enter the cache key only when changed from these defaults (warm starts cached before
+# they existed keep their keys)
+_KEYED_IF_SET = {"trace_exclude": "", "trace_exclude_frac": 1.0}
 
 
 @dataclass
@@ -87,6 +90,12 @@ class PretrainConfig:
     # sharpening that away (the entropy–performance exchange the papers study)
     label_smoothing: float = 0.2
     threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
+    # route bias (docs/regime.md): with probability ``trace_exclude_frac`` a training problem's trace is
+    # drawn only from its correct answers that contain none of the characters in ``trace_exclude``, and a
+    # problem with no such answer is skipped, so the warm policy under-covers that route (e.g. "*"). The
+    # defaults ("" / 1.0) leave the recipe, its random draws and the cache key unchanged.
+    trace_exclude: str = ""
+    trace_exclude_frac: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
@@ -112,6 +121,10 @@ class PretrainConfig:
         need(0 <= self.wrong_frac < 1, "wrong_frac", "must be in [0, 1)")
         need(0 <= self.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
         need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
+        need(isinstance(self.trace_exclude, str), "trace_exclude", "must be a string of characters")
+        need(0 <= self.trace_exclude_frac <= 1, "trace_exclude_frac", "must be in [0, 1]")
+        if self.trace_exclude and not hasattr(get_task(self.task, **self.task_params), "solutions"):
+            need(False, "trace_exclude", f"needs a task that lists its solutions ({self.task!r} does not)")
         self.policy.validate()
         get_task(self.task, **self.task_params)  # unknown task / task parameter: fail before any work
 
@@ -129,6 +142,9 @@ class PretrainConfig:
     def key(self) -> str:
         """Hash of everything that changes the trained policy (12 hex digits)."""
         d = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        for k, default in _KEYED_IF_SET.items():  # added later: at their defaults the old keys stay valid
+            if d[k] == default:
+                del d[k]
         blob = json.dumps({"format": FORMAT_VERSION, "config": d}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -312,11 +328,14 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         for step in range(cfg.steps):
-            problems = task.sample_problems(cfg.batch_size, rng)
-            responses = [
-                (task.wrong_traces if rng.random() < cfg.wrong_frac else task.solution_traces)(p, rng, 1)[0]
-                for p in problems
-            ]
+            if cfg.trace_exclude:
+                problems, responses = _route_biased_batch(task, cfg, rng)
+            else:
+                problems = task.sample_problems(cfg.batch_size, rng)
+                responses = [
+                    (task.wrong_traces if rng.random() < cfg.wrong_frac else task.solution_traces)(p, rng, 1)[0]
+                    for p in problems
+                ]
             batch = make_sft_batch(tokenizer, [p.prompt for p in problems], responses)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
@@ -346,6 +365,28 @@ def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[s
         "eval": ev,
     }
     return model, tokenizer, info
+
+
+def _route_biased_batch(task: LabTask, cfg: PretrainConfig, rng: random.Random) -> tuple[list[Problem], list[str]]:
+    """``cfg.batch_size`` (problem, trace) pairs under ``cfg.trace_exclude`` (see ``PretrainConfig``):
+    a wrong trace with probability ``wrong_frac``; otherwise, with probability ``trace_exclude_frac``,
+    a correct answer free of the excluded characters (problems without one are skipped), else any
+    correct answer."""
+    problems: list[Problem] = []
+    responses: list[str] = []
+    while len(problems) < cfg.batch_size:
+        (p,) = task.sample_problems(1, rng)
+        if rng.random() < cfg.wrong_frac:
+            problems.append(p)
+            responses.append(task.wrong_traces(p, rng, 1)[0])
+            continue
+        sols = list(task.solutions(p))  # type: ignore[attr-defined]
+        if rng.random() < cfg.trace_exclude_frac:
+            sols = [s for s in sols if not any(c in s for c in cfg.trace_exclude)]
+        if sols:
+            problems.append(p)
+            responses.append(rng.choice(sols))
+    return problems, responses
 
 
 def pretrain(cfg: PretrainConfig | None = None, cache_dir: str | Path | None = None, progress: bool = True) -> Path:

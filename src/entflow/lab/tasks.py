@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import zlib
 from typing import Any, NamedTuple
 
 from entflow.errors import ParameterError, UnknownMethodError
@@ -322,7 +323,74 @@ class ArithmeticTask(LabTask):
         return [str(problem.answer + rng.choice([-1, 1]) * rng.randint(1, 10)) for _ in range(k)]
 
 
-TASKS: dict[str, type[LabTask]] = {"countdown": CountdownTask, "arithmetic": ArithmeticTask}
+class CountdownRoutesTask(CountdownTask):
+    """Countdown with a second held-out split of *route-requiring* problems (docs/regime.md).
+
+    A problem *requires the route* ``route`` (a character, default ``"*"``) when every one of its
+    correct responses contains it: ``"3 5 7>22:"`` (only ``3*5+7`` and its reorderings) does,
+    ``"3 5 7>15:"`` (``3+5+7`` is correct) does not. Training problems come from the countdown
+    distribution with both held-out splits removed:
+
+    - ``validation_set()``: ``validation_size`` problems of the training distribution;
+    - ``hard_set()``: ``hard_size`` route-requiring problems (the harder split that measures
+      whether RL found the route a warm start trained without it under-covers, see
+      ``PretrainConfig.trace_exclude``).
+    """
+
+    name = "countdown_routes"
+
+    def __init__(self, route: str = "*", hard_size: int = 128, validation_size: int = 64, **kwargs: Any):
+        super().__init__(validation_size=validation_size, **kwargs)
+        if not isinstance(route, str) or len(route) != 1 or route not in "+-*":
+            raise ParameterError("countdown_routes", "route", f"must be one of '+', '-', '*', got {route!r}")
+        if hard_size < 1:
+            raise ParameterError("countdown_routes", "hard_size", f"must be >= 1, got {hard_size!r}")
+        self.route, self.hard_size = route, hard_size
+
+    def _params(self) -> tuple:
+        return (*super()._params(), self.route)
+
+    def requires_route(self, problem: Problem) -> bool:
+        """True when every correct response of ``problem`` contains ``self.route``."""
+        return all(self.route in s for s in self.solutions(problem))
+
+    def hard_set(self) -> list[Problem]:
+        """Fixed held-out route-requiring problems, disjoint from ``validation_set()`` (seeded by
+        the task name and parameters like it)."""
+        if getattr(self, "_hard", None) is None:
+            val = {p.prompt for p in self.validation_set()}
+            rng = random.Random(zlib.crc32(repr((self.name, "hard", self._params())).encode()))
+            seen: dict[str, Problem] = {}
+            tries = 0
+            while len(seen) < self.hard_size:
+                p = self._sample_one(rng)
+                if p.prompt not in val and self.requires_route(p):
+                    seen.setdefault(p.prompt, p)
+                tries += 1
+                if tries > 1000 * self.hard_size:
+                    raise ParameterError(self.name, "hard_size", "exceeds the number of route-requiring problems")
+            self._hard = list(seen.values())
+            self._hard_prompts = frozenset(seen)
+        return list(self._hard)
+
+    def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
+        """``n`` training problems, never from ``validation_set()`` or ``hard_set()``."""
+        if n < 0:
+            raise ParameterError(self.name, "n", f"must be >= 0, got {n}")
+        self.hard_set()
+        out: list[Problem] = []
+        while len(out) < n:
+            p = self._sample_one(rng)
+            if p.prompt not in self._val_prompts and p.prompt not in self._hard_prompts:
+                out.append(p)
+        return out
+
+
+TASKS: dict[str, type[LabTask]] = {
+    "countdown": CountdownTask,
+    "arithmetic": ArithmeticTask,
+    "countdown_routes": CountdownRoutesTask,
+}
 
 
 def get_task(name: str = "countdown", **kwargs: Any) -> LabTask:

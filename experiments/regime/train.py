@@ -1,0 +1,58 @@
+"""One lab run on ``countdown_routes`` that also evaluates the hard (route-requiring) split.
+
+    PYTHONPATH=src python experiments/regime/train.py --config src/entflow/lab/configs/regime.yaml \
+        --method grpo --name grpo-s100 seed=100 [key=value ...]
+
+The same ``entflow.trainer.loop.train`` as ``entflow train``; only the validation callback differs:
+on every evaluation step it adds ``hard/*`` (the metrics of ``validate_policy`` on
+``task.hard_set()``) to the ``val/*`` metrics, so the best-window accuracy of the hard split can
+be read from metrics.jsonl. The ``methods:`` list of a run preset is ignored (give ``--method``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from entflow.lab.config import build_config
+from entflow.lab.pretrain import evaluate
+from entflow.lab.setup import lab_setup, train, validate_policy
+from entflow.trainer.config import load_yaml
+from entflow.trainer.rollout import step_seed
+
+
+def validate_both(model, tokenizer, task, cfg, step: int) -> dict[str, float]:
+    out = validate_policy(model, tokenizer, task, cfg, step)
+    res = evaluate(
+        model,
+        tokenizer,
+        task,
+        task.hard_set(),
+        k=cfg.eval_k,
+        temperature=cfg.temperature,
+        seed=step_seed(cfg.seed + 2, step),
+    )
+    out |= {f"hard/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems")}
+    return out
+
+
+def routes_setup(cfg):
+    return dataclasses.replace(lab_setup(cfg), validate=validate_both)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--method", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("overrides", nargs="*")
+    a = ap.parse_args()
+    base = load_yaml(a.config)
+    base.pop("methods", None)
+    base["method"], base["name"] = a.method, a.name
+    cfg = build_config(base, a.overrides)
+    print(train(cfg, overwrite=True, setup=routes_setup))
+
+
+if __name__ == "__main__":
+    main()

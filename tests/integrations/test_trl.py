@@ -532,18 +532,22 @@ def test_a_new_shaper_gets_the_rollout_entropy_from_its_declaration(tiny, tmp_pa
             trainer.train()
 
 
-def test_a_method_reading_reference_logps_without_kl_ref_is_refused(tmp_path):
-    """TRL computes reference log-probs only for its own KL (``beta``), which the adapter maps to
-    ``kl_ref``: another method declaring ``needs = ("ref_logp",)`` is refused when the config is built."""
+def test_a_method_reading_reference_logps_without_kl_ref_gets_the_reference(tmp_path):
+    """TRL computes reference log-probs only when its ``beta`` ≠ 0: a method declaring
+    ``needs = ("ref_logp",)`` without ``kl_ref`` gets ``REFERENCE_ONLY_BETA`` (TRL's own KL term is
+    in the loss the adapter replaces); a beta the user sets for it is refused, naming ``beta``."""
+    from entflow.integrations.trl.config import REFERENCE_ONLY_BETA
     from support.throwaway_methods import ReferenceReader, registered
 
     with registered(ReferenceReader):
-        with pytest.raises(ConfigError, match=r"entflow_method.*reference log-probs"):
-            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_reference_reader")
+        args = EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_reference_reader")
+        assert args.beta == REFERENCE_ONLY_BETA != 0.0
+        with pytest.raises(ConfigError, match=r"'beta'.*own KL"):
+            EntflowGRPOConfig(**base_args(tmp_path), entflow_method="test_reference_reader", beta=0.04)
         args = EntflowGRPOConfig(
             **base_args(tmp_path), entflow_method="test_reference_reader+kl_ref", use_bias_correction_kl=False
         )
-        assert args.beta == ef.get_method("kl_ref").beta  # with kl_ref, TRL loads the reference model
+        assert args.beta == ef.get_method("kl_ref").beta  # with kl_ref, TRL's beta is kl_ref's
 
 
 def test_a_strict_on_policy_method_refuses_several_updates_per_generation(tmp_path):

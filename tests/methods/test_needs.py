@@ -92,11 +92,15 @@ EXPECTED: dict[str, dict] = {
     "sapo": {},  # soft gate of r
     "ce_gppo": {},  # bounded gradient outside the clip, from r and A
     "archer": dict(reads_entropy=True, loss_fields=("ref_logp",)),  # entropy quantile split, KL to the reference
-    "siren": dict(entropy_grad=True, loss_fields=("entropy",), stateful=("siren",)),  # anchored bonus, anchor kept
+    "siren": dict(  # anchored bonus on the top-p entropy (its nucleus mass), anchor kept
+        entropy_grad=True, loss_fields=("entropy",), entropy_top_p=0.8, stateful=("siren",)
+    ),
     "entropic": dict(  # PI control on the batch mean entropy
         reads_entropy=True, statistics_fields=("old_entropy",), controllers=("entropic",), stateful=("entropic",)
     ),
-    "aepo": dict(controllers=("aepo",), stateful=("aepo",)),  # temperature controller
+    "aepo": dict(  # temperature controller; the trainer draws its REINFORCE samples
+        temperature_samples=("aepo",), controllers=("aepo",), stateful=("aepo",)
+    ),
 }
 
 
@@ -121,6 +125,8 @@ def test_needs_of_every_registered_method(name):
         ("pos_adv_reweight", {"schedule": "constant"}, dict(controllers=())),  # λ fixed: update does nothing
         ("pos_adv_reweight", {"schedule": "stage"}, dict(controllers=(), reads_step=True)),
         ("position_shaping", {"start": 3}, dict(reads_step=True)),
+        ("siren", {"top_p": 1.0}, dict(entropy_top_p=None)),  # the nucleus is the vocabulary: the full entropy
+        ("siren", {"top_p": 0.3}, dict(entropy_top_p=0.3)),
     ],
 )
 def test_parameters_that_change_the_needs(name, params, changed):

@@ -52,6 +52,7 @@ class AEPO(Method):
     formula = "∇J = ∇J_GRPO + α·E_{o∼π^T}[R·∇log π(o)],  T = T_high if H ≤ H* else T_low"
     paper = "arXiv 2510.08141 (AEPO) §4, REINFORCE on temperature-adjusted samples; official code"
     state_fields = ("last_entropy",)
+    draws_temperature_samples = True  # MethodNeeds.temperature_samples: the trainer draws the REINFORCE rows
     advantage_needs = ()  # the regular batch: plain GRPO; reinforce_advantages needs rewards, group_index
 
     target: float = param(0.5, NONNEG, "target entropy H (the official code's entropy_base)")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from entflow.core.estimators import ESTIMATORS
 from entflow.core.token_stats import STAT_NAMES
-from entflow.errors import UnknownMethodError
+from entflow.errors import CompositionError, UnknownMethodError
 from entflow.methods.base import Method, Stochastic, resolve_method
 
 TABULAR_STATS = ("sum_p2", "sum_p2_logp")
@@ -46,6 +46,10 @@ class MethodNeeds:
         reads_entropy: a part reads H detached — ``old_entropy`` if the batch has it, else the
             entropy (docs/design.md §1) — in a token hook, a shaper or its batch statistics.
         tabular: Σπ² and Σπ² log π per token (the tabular estimator, by a part or the caller).
+        entropy_top_p: the entropy a loss term differentiates is the entropy of the top-p nucleus
+            with this mass (< 1; SIREN, arXiv 2509.25133 §3): the trainer fills ``entropy`` with
+            ``methods.siren.topp_entropy(logits, entropy_top_p, temperature)``. ``None``: the full
+            entropy. A part declares it as an ``entropy_top_p`` attribute.
     Batch fields (``TokenBatch`` names):
         loss_fields: fields ``policy_loss`` requires (the parts' ``needs``).
         advantage_fields: fields ``compute_advantages`` reads (the shapers' ``advantage_needs``,
@@ -59,6 +63,10 @@ class MethodNeeds:
         replaces_advantages: the first shaper builds A from rewards, discarding GRPO's.
     Training regime:
         strict_on_policy: one gradient step per rollout batch is required (r ≡ 1).
+        temperature_samples: parts that ask the trainer for extra responses at their own
+            temperature each step (AEPO, arXiv 2510.08141 §4): a part with
+            ``draws_temperature_samples = True`` gives ``temperature``, ``n_prompts(P)`` and
+            ``reinforce_advantages(batch)``; the trainer appends the kept rows to the update batch.
     State:
         controllers: parts whose ``update`` advances state once per rollout step (they read the
             step's metrics, incl. the rollout entropy).
@@ -79,6 +87,8 @@ class MethodNeeds:
     shapers: tuple[str, ...] = ()
     replaces_advantages: bool = False
     strict_on_policy: bool = False
+    entropy_top_p: float | None = None
+    temperature_samples: tuple[str, ...] = ()
     controllers: tuple[str, ...] = ()
     stateful: tuple[str, ...] = ()
     stochastic: tuple[str, ...] = ()
@@ -122,6 +132,19 @@ class MethodNeeds:
         return self.reads_entropy or declared or bool(self.controllers)
 
 
+def _entropy_top_p(name: str, parts: list[Method]) -> float | None:
+    """The one nucleus mass of the entropy the loss differentiates (None = the full entropy);
+    :class:`CompositionError` when two parts differentiate entropies of different nuclei."""
+    masses = {float(getattr(p, "entropy_top_p", None) or 1.0) for p in parts if "entropy" in p.needs}
+    if len(masses) > 1:
+        raise CompositionError(
+            f"method {name}: its parts differentiate the entropies of different top-p nuclei "
+            f"({sorted(masses)}; 1.0 = the full entropy), but a batch carries one entropy"
+        )
+    mass = masses.pop() if masses else 1.0
+    return None if mass >= 1.0 else mass
+
+
 def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ()) -> MethodNeeds:
     """What ``method`` needs, from the declarations of its parts.
 
@@ -144,6 +167,9 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
     advantage_fields = _union([*(p.advantage_needs for p in shapers), *reads_h])
     loss_fields = _union(p.needs for p in parts)
     controllers = tuple(p.name for p in parts if p.is_controller())
+    samplers = tuple(p.name for p in parts if getattr(p, "draws_temperature_samples", False))
+    if len(samplers) > 1:
+        raise CompositionError(f"method {m.name}: {' and '.join(samplers)} both draw temperature samples")
     return MethodNeeds(
         method=m.name,
         entropy_grad="entropy" in loss_fields,
@@ -158,6 +184,8 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
         shapers=tuple(p.name for p in shapers),
         replaces_advantages=bool(shapers) and shapers[0].replaces_advantages,
         strict_on_policy=any(p.strict_on_policy for p in parts),
+        entropy_top_p=_entropy_top_p(m.name, parts),
+        temperature_samples=samplers,
         controllers=controllers,
         stateful=tuple(p.name for p in parts if p.state_fields or p.overrides("state_dict")),
         stochastic=tuple(p.name for p in parts if isinstance(p, Stochastic)),

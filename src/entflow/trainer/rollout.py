@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
+from entflow.methods.siren import topp_entropy
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 
@@ -169,10 +170,25 @@ class Rollout:
 
 
 @torch.no_grad()
-def sample_rollout(model: Any, tokenizer: Any, task: Any, cfg: TrainConfig, step: int) -> Rollout:
+def sample_rollout(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    cfg: TrainConfig,
+    step: int,
+    *,
+    temperature: float | None = None,
+    n_prompts: int | None = None,
+) -> Rollout:
     """Draw P prompts (seeded by step) and G responses each at ``cfg.temperature``, then score them
-    with the task's verifier. top-k and top-p are off: the sampled law is softmax(logits / T)."""
+    with the task's verifier. top-k and top-p are off: the sampled law is softmax(logits / T).
+
+    ``temperature`` / ``n_prompts``: sample at another temperature, and only the first
+    ``n_prompts`` of the step's P prompts (AEPO's extra samples, ``MethodNeeds.temperature_samples``).
+    """
     problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+    if n_prompts is not None:
+        problems = problems[:n_prompts]
     model.eval()
     gen = generate(
         model,
@@ -180,7 +196,7 @@ def sample_rollout(model: Any, tokenizer: Any, task: Any, cfg: TrainConfig, step
         [p.prompt for p in problems],
         task.max_response_len,
         n=cfg.group_size,
-        temperature=cfg.temperature,
+        temperature=cfg.temperature if temperature is None else temperature,
         output_logits=True,
     )
     t0 = time.perf_counter()
@@ -188,7 +204,7 @@ def sample_rollout(model: Any, tokenizer: Any, task: Any, cfg: TrainConfig, step
         [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(gen.texts)], dtype=torch.float32
     )
     verify_s = time.perf_counter() - t0
-    group_index = torch.arange(cfg.prompts_per_step).repeat_interleave(cfg.group_size)
+    group_index = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
     prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
     return Rollout(
         gen.prompt_ids,
@@ -234,12 +250,21 @@ def response_token_stats(
     temperature: float,
     chunk_size: int | None = None,
     stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
+    entropy_top_p: float | None = None,
 ) -> TokenStats:
     """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
     Positions are counted from the first real prompt token, as ``generate`` does with left
     padding, so these log-probs are exactly those the samples were drawn from. Only the last
     T + 1 positions' logits are computed; their ``[:, :-1]`` slice is read in place.
+
+    ``entropy_top_p`` (< 1, ``MethodNeeds.entropy_top_p``): ``entropy`` is the entropy of the top-p
+    nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
+    2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
     """
     logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
-    return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
+    if entropy_top_p is None or "entropy" not in stats:
+        return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
+    rest = tuple(s for s in stats if s != "entropy")
+    out = token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=rest)
+    return out._replace(entropy=topp_entropy(logits, entropy_top_p, temperature))

@@ -4,6 +4,8 @@
    policy's token statistics from ``generate``'s own logits (no second forward);
 2. :func:`rollout_batch` + ``compute_advantages`` — the whole batch as a :class:`TokenBatch` and
    its advantages (GRPO base, then the method's shapers);
+   (for a method with ``MethodNeeds.temperature_samples``, AEPO: :func:`temperature_rows` draws
+   extra responses at the method's temperature and :func:`append_rows` adds the kept ones);
 3. :func:`policy_update` — ``ppo_epochs`` passes over ``mini_batches`` of ``policy_loss`` with the
    method, one optimizer step each;
 4. :func:`step_metrics` — the loss metrics averaged over the updates plus rollout metrics, then
@@ -151,6 +153,100 @@ def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: Toke
     )
 
 
+def _sampler(method: Method) -> Any:
+    """The part that asks for temperature samples (``MethodNeeds.temperature_samples``)."""
+    (name,) = needs_of(method).temperature_samples
+    return next(p for p in method.parts if p.name == name)
+
+
+def temperature_rows(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    method: Method,
+    cfg: TrainConfig,
+    step: int,
+    ref_model: Any = None,
+) -> tuple[CollectedRollout, torch.Tensor] | None:
+    """AEPO's REINFORCE rows (arXiv 2510.08141 §4; docs/methods.md "aepo"): the first
+    ``n_prompts(P)`` of the step's prompts, G responses each at the method's ``temperature``,
+    scored; ``reinforce_advantages`` keeps the rewarded ones. Their rollout statistics are those
+    of the current policy at the training temperature ``cfg.temperature`` (as the rest of the
+    batch), from ``generate``'s own raw logits.
+
+    Returns the kept rows (group indices local to these samples) and their advantages ``[K, T]``,
+    or ``None`` when none is kept.
+    """
+    sampler = _sampler(method)
+    n_prompts = sampler.n_prompts(cfg.prompts_per_step)
+    roll = sample_rollout(model, tokenizer, task, cfg, step, temperature=sampler.temperature, n_prompts=n_prompts)
+    stats = needs_of(method).token_stats()
+    with torch.no_grad():
+        old = token_stats(
+            roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=stats
+        )
+    probe = TokenBatch(
+        logp=old.logp, old_logp=old.logp, advantages=None, mask=roll.mask, rewards=roll.rewards,
+        group_index=roll.group_index,
+    )  # fmt: skip
+    adv, keep = sampler.reinforce_advantages(probe)
+    idx = keep.nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return None
+    kept = Rollout(
+        **roll.select(idx),
+        mask=roll.mask[idx],
+        texts=[roll.texts[i] for i in idx.tolist()],
+        rewards=roll.rewards[idx],
+        group_index=roll.group_index[idx],
+        prompts=[roll.prompts[i] for i in idx.tolist()],
+        verify_s=roll.verify_s,
+    )
+    old_kept = TokenStats(*(None if x is None else x[idx] for x in old))
+    with torch.no_grad():
+        ref_logp = None if ref_model is None else _response_stats(ref_model, kept, cfg, ("logp",)).logp
+    return CollectedRollout(kept, old_kept, ref_logp), adv[idx]
+
+
+def _pad(x: torch.Tensor | None, n: int, value: float | int = 0, left: bool = False) -> torch.Tensor | None:
+    """``x`` ``[N, L]`` padded along dim 1 to length ``n`` (right, or left with ``left``)."""
+    if x is None or x.shape[1] == n:
+        return x
+    pad = x.new_full((x.shape[0], n - x.shape[1]), value)
+    return torch.cat([pad, x] if left else [x, pad], dim=1)
+
+
+def _cat(a: torch.Tensor | None, b: torch.Tensor | None, value: float | int = 0, left: bool = False):
+    if a is None or b is None:
+        return None
+    n = max(a.shape[1], b.shape[1])
+    return torch.cat([_pad(a, n, value, left), _pad(b, n, value, left)])
+
+
+def append_rows(
+    collected: CollectedRollout, adv: torch.Tensor, extra: CollectedRollout, extra_adv: torch.Tensor, pad_id: int
+) -> tuple[CollectedRollout, torch.Tensor]:
+    """The rollout with ``extra``'s rows after its own, and their advantages ``[N + K, T']``.
+
+    Prompts are left-padded and responses right-padded to the longer of the two (positions
+    follow the attention mask, so padding changes no logit); per-token values are 0 on padding.
+    The extra rows' groups come after the rollout's (``group_index + max + 1``)."""
+    a, b = collected.roll, extra.roll
+    roll = Rollout(
+        prompt_ids=_cat(a.prompt_ids, b.prompt_ids, pad_id, left=True),
+        prompt_mask=_cat(a.prompt_mask, b.prompt_mask, 0, left=True),
+        response_ids=_cat(a.response_ids, b.response_ids, pad_id),
+        mask=_cat(a.mask, b.mask),
+        texts=a.texts + b.texts,
+        rewards=torch.cat([a.rewards, b.rewards]),
+        group_index=torch.cat([a.group_index, b.group_index + int(a.group_index.max()) + 1]),
+        prompts=a.prompts + b.prompts,
+        verify_s=a.verify_s + b.verify_s,
+    )
+    old = TokenStats(*(_cat(x, y) for x, y in zip(collected.old, extra.old, strict=True)))
+    return CollectedRollout(roll, old, _cat(collected.ref_logp, extra.ref_logp)), _cat(adv, extra_adv)
+
+
 # --------------------------------------------------------------------------------------------
 # 3. the update
 # --------------------------------------------------------------------------------------------
@@ -194,7 +290,12 @@ def policy_update(
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(chunks):
             cur = response_token_stats(
-                model, **roll.select(idx), temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats
+                model,
+                **roll.select(idx),
+                temperature=cfg.temperature,
+                chunk_size=cfg.chunk_size,
+                stats=cur_stats,
+                entropy_top_p=needs.entropy_top_p,  # SIREN: the loss differentiates the top-p entropy
             )
             out = policy_loss(
                 mini_batch(full, adv, idx, cur), method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg
@@ -305,8 +406,18 @@ def train_step(
     adv = compute_advantages(full, method, scale=cfg.adv_scale)
     timings["time/reward_s"] += time.perf_counter() - t0
 
+    roll_u, full_u, adv_u = collected.roll, full, adv  # what the update trains on
+    if needs_of(method).temperature_samples:  # AEPO: REINFORCE rows at the method's temperature
+        t0 = time.perf_counter()
+        extra = temperature_rows(model, tokenizer, task, method, cfg, step, ref_model)
+        if extra is not None:
+            merged, adv_u = append_rows(collected, adv, *extra, pad_id=tokenizer.pad_token_id)
+            roll_u, full_u = merged.roll, rollout_batch(merged, cfg, step)
+        timings["time/temperature_samples_s"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
-    update = policy_update(model, optimizer, collected.roll, full, adv, method, cfg, step)
+    update = policy_update(model, optimizer, roll_u, full_u, adv_u, method, cfg, step)
+    update.applied_weights = update.applied_weights[: adv.shape[0], : adv.shape[1]]  # the rollout's rows
     timings["time/update_s"] = time.perf_counter() - t0
 
     metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)

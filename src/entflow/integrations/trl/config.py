@@ -14,7 +14,22 @@ from entflow.errors import ConfigError, EntflowError
 from entflow.methods.base import Method, get_method
 from entflow.methods.needs import needs_of
 
-__all__ = ["LOSS_TYPE_AGG", "SCALES", "EntflowGRPOConfig", "build_method", "check_compatibility"]
+__all__ = [
+    "LOSS_TYPE_AGG",
+    "REFERENCE_ONLY_BETA",
+    "SCALES",
+    "EntflowGRPOConfig",
+    "build_method",
+    "check_compatibility",
+    "trl_beta",
+]
+
+# TRL's ``beta`` for a method that reads reference log-probs without ``kl_ref`` (archer): any
+# value ≠ 0 makes TRL 1.16 load the reference model and put ``ref_per_token_logps`` in the batch
+# (``GRPOTrainer.__init__`` / ``_generate_and_score_completions``). TRL uses beta nowhere else but
+# in its own ``_compute_loss``, which EntflowGRPOTrainer replaces by entflow's ``policy_loss``: TRL's
+# KL term is never added, the method's own KL is the only one.
+REFERENCE_ONLY_BETA = 1.0
 
 # TRL loss_type → entflow aggregation (docs/design.md §4). ``dapo`` and ``bnpo`` are both token means; they
 # differ in the denominator (global token count of the optimizer step vs the micro-batch's).
@@ -82,11 +97,19 @@ class EntflowGRPOConfig(GRPOConfig):
             raise ConfigError("entflow_chunk_size", f"must be None or >= 1, got {self.entflow_chunk_size}")
         method = build_method(self)
         check_compatibility(self, method)
-        kl = _part(method, "kl_ref")
-        if kl is not None:
-            # TRL loads the reference model and computes ref_logp only when beta != 0; the KL term
-            # itself is entflow's kl_ref (TRL's own loss is not used).
-            self.beta = kl.beta
+        self.beta = trl_beta(self, method)
+
+
+def trl_beta(args: GRPOConfig, method: Method) -> float:
+    """The ``beta`` TRL must hold for ``method``: ``kl_ref.beta`` with ``kl_ref``;
+    :data:`REFERENCE_ONLY_BETA` for another method that reads ``ref_logp`` (TRL computes reference
+    log-probs only when beta ≠ 0; the KL in the loss is the method's own); else ``args.beta``."""
+    kl = _part(method, "kl_ref")
+    if kl is not None:
+        return kl.beta
+    if needs_of(method).ref_logp:
+        return REFERENCE_ONLY_BETA
+    return args.beta
 
 
 def build_method(args: EntflowGRPOConfig) -> Method:
@@ -148,14 +171,30 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
         )
     if args.off_policy_mask_threshold is not None:
         refuse("off_policy_mask_threshold", "the off-policy sequence mask is not supported with entflow methods")
-    kl = _part(method, "kl_ref")
-    if needs_of(method).ref_logp and kl is None:
+    needs = needs_of(method)
+    if needs.entropy_top_p is not None:
+        raise ConfigError(
+            "entflow_method_params",
+            f"top_p = {needs.entropy_top_p}: {m} would differentiate the entropy of the top-p nucleus "
+            "(arXiv 2509.25133), which needs the full logits, but TRL's fused head gives the loss only the full "
+            "entropy. Set top_p = 1 (the full entropy, the paper's 'w/o top-p' ablation), or train in the lab / "
+            "the generic trainer, which computes the top-p entropy",
+        )
+    if needs.temperature_samples:
         raise ConfigError(
             "entflow_method",
-            f"{m} needs reference log-probs, which TRL computes only for its KL penalty (beta ≠ 0); the "
-            "adapter maps beta to entflow's 'kl_ref' only",
+            f"{m} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which TRL does not "
+            "draw; without them it is plain GRPO. Use the lab / the generic trainer",
         )
-    if args.beta != 0.0 and kl is None:
+    kl = _part(method, "kl_ref")
+    ref_only = needs.ref_logp and kl is None  # e.g. archer: TRL's beta only loads the reference
+    if ref_only and args.beta not in (0.0, REFERENCE_ONLY_BETA):
+        refuse(
+            "beta",
+            f"{m} computes its own KL to the reference; TRL's beta only makes TRL load the reference model "
+            f"(the adapter sets it to {REFERENCE_ONLY_BETA}); leave beta=0.0",
+        )
+    if args.beta != 0.0 and kl is None and not ref_only:
         refuse(
             "beta",
             f"TRL's KL penalty is entflow's 'kl_ref'; write entflow_method='{m}+kl_ref' with "
@@ -193,7 +232,7 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"so steps_per_generation × num_iterations = {args.steps_per_generation * args.num_iterations} must be a "
             f"multiple of gradient_accumulation_steps = {ga}; change it or set entflow_global_stats=False",
         )
-    if needs_of(method).strict_on_policy and args.steps_per_generation * args.num_iterations != ga:
+    if needs.strict_on_policy and args.steps_per_generation * args.num_iterations != ga:
         key = "num_iterations" if args.num_iterations != 1 else "steps_per_generation"
         refuse(
             key,

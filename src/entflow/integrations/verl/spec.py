@@ -160,10 +160,22 @@ def verl_blockers(method: Method) -> list[str]:
     """Why ``method`` cannot run inside verl at all (empty: it can)."""
     reasons = []
     for p in method.parts:
-        if needs_of(p).tabular:
+        needs = needs_of(p)
+        if needs.tabular:
             reasons.append(
                 f"{p.name}(estimator='tabular') needs sum_p2_logp = Σπ²·log π per token, which verl's forward "
                 "pass does not compute; use estimator='steer' or 'opefo'"
+            )
+        if needs.entropy_top_p is not None:
+            reasons.append(
+                f"{p.name}(top_p={needs.entropy_top_p}) differentiates the entropy of the top-p nucleus "
+                "(arXiv 2509.25133), which needs the full logits, but verl's actor gives the loss only the full "
+                f"entropy; set params.top_p=1 (the full entropy, the paper's 'w/o top-p' ablation)"
+            )
+        if needs.temperature_samples:
+            reasons.append(
+                f"{p.name} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which "
+                "verl does not draw; without them it is plain GRPO"
             )
     return reasons
 

@@ -1,0 +1,132 @@
+"""Issue 23's methods whose needs go beyond TRL's defaults, in ``EntflowGRPOTrainer``:
+
+- ``archer`` reads reference log-probs with its own KL: the adapter sets TRL's ``beta`` so that
+  TRL loads the reference model, and the loss is entflow's ``policy_loss`` (TRL's KL is not added);
+- ``siren`` with top_p < 1 differentiates the top-p entropy, which needs logits TRL's fused head
+  does not give the loss: refused at config time, naming ``top_p`` (top_p = 1 runs);
+- ``aepo`` needs extra samples at its own temperature, which TRL does not draw: refused.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+import entflow as ef
+from entflow.errors import ConfigError
+from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.integrations.trl.config import REFERENCE_ONLY_BETA
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(model_dir, tokenizer, dataset): a 2-layer Llama with a character tokenizer, 8 prompts."""
+    tok = build_tokenizer("0123456789+-*() >:=")
+    model = build_policy(tok, PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0)
+    with torch.no_grad():  # make <eos> likely enough that completion lengths vary
+        h = model.model(**tok(["3 5>16:"], return_tensors="pt")).last_hidden_state[0, -1]
+        model.lm_head.weight[tok.eos_token_id] += h / h.norm() ** 2
+    path = tmp_path_factory.mktemp("tiny_llama_needs")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    data = Dataset.from_dict({"prompt": [f"{i} {i + 2}>{3 * i + 1}:" for i in range(8)]})
+    return str(path), tok, data
+
+
+def reward(completions, **kwargs):
+    return [(c.count("1") + 0.5 * c.count("2") + 0.1 * len(c)) / (len(c) + 1) for c in completions]
+
+
+def args_for(out, **kw) -> dict:
+    args = dict(
+        output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=6,
+        gradient_accumulation_steps=1, max_steps=2, optim="sgd", learning_rate=0.5, lr_scheduler_type="constant",
+        max_grad_norm=0.0, seed=0, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
+        disable_tqdm=True, bf16=False, loss_type="dapo",
+    )  # fmt: skip
+    args.update(kw)
+    return args
+
+
+class _Capturing(EntflowGRPOTrainer):
+    """Keeps the last micro-batch's inputs, the weights it was computed with and its loss."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.captured_inputs = {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+        self.captured_weights = {
+            k: v.detach().clone() for k, v in self.accelerator.unwrap_model(model).state_dict().items()
+        }
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.captured_loss = loss.detach().clone()
+        return loss
+
+
+def _logits(model, x) -> torch.Tensor:
+    ids = torch.cat([x["prompt_ids"], x["completion_ids"]], 1)
+    attn = torch.cat([x["prompt_mask"], x["completion_mask"]], 1)
+    T = x["completion_ids"].shape[1]
+    return model(input_ids=ids, attention_mask=attn).logits[:, -T - 1 : -1]
+
+
+def test_archer_trains_in_trl_with_the_reference_and_entflows_loss(tiny, tmp_path):
+    path, tok, data = tiny
+    params = {"kl_coef": 0.05, "high_kl_coef": 0.01}  # large enough that the KL shows in the loss
+    args = EntflowGRPOConfig(**args_for(tmp_path), entflow_method="archer", entflow_method_params=params)
+    assert args.beta == REFERENCE_ONLY_BETA  # TRL loads the reference model and scores the completions
+    trainer = _Capturing(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    assert trainer.ref_model is not None
+    trainer.train()
+
+    logged = [h for h in trainer.state.log_history if "archer/high_frac" in h]
+    assert len(logged) == 2 and all("archer/kl" in h for h in logged)
+    assert "kl" not in trainer._metrics["train"]  # TRL's own KL metric: TRL's KL term never ran
+
+    # second step: the policy has moved away from the reference (the initial weights)
+    x = trainer.captured_inputs
+    model = AutoModelForCausalLM.from_pretrained(path)
+    ref = AutoModelForCausalLM.from_pretrained(path)
+    model.load_state_dict(trainer.captured_weights)
+    with torch.no_grad():
+        ref_logp = ef.token_stats(_logits(ref, x), x["completion_ids"], stats=("logp",)).logp
+    mask = x["completion_mask"]
+    m = mask.bool()
+    err = float((x["ref_per_token_logps"] - ref_logp)[m].abs().max())
+    assert err < 1e-5, err
+    stats = ef.token_stats(_logits(model, x), x["completion_ids"], stats=("logp", "entropy"))
+    assert float(((stats.logp.detach() - ref_logp).abs() * mask).max()) > 1e-3  # a KL to pay
+    old = x.get("old_per_token_logps")
+    batch = ef.TokenBatch(
+        stats.logp,
+        stats.logp.detach() if old is None else old,
+        x["advantages"],
+        mask,
+        entropy=stats.entropy,
+        old_entropy=stats.entropy.detach(),  # on-policy micro-batch: the rollout's entropy
+        ref_logp=ref_logp,
+    )
+    out = ef.policy_loss(batch, ef.get_method("archer", **params), agg="token-mean")
+    assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-5, abs=1e-7)
+    assert float(out.metrics["archer/kl_loss"]) > 1e-6  # the KL is in the loss, once (entflow's)
+    assert logged[-1]["archer/kl"] == pytest.approx(float(out.metrics["archer/kl"]), rel=1e-4)
+
+
+@pytest.mark.parametrize("method", ["siren", "clip_higher+siren"])
+def test_siren_with_a_top_p_nucleus_is_refused_naming_top_p(tmp_path, method):
+    with pytest.raises(ConfigError, match=r"top_p = 0\.8.*fused head.*top_p = 1"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method=method)
+    args = EntflowGRPOConfig(**args_for(tmp_path), entflow_method=method, entflow_method_params={"top_p": 1.0})
+    assert args.entflow_method == method
+
+
+def test_aepo_is_refused_for_its_temperature_samples(tmp_path):
+    with pytest.raises(ConfigError, match=r"entflow_method.*own temperature"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aepo")

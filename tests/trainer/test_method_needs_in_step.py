@@ -1,0 +1,206 @@
+"""What the generic trainer's step does for methods that need more than the token statistics
+(issue 23): SIREN's top-p entropy in the update forward (arXiv 2509.25133 §3) and AEPO's extra
+samples at the controller's temperature (arXiv 2510.08141 §4).
+
+A random (not warm-started) micro Llama on countdown: the checks are about which tensors the loss
+sees, not about learning.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import entflow as ef
+from entflow.errors import CompositionError
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from entflow.lab.tasks import get_task
+from entflow.methods.needs import needs_of
+from entflow.methods.siren import topp_entropy
+from entflow.trainer import step as step_mod
+from entflow.trainer.config import TrainConfig
+from entflow.trainer.tokens import position_ids_from_mask
+
+MICRO = PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+
+
+@pytest.fixture
+def setup():
+    task = get_task("countdown", validation_size=8)
+    tok = build_tokenizer(task.alphabet)
+    model = build_policy(tok, MICRO, seed=0)
+    return task, tok, model
+
+
+def make_cfg(method: str, **kw) -> TrainConfig:
+    base = dict(
+        method=method,
+        prompts_per_step=4,
+        group_size=4,
+        mini_batches=1,
+        audit=False,
+        temperature=0.9,
+        lr=1e-3,
+        progress=False,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def full_forward_logits(model, prompt_ids, prompt_mask, response_ids) -> torch.Tensor:
+    """Logits ``[N, T, V]`` predicting each response token, from one plain forward over the whole
+    sequence (no ``logits_to_keep``): independent of ``response_logits``."""
+    ids = torch.cat([prompt_ids, response_ids], 1)
+    attn = torch.cat([prompt_mask, torch.ones_like(response_ids)], 1)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
+    T = response_ids.shape[1]
+    return logits[:, -T - 1 : -1]
+
+
+class Spy:
+    """Records what ``policy_update`` hands ``policy_loss``: the rows ``idx`` and the batch."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple[torch.Tensor, ef.TokenBatch]] = []
+        real = step_mod.mini_batch
+
+        def spy(full, adv, idx, cur):
+            b = real(full, adv, idx, cur)
+            self.calls.append((idx.clone(), b))
+            return b
+
+        monkeypatch.setattr(step_mod, "mini_batch", spy)
+
+
+# --------------------------------------------------------------------------------------------
+# siren: the update forward's entropy is the top-p entropy
+# --------------------------------------------------------------------------------------------
+
+
+def test_siren_step_differentiates_the_top_p_entropy(setup, monkeypatch):
+    task, tok, model = setup
+    before = copy.deepcopy(model)
+    spy = Spy(monkeypatch)
+    cfg = make_cfg("siren", method_params={"top_p": 0.8})
+    method = ef.get_method("siren", top_p=0.8)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    metrics, roll, _ = step_mod.train_step(model, tok, task, method, opt, cfg, step=1)
+
+    ((idx, batch),) = spy.calls  # one epoch, one mini-batch, before any optimizer step
+    assert batch.entropy is not None and batch.entropy.requires_grad  # the loss differentiates it
+    with torch.no_grad():
+        logits = full_forward_logits(before, **roll.select(idx))
+        want = topp_entropy(logits, 0.8, cfg.temperature)
+        full = ef.token_stats(logits, roll.response_ids[idx], temperature=cfg.temperature).entropy
+    m = batch.mask.bool()
+    assert torch.allclose(batch.entropy.detach()[m], want[m], rtol=1e-5, atol=1e-6)
+    # and it is not the full entropy the trainer used to give (a random policy: nuclei ⊊ vocabulary)
+    assert float((full - want)[m].abs().max()) > 1e-2
+    assert metrics["siren/top_p"] == 0.8 and "siren/entropy" in metrics
+
+
+def test_siren_with_top_p_one_uses_the_full_entropy(setup, monkeypatch):
+    task, tok, model = setup
+    before = copy.deepcopy(model)
+    spy = Spy(monkeypatch)
+    cfg = make_cfg("siren", method_params={"top_p": 1.0})
+    assert needs_of(ef.get_method("siren", top_p=1.0)).entropy_top_p is None
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    _, roll, _ = step_mod.train_step(model, tok, task, ef.get_method("siren", top_p=1.0), opt, cfg, step=1)
+    ((idx, batch),) = spy.calls
+    with torch.no_grad():
+        logits = full_forward_logits(before, **roll.select(idx))
+        full = ef.token_stats(logits, roll.response_ids[idx], temperature=cfg.temperature).entropy
+    m = batch.mask.bool()
+    assert torch.allclose(batch.entropy.detach()[m], full[m], rtol=1e-5, atol=1e-6)
+
+
+def test_siren_cannot_share_a_batch_entropy_with_a_full_entropy_term():
+    with pytest.raises(CompositionError, match="top-p"):
+        needs_of(ef.get_method("siren+entropy_bonus", top_p=0.8))
+    assert needs_of(ef.get_method("siren+entropy_bonus", top_p=1.0)).entropy_top_p is None
+
+
+# --------------------------------------------------------------------------------------------
+# aepo: extra rows at the controller's temperature, appended to the update batch
+# --------------------------------------------------------------------------------------------
+
+
+def continuous_reward(problem, response: str) -> float:
+    """Almost never ties within a group, so the temperature groups have rewarded responses."""
+    return (response.count("1") + 0.5 * response.count("2") + 0.1 * len(response)) / (len(response) + 1)
+
+
+class Recorder:
+    """Records every ``generate`` call (prompts, n, temperature) and every ``policy_update``'s inputs."""
+
+    def __init__(self, monkeypatch):
+        from entflow.trainer import rollout as rollout_mod
+
+        self.generations: list[tuple[int, int, float]] = []
+        self.updates: list[tuple] = []
+        real_generate, real_update = rollout_mod.generate, step_mod.policy_update
+
+        def generate(model, tokenizer, prompts, max_new_tokens, **kw):
+            self.generations.append((len(prompts), kw["n"], kw["temperature"]))
+            return real_generate(model, tokenizer, prompts, max_new_tokens, **kw)
+
+        def update(model, optimizer, roll, full, adv, method, cfg, step):
+            self.updates.append((roll, full, adv.clone()))
+            return real_update(model, optimizer, roll, full, adv, method, cfg, step)
+
+        monkeypatch.setattr(rollout_mod, "generate", generate)
+        monkeypatch.setattr(step_mod, "policy_update", update)
+
+
+def test_aepo_step_trains_on_rows_drawn_at_the_controllers_temperature(setup, monkeypatch):
+    task, tok, model = setup
+    task.reward = continuous_reward
+    rec = Recorder(monkeypatch)
+    cfg = make_cfg("aepo")
+    m = ef.get_method("aepo", target=0.5, t_high=1.5, t_low=0.6, n_samples=3, prompt_fraction=0.5, alpha=0.7)
+    before = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    metrics, roll, _ = step_mod.train_step(model, tok, task, m, opt, cfg, step=1)
+
+    P, G, N = cfg.prompts_per_step, cfg.group_size, cfg.prompts_per_step * cfg.group_size
+    # the regular rollout at the training temperature, then n_prompts(P) = 2 prompts at t_high (no entropy yet)
+    assert rec.generations == [(P, G, 0.9), (2, G, 1.5)]
+    ((roll_u, full_u, adv_u),) = rec.updates
+    K = int(metrics["aepo/n_kept"])
+    assert 0 < K <= 3 and roll_u.rewards.shape[0] == N + K
+    assert metrics["aepo/temperature"] == 1.5
+    # the extra rows: responses to the step's first two prompts, scored by the task, in their own groups
+    assert set(roll_u.prompts[N:]) <= set(roll.prompts[: 2 * G])
+    assert roll_u.rewards[N:].tolist() == pytest.approx([continuous_reward(None, t) for t in roll_u.texts[N:]])
+    assert int(roll_u.group_index[N:].min()) >= P
+    # REINFORCE advantage α on every valid token of a kept row; the rollout's rows unchanged
+    valid = full_u.mask.bool()
+    assert torch.equal(adv_u[N:][valid[N:]], torch.full_like(adv_u[N:][valid[N:]], 0.7))
+    assert float(adv_u[N:][~valid[N:]].abs().sum()) == 0.0
+    # old log-probs of every row (rollout and extra, with their padding) = the policy before the
+    # update at the training temperature, from an independent full forward
+    with torch.no_grad():
+        logits = full_forward_logits(before, roll_u.prompt_ids, roll_u.prompt_mask, roll_u.response_ids)
+        want = ef.token_stats(logits, roll_u.response_ids, temperature=cfg.temperature).logp
+    assert torch.allclose(full_u.old_logp[valid], want[valid], rtol=1e-5, atol=1e-5)
+
+    # entropy above target: the next step samples cold (t_low) and keeps at most n_samples // 2
+    m.update({"entropy": 5.0})
+    metrics2, _, _ = step_mod.train_step(model, tok, task, m, opt, cfg, step=2)
+    assert rec.generations[-1] == (2, G, 0.6)
+    assert metrics2["aepo/n_kept"] <= 1 and metrics2["aepo/temperature"] == 0.6
+
+
+@pytest.mark.parametrize("method", ["grpo", "siren"])
+def test_other_methods_draw_no_extra_samples(setup, monkeypatch, method):
+    task, tok, model = setup
+    rec = Recorder(monkeypatch)
+    cfg = make_cfg(method)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    step_mod.train_step(model, tok, task, ef.get_method(method), opt, cfg, step=1)
+    assert rec.generations == [(4, 4, 0.9)]
+    ((roll_u, full_u, adv_u),) = rec.updates
+    assert roll_u.rewards.shape[0] == 16 and adv_u.shape == full_u.mask.shape

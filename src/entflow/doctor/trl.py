@@ -85,15 +85,10 @@ def _args(cls, out: str, device: torch.device, **extra):
 @contextlib.contextmanager
 def _quiet():
     """Silence the trainers' progress bars, printed logs and transformers' notices."""
-    from transformers.utils import logging as hf_logging
+    from entflow.trainer.progress import quiet_transformers
 
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
+    with quiet_transformers(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 def one_step(trainer_cls, args, path: str, tok, data) -> tuple[dict[str, torch.Tensor], list[str]]:

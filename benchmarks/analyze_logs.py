@@ -1,6 +1,6 @@
 """Time of ``entflow analyze PATH --json`` on 10,000 logged steps, per log format (issue 22: ≤ 5 s).
 
-    .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3] [--logs DIR]
+    .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3] [--logs DIR] [--baseline-src DIR]
 
 Writes one log per format with the real writers of tests/support/log_writers.py (TensorBoard through
 ``SummaryWriter`` with TRL's tag names, verl's ``Tracking`` file logger and TensorBoard, TRL's
@@ -16,6 +16,9 @@ the same rounds: the start-up floor every entflow command pays. Each command's c
 whether it imported torch (``torch`` column; ``python -X importtime`` shows the rest), and the
 load average before and after the rounds is printed. ``--logs DIR`` keeps the logs in DIR (reused
 when already written there) for ``python -X importtime -m entflow.cli.main analyze DIR/...``.
+``--baseline-src DIR`` (another checkout's ``src``, e.g. ``git archive COMMIT src | tar -x -C /tmp/base``)
+runs every command a second time on that source, interleaved with this one (which goes first
+alternates by round), and prints the medians side by side with their ratios.
 """
 
 from __future__ import annotations
@@ -71,8 +74,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--logs", type=Path, default=None, help="keep the logs in this folder (reused if present)")
+    ap.add_argument("--baseline-src", type=Path, default=None, help="also time the commands on this src folder")
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    sources = {"this": env}
+    if a.baseline_src is not None:
+        sources["baseline"] = dict(env, PYTHONPATH=str(a.baseline_src.resolve()))
     with contextlib.ExitStack() as stack:
         if a.logs is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -89,27 +96,30 @@ def main() -> None:
         load_before = os.getloadavg()
         names = list(logs)
         floor = "(floor: python -c 'import entflow')"
-        wall: dict[str, list[float]] = {k: [] for k in [*names, floor]}
-        cpu: dict[str, list[float]] = {k: [] for k in [*names, floor]}
-        torch_imported: dict[str, set[str]] = {k: set() for k in [*names, floor]}
+        keys = [(name, src) for name in [*names, floor] for src in sources]
+        wall: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+        cpu: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+        torch_imported: dict[tuple[str, str], set[str]] = {k: set() for k in keys}
         for r in range(a.rounds):
             order = [*names, floor]
             order = order[r % len(order) :] + order[: r % len(order)]
-            for name in order:
+            srcs = list(sources) if r % 2 == 0 else list(reversed(sources))
+            for name, src in ((name, src) for name in order for src in srcs):
                 if name == floor:
                     cmd = [sys.executable, "-c", f"{_TORCH_PROBE}; import entflow"]
                 else:
-                    args = ["analyze", str(logs[name]), "--json", "--out", str(root / "out" / name.replace(" ", "_"))]
+                    out = root / "out" / src / name.replace(" ", "_")
+                    args = ["analyze", str(logs[name]), "--json", "--out", str(out)]
                     cmd = [sys.executable, "-c", f"{_TORCH_PROBE}; {_COMMAND}", *args]
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
-                p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                wall[name].append(time.perf_counter() - t)
+                p = subprocess.run(cmd, env=sources[src], capture_output=True, text=True)
+                wall[name, src].append(time.perf_counter() - t)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                cpu[name, src].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
                 if p.returncode != 0:
-                    raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr}")
-                torch_imported[name].add(p.stderr.strip().splitlines()[-1].split()[-1])
+                    raise SystemExit(f"{name} ({src}): exit {p.returncode}\n{p.stderr}")
+                torch_imported[name, src].add(p.stderr.strip().splitlines()[-1].split()[-1])
         load_after = os.getloadavg()
         sys.path.insert(0, str(ROOT / "src"))
         from entflow.analysis.logs import analyze_log, read_log
@@ -145,16 +155,28 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
     for name in names:
-        size, w = sizes[name], wall[name]
+        size, w = sizes[name], wall[name, "this"]
         print(
             f"| {name} | {size / 2**20:.1f} MiB | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | "
-            f"{statistics.median(cpu[name]):.2f} | {'/'.join(sorted(torch_imported[name]))} | "
+            f"{statistics.median(cpu[name, 'this']):.2f} | {'/'.join(sorted(torch_imported[name, 'this']))} | "
             f"{parts[name][0]:.2f} | {parts[name][1]:.3f} | {parts[name][2]:.2f} |"
         )
-    w = wall[floor]
-    c = statistics.median(cpu[floor])
-    t = "/".join(sorted(torch_imported[floor]))
+    w = wall[floor, "this"]
+    c = statistics.median(cpu[floor, "this"])
+    t = "/".join(sorted(torch_imported[floor, "this"]))
     print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | {c:.2f} | {t} | | | |")
+    if "baseline" in sources:
+        print(f"\nside by side with the baseline source {a.baseline_src} (medians; ratio = baseline / this)\n")
+        print(
+            "| format | wall this (s) | wall baseline (s) | wall ratio | CPU this (s) | CPU baseline (s) | CPU ratio "
+            "| baseline imported torch |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        for name in [*names, floor]:
+            wt, wb = statistics.median(wall[name, "this"]), statistics.median(wall[name, "baseline"])
+            ct, cb = statistics.median(cpu[name, "this"]), statistics.median(cpu[name, "baseline"])
+            tb = "/".join(sorted(torch_imported[name, "baseline"]))
+            print(f"| {name} | {wt:.2f} | {wb:.2f} | {wb / wt:.1f}× | {ct:.2f} | {cb:.2f} | {cb / ct:.1f}× | {tb} |")
 
 
 def _load(avg: tuple[float, float, float]) -> str:

@@ -401,38 +401,40 @@ def _early_prediction(
     return out
 
 
-SUGGESTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
+# verdict -> (method, params, spec, why); spec = repr(entflow.methods.get_method(method, **params)),
+# written out so that analysing a log never imports torch (tests/analysis/test_collapse.py checks it)
+SUGGESTIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
     "collapsed": (
         "kl_cov",
         {"ratio": 0.002, "beta": 1.0},
+        "kl_cov(ratio=0.002, beta=1.0, keep_ppo_clip=False)",
         "entropy is spent and the reward has stalled at the law's ceiling: KL-Cov (paper 003 Alg. 1) "
         "penalises the few high-covariance tokens that drive entropy down, lifting the ceiling",
     ),
     "collapsing": (
         "clip_higher",
         {"clip_low": 0.2, "clip_high": 0.28},
+        "clip_higher(clip_low=0.2, clip_high=0.28)",
         "entropy is falling fast while the reward still rises: Clip-Higher (ε_high = 0.28, DAPO) lets "
         "unlikely tokens with positive advantage grow, slowing the collapse at no extra cost",
     ),
     "rising": (
         "clip_lower",
         {"clip_low": 0.28, "clip_high": 0.2},
+        "clip_lower(clip_low=0.28, clip_high=0.2)",
         "entropy is growing: Clip-Lower (paper 002 App. D.1) lowers entropy",
     ),
-    "healthy": ("grpo", {}, "entropy is retained: no intervention needed"),
+    "healthy": ("grpo", {}, "grpo()", "entropy is retained: no intervention needed"),
 }
 
 
 def _suggest(verdict: str) -> dict[str, Any]:
-    from entflow.methods import get_method  # checks the suggested setting is a valid method
-
-    name, params, why = SUGGESTIONS[verdict]
-    method = get_method(name, **params)
+    name, params, spec, why = SUGGESTIONS[verdict]
     overrides = " ".join(f"method.{k}={v}" for k, v in params.items())
     return {
         "method": name,
         "params": params,
-        "spec": repr(method),
+        "spec": spec,
         "why": why,
         "cli": f"entflow train --method {name} {overrides}".strip(),
         "trl": f"EntflowGRPOConfig(entflow_method={name!r}, entflow_method_params={params!r})",

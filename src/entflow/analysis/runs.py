@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from entflow.core.estimators import ESTIMATORS
 from entflow.errors import EntflowError
 
 __all__ = [
-    "AUDIT_ESTIMATORS",
+    "AUDIT_ESTIMATORS",  # noqa: F822 (resolved by the module __getattr__ below)
     "RunDirError",
     "audit_estimators",
     "is_training_line",
@@ -44,7 +43,15 @@ __all__ = [
     "wall_time",
 ]
 
-AUDIT_ESTIMATORS = ESTIMATORS  # the docs/design.md §5 estimators the lab audits
+
+def __getattr__(name: str) -> Any:
+    """``AUDIT_ESTIMATORS``: the docs/design.md §5 estimators the lab audits (``core.estimators.ESTIMATORS``),
+    imported on first use so that reading logs never imports torch."""
+    if name == "AUDIT_ESTIMATORS":
+        from entflow.core.estimators import ESTIMATORS
+
+        return ESTIMATORS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RunDirError(EntflowError, ValueError):
@@ -178,7 +185,11 @@ def audit_estimators(records: Sequence[dict[str, Any]]) -> list[str]:
                 est = k.split("/")[1]
                 if est not in seen:
                     seen.append(est)
-    return [e for e in AUDIT_ESTIMATORS if e in seen] + [e for e in seen if e not in AUDIT_ESTIMATORS]
+    if not seen:
+        return []
+    from entflow.core.estimators import ESTIMATORS  # torch: only for runs that logged an audit
+
+    return [e for e in ESTIMATORS if e in seen] + [e for e in seen if e not in ESTIMATORS]
 
 
 def law_points(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:

@@ -1,7 +1,8 @@
-"""``entflow`` entry point: one subcommand per module, each exposing ``add_parser(subparsers)``.
+"""``entflow`` entry point: one subcommand per module, each exposing ``add_arguments(parser)`` and ``run(args)``.
 
 Subcommand modules keep their heavy imports inside ``run`` so that building the parser (and
-``--help``) stays fast.
+``--help``) stays fast, and :func:`main` fills in the arguments of the one subcommand it runs only:
+``entflow analyze LOG`` never imports the trainer (nor torch).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``entflow`` parser; with ``only`` (a subcommand name) the other subcommands are listed
+    with their help line but their modules are not imported and their arguments not added."""
     parser = argparse.ArgumentParser(
         prog="entflow",
         description="Entropy-aware RL with verifiable rewards: methods, diagnostics and a CPU lab.",
@@ -36,12 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if only is None or name == only:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

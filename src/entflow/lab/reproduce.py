@@ -15,6 +15,11 @@ Verdicts follow from the interval alone:
 - a threshold claim (``x ≥ c``): ``reproduced`` if the interval is above c, ``not reproduced``
   if it is below, else ``inconclusive``;
 - a "no worse" claim (``x ≥ y − m``): the same with the margin m.
+
+A claim that is ``pending`` in the registry, or whose runs were not trained, is ``not run``
+(with its reason, without a number). The claims, their metrics, criteria and seeds are the
+pre-registered registry ``src/entflow/lab/claims.yaml`` (:mod:`entflow.lab.claims`;
+docs/reproduction.md, "Pre-registration").
 """
 
 from __future__ import annotations

@@ -100,6 +100,9 @@ def test_audit_and_reproduce_end_to_end(tmp_path, micro_policy, monkeypatch):
     row = {r["id"]: r for r in out["claims"]}["001-opefo-entropy"]
     assert row["n"] == 2 and all(math.isfinite(v) for v in row["values"])
     assert math.isnan({r["id"]: r for r in out["claims"]}["000-steer-entropy"]["mean"])  # steer was not run
+    # the Park et al. facts come from real run metrics (flow/dH_clipped_*): one finite value per seed
+    park = {r["id"]: r for r in out["claims"]}["park-clip-low"]
+    assert park["n"] == 2 and all(math.isfinite(v) for v in park["values"])
     import yaml
 
     strict = yaml.safe_load((tmp_path / "rep" / "opefo_strict-s0" / "config.yaml").read_text())

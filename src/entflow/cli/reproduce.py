@@ -1,9 +1,13 @@
 """``entflow reproduce``: the five papers' claims, each method in its paper's setting, over
-several seeds, as a table of verdicts (plus the clean estimator audit). See docs/reproduction.md."""
+several seeds, as a table of verdicts (plus the clean estimator audit). See docs/reproduction.md.
+
+``--claims ID[,ID…]`` selects claims of the registry (``entflow/lab/claims.yaml``): only the runs
+they need are trained, on their pre-registered seeds unless ``--seeds`` is given, without the audit."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 # every reproduce run: the per-step audit is replaced by the clean audit run once at the end
 COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
@@ -17,10 +21,19 @@ QUICK_OVERRIDES = ["steps=8", "prompts_per_step=4", "group_size=8", "mini_batche
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="fewer steps and a shorter audit (exercises every claim)")
-    p.add_argument("--seeds", default="0,1,2", help="seeds, comma-separated [0,1,2]")
+    p.add_argument(
+        "--seeds",
+        default=None,
+        help="seeds, comma-separated [with --claims: the claims' pre-registered seeds; else 0,1,2]",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs trained in parallel [2]")
     p.add_argument("--name", default=None, help="output folder under runs/ [reproduce or reproduce-quick]")
-    p.add_argument("--runs", default=None, help="only these runs (comma-separated; claims needing others show NaN)")
+    p.add_argument(
+        "--claims",
+        default=None,
+        help="only these claims of the registry (comma-separated ids): trains the union of their runs",
+    )
+    p.add_argument("--runs", default=None, help="only these runs (comma-separated; claims needing others: not run)")
     p.add_argument("--no-audit", action="store_true", help="skip the clean estimator audit")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already exist (default: resume them)")
     p.add_argument("--config", help="a base config instead of the built-in demo.yaml")
@@ -35,14 +48,21 @@ def run(args: argparse.Namespace) -> int:
 
     from entflow.errors import ConfigError
     from entflow.lab.audit import AuditConfig
+    from entflow.lab.claims import DESIGN_SEEDS
     from entflow.lab.compare import parse_seeds
-    from entflow.lab.reproduce import RUNS, claims_markdown, reproduce
+    from entflow.lab.reproduce import RUNS, claims_markdown, reproduce, select_claims
     from entflow.trainer.config import load_yaml, parse_override
 
     base = load_yaml(args.config or str(files("entflow.lab") / "configs" / "demo.yaml"))
     for k in ("methods", "seeds"):
         base.pop(k, None)
-    seeds = parse_seeds(args.seeds)
+    if args.claims is not None and args.runs is not None:
+        raise ConfigError("claims", "give either --claims or --runs, not both")
+    claims = [c for c in args.claims.replace(" ", "").split(",") if c] if args.claims is not None else None
+    selected = select_claims(claims)  # unknown ids fail here, before anything is trained
+    seeds = parse_seeds(args.seeds if args.seeds is not None else _default_seeds(selected if claims else ()))
+    if design := sorted(set(seeds) & DESIGN_SEEDS):
+        raise ConfigError("seeds", f"design seeds {design} are never used for verdicts (docs/regime.md)")
     if len(seeds) < 3 and not args.quick:
         raise ConfigError("seeds", f"a claim's interval needs at least 3 seeds, got {seeds}")
     overrides = COMMON_OVERRIDES + (QUICK_OVERRIDES if args.quick else FULL_OVERRIDES) + list(args.overrides)
@@ -63,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or ("reproduce-quick" if args.quick else "reproduce")
     task = base.get("task", "countdown")
     audit = None
-    if not args.no_audit:
+    if not args.no_audit and claims is None:  # the audit is part of the full table, not of a claim
         audit = AuditConfig(
             steps=2 if args.quick else 10,
             seeds=tuple(seeds),
@@ -71,9 +91,31 @@ def run(args: argparse.Namespace) -> int:
             task_params=dict(base.get("task_params") or {}),
         )
     res = reproduce(
-        base, rest, seeds, Path(out_dir) / name, jobs=args.jobs, resume=not args.fresh, audit_cfg=audit, runs=runs
+        base,
+        rest,
+        seeds,
+        Path(out_dir) / name,
+        jobs=args.jobs,
+        resume=not args.fresh,
+        audit_cfg=audit,
+        runs=runs,
+        claims=claims,
     )
     console = Console(width=200)
     console.print(claims_markdown(res["claims"]))
     console.print(f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s")
     return 0
+
+
+def _default_seeds(claims: Any) -> list[int]:
+    """The pre-registered seeds shared by ``claims`` (0, 1, 2 without claims)."""
+    from entflow.errors import ConfigError
+
+    lists = {tuple(c.seeds) for c in claims}
+    if not lists:
+        return [0, 1, 2]
+    if len(lists) > 1:
+        raise ConfigError(
+            "seeds", f"the selected claims were registered with different seeds {sorted(lists)}; give --seeds"
+        )
+    return list(lists.pop())

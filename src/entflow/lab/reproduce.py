@@ -15,6 +15,11 @@ Verdicts follow from the interval alone:
 - a threshold claim (``x ≥ c``): ``reproduced`` if the interval is above c, ``not reproduced``
   if it is below, else ``inconclusive``;
 - a "no worse" claim (``x ≥ y − m``): the same with the margin m.
+
+A claim that is ``pending`` in the registry, or whose runs were not trained, is ``not run``
+(with its reason, without a number). The claims, their metrics, criteria and seeds are the
+pre-registered registry ``src/entflow/lab/claims.yaml`` (:mod:`entflow.lab.claims`;
+docs/reproduction.md, "Pre-registration").
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from entflow.lab.claims import Claim, load_claims, registry_path
 
 # run name -> (method, params, extra config keys, what is paper-specific about it)
 RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -57,260 +63,30 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
-@dataclass
-class Claim:
-    id: str
-    paper: str  # "paper 003 §4"
-    text: str  # the claim in one line
-    measured: str  # what the number is
-    runs: tuple[str, ...]
-    value: Callable[[dict[str, dict[str, Any]]], float]  # one seed: {run: facts} -> number
-    kind: str  # "greater" (value > 0), "less" (value < 0), "at_least" (value ≥ threshold), "at_most"
-    threshold: float = 0.0
-    note: str = ""
+# the claims, their metrics and criteria: the pre-registered registry (src/entflow/lab/claims.yaml)
+CLAIMS: tuple[Claim, ...] = load_claims(known_runs=list(RUNS))
 
 
-def _diff(key: str, a: str, b: str) -> Callable[[dict[str, dict[str, Any]]], float]:
-    return lambda f: f[a][key] - f[b][key]
+def select_claims(ids: Sequence[str] | None) -> tuple[Claim, ...]:
+    """The registry's claims with these ids (registry order); every claim for None.
+
+    Unknown ids raise :class:`~entflow.errors.ConfigError` (key ``claims``) listing the known ones."""
+    from entflow.errors import ConfigError
+
+    if ids is None:
+        return CLAIMS
+    known = [c.id for c in CLAIMS]
+    if unknown := [i for i in ids if i not in known]:
+        raise ConfigError("claims", f"unknown claim ids {unknown}; known: {', '.join(known)}")
+    if not ids:
+        raise ConfigError("claims", f"no claim id given; known: {', '.join(known)}")
+    return tuple(c for c in CLAIMS if c.id in set(ids))
 
 
-def _get(key: str, run: str) -> Callable[[dict[str, dict[str, Any]]], float]:
-    return lambda f: f[run][key]
-
-
-CLAIMS: tuple[Claim, ...] = (
-    Claim(
-        "003-collapse",
-        "paper 003 §2 (Fig. 1–2)",
-        "Without intervention, entropy falls fast",
-        "GRPO entropy retention (last 20 % / first 5 % of steps)",
-        ("grpo",),
-        _get("entropy_retention", "grpo"),
-        "at_most",
-        0.5,
-    ),
-    Claim(
-        "003-saturate",
-        "paper 003 §2 (Fig. 2)",
-        "…and performance saturates: the gain comes early",
-        "share of GRPO's best-window gain reached in the first half of training (256 val prompts)",
-        ("grpo_law",),
-        _get("gain_first_half_share", "grpo_law"),
-        "at_least",
-        0.7,
-    ),
-    Claim(
-        "003-law-fit",
-        "paper 003 §2.3 Eq. 1",
-        "R = −a·e^H + b fits GRPO's (entropy, accuracy) points",
-        "R² of the fit per GRPO run (256 val prompts)",
-        ("grpo_law",),
-        _get("law_r2", "grpo_law"),
-        "at_least",
-        0.8,
-    ),
-    Claim(
-        "003-law-fit-demo",
-        "paper 003 §2.3 Eq. 1",
-        "…also with the demo's 64 validation prompts",
-        "R² of the fit per GRPO run (64 val prompts)",
-        ("grpo",),
-        _get("law_r2", "grpo"),
-        "at_least",
-        0.8,
-        "evaluation noise ±3 points",
-    ),
-    Claim(
-        "003-law-predict",
-        "paper 003 §2.3 / App. B.3",
-        "The law fitted on the first third of training predicts the final accuracy",
-        "error of the predicted final val accuracy (absolute), law fitted on the first third of evaluations "
-        "(256 val prompts)",
-        ("grpo_law",),
-        _get("law_predict_final_abs_err", "grpo_law"),
-        "at_most",
-        0.05,
-    ),
-    Claim(
-        "003-clipcov-entropy",
-        "paper 003 §5 (Fig. 8)",
-        "Clip-Cov keeps entropy above GRPO's",
-        "entropy retention, Clip-Cov − GRPO",
-        ("clip_cov", "grpo"),
-        _diff("entropy_retention", "clip_cov", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "003-klcov-entropy",
-        "paper 003 §5 (Fig. 8)",
-        "KL-Cov keeps entropy above GRPO's",
-        "entropy retention, KL-Cov − GRPO",
-        ("kl_cov", "grpo"),
-        _diff("entropy_retention", "kl_cov", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "003-clipcov-passk",
-        "paper 003 §5 (Table 2)",
-        "Clip-Cov ends with higher pass@k than GRPO",
-        "final val pass@k, Clip-Cov − GRPO",
-        ("clip_cov", "grpo"),
-        _diff("val_pass_at_k_final", "clip_cov", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "003-klcov-passk",
-        "paper 003 §5 (Table 2)",
-        "KL-Cov ends with higher pass@k than GRPO",
-        "final val pass@k, KL-Cov − GRPO",
-        ("kl_cov", "grpo"),
-        _diff("val_pass_at_k_final", "kl_cov", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "dapo-clip-higher",
-        "paper 002 App. D.1 / DAPO",
-        "Clip-higher (ε_high 0.28) keeps entropy above GRPO's",
-        "entropy retention, clip_higher − GRPO",
-        ("clip_higher", "grpo"),
-        _diff("entropy_retention", "clip_higher", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "002-positive-only",
-        "paper 002 §7.2",
-        "Positive-only training collapses entropy faster than GRPO",
-        "entropy retention, positive_only − GRPO",
-        ("positive_only", "grpo"),
-        _diff("entropy_retention", "positive_only", "grpo"),
-        "less",
-    ),
-    Claim(
-        "002-negative-only-entropy",
-        "paper 002 §7.2",
-        "Negative-only training keeps entropy",
-        "entropy retention, negative_only − GRPO",
-        ("negative_only", "grpo"),
-        _diff("entropy_retention", "negative_only", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "002-negative-only-passk",
-        "paper 002 §7.2",
-        "Negative-only keeps pass@k at large k",
-        "final val pass@k (k = eval_k), negative_only − GRPO",
-        ("negative_only", "grpo"),
-        _diff("val_pass_at_k_final", "negative_only", "grpo"),
-        "at_least",
-        -0.03,
-        "no worse than GRPO by more than 3 points",
-    ),
-    Claim(
-        "002-pos-adv-reweight",
-        "paper 002 §7.3",
-        "Down-weighting positive advantages stabilises entropy",
-        "entropy retention, pos_adv_reweight (entropy schedule) − GRPO",
-        ("pos_adv_reweight", "grpo"),
-        _diff("entropy_retention", "pos_adv_reweight", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "000-steer-entropy",
-        "paper 000 §5 (Fig. 6)",
-        "STEER (λ_min 0.8) keeps entropy above GRPO's",
-        "entropy retention, STEER − GRPO",
-        ("steer", "grpo"),
-        _diff("entropy_retention", "steer", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "000-steer-acc",
-        "paper 000 §5 (Table 2)",
-        "…with accuracy no worse than GRPO's",
-        "best-window val accuracy, STEER − GRPO",
-        ("steer", "grpo"),
-        _diff("val_acc_best_window", "steer", "grpo"),
-        "at_least",
-        -0.03,
-        "no worse by more than 3 points",
-    ),
-    Claim(
-        "000-quadrant-uplift",
-        "paper 000 App. C.3 (Fig. 14–16)",
-        "Quadrant `uplift` raises entropy",
-        "entropy retention, uplift − GRPO",
-        ("quadrant_uplift", "grpo"),
-        _diff("entropy_retention", "quadrant_uplift", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "000-quadrant-suppress",
-        "paper 000 App. C.3 (Fig. 14–16)",
-        "Quadrant `suppress` lowers entropy",
-        "entropy retention, suppress − GRPO",
-        ("quadrant_suppress", "grpo"),
-        _diff("entropy_retention", "quadrant_suppress", "grpo"),
-        "less",
-    ),
-    Claim(
-        "001-opefo-entropy",
-        "paper 001 §6 (Fig. 4)",
-        "Under strict on-policy training OPEFO keeps entropy from collapsing",
-        "entropy retention, OPEFO − GRPO (both strict on-policy)",
-        ("opefo_strict", "grpo_strict"),
-        _diff("entropy_retention", "opefo_strict", "grpo_strict"),
-        "greater",
-    ),
-    Claim(
-        "001-lambda-positive",
-        "paper 001 §6.4 (Fig. 5)",
-        "λ* stays positive (it has to encourage entropy-increasing updates)",
-        "mean λ* over OPEFO's steps",
-        ("opefo_strict",),
-        _get("opefo_lambda_mean", "opefo_strict"),
-        "greater",
-    ),
-    Claim(
-        "001-lambda-small",
-        "paper 001 §6.4 (Table 2)",
-        "λ* is small (the paper's mean ≈ 0.001)",
-        "mean λ* over OPEFO's steps",
-        ("opefo_strict",),
-        _get("opefo_lambda_mean", "opefo_strict"),
-        "at_most",
-        0.05,
-    ),
-    Claim(
-        "004-position",
-        "paper 004 §5 (Fig. 7b)",
-        "Position shaping (γ = 1) increases entropy",
-        "entropy retention, position_shaping − GRPO",
-        ("position_shaping", "grpo"),
-        _diff("entropy_retention", "position_shaping", "grpo"),
-        "greater",
-    ),
-    Claim(
-        "004-ppl",
-        "paper 004 §4 (Fig. 4d)",
-        "PPL shaping toward low-PPL responses does not raise entropy (only the high-PPL focus does)",
-        "entropy retention, ppl_shaping − GRPO",
-        ("ppl_shaping", "grpo"),
-        _diff("entropy_retention", "ppl_shaping", "grpo"),
-        "at_most",
-        0.05,
-        "at most 0.05 above GRPO",
-    ),
-    Claim(
-        "002-adaptive",
-        "paper 002 §3.2 / Skywork-OR1",
-        "The adaptive entropy bonus holds entropy near its target",
-        "distance of the final entropy from the target, relative to the target",
-        ("adaptive_entropy",),
-        _get("target_rel_err", "adaptive_entropy"),
-        "at_most",
-        0.15,
-    ),
-)
+def runs_needed(claims: Sequence[Claim]) -> list[str]:
+    """The union of the claims' ``runs`` that can be trained (RUNS order); a pending claim needs none."""
+    wanted = {r for c in claims if c.pending is None for r in c.runs}
+    return [r for r in RUNS if r in wanted]
 
 
 def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
@@ -323,6 +99,11 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     f = dict(summary)
     _, lam = series(rec, "opefo/lambda")
     f["opefo_lambda_mean"] = float(lam.mean()) if lam.size else math.nan
+    # the estimated entropy change each clip bound removed, per step (docs/design.md §8;
+    # Park et al. 2025, arXiv 2509.26114: clip-low raises entropy, clip-high lowers it)
+    for bound in ("low", "high"):
+        _, dh = series(rec, f"flow/dH_clipped_{bound}")
+        f[f"dH_clipped_{bound}_mean"] = float(dh.mean()) if dh.size else math.nan
     target = (cfg.get("method_params") or {}).get("target")
     if cfg.get("method") == "adaptive_entropy":
         target = target if target is not None else 0.2
@@ -353,6 +134,8 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
+    """The verdict of an interval ``mean ± half`` under rule ``kind`` (greater / less: than 0;
+    at_least / at_most: than ``threshold``); no finite interval → ``inconclusive``."""
     if not math.isfinite(mean) or not math.isfinite(half):
         return "inconclusive"
     lo, hi = mean - half, mean + half
@@ -367,36 +150,105 @@ def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
     raise ValueError(kind)
 
 
-def evaluate_claims(facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> list[dict[str, Any]]:
-    """One row per claim: values per seed, mean ± 95 % t half-width, verdict."""
+def evaluate_claims(
+    facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int], claims: Sequence[Claim] | None = None
+) -> list[dict[str, Any]]:
+    """One row per claim (default: every registered claim): values per seed, mean, 95 % t
+    interval (``half``, ``ci_low``, ``ci_high``), ``n`` and the verdict.
+
+    ``facts`` is ``{run: {seed: {fact: value}}}``. A claim that is ``pending``, or needs a run
+    absent from ``facts``, gets verdict ``not run`` with its ``reason`` and no number. An
+    ``any_of`` claim is judged on each of its m paired differences at level 1 − 0.05/m
+    (Bonferroni); its row reports the one with the highest lower bound, and the verdict is
+    ``reproduced`` if one is on the claimed side, ``not reproduced`` if all are on the other."""
+    rows = []
+    for c in CLAIMS if claims is None else claims:
+        row = _row_head(c, seeds)
+        missing = [r for r in c.runs if r not in facts]
+        if c.pending is not None or missing:
+            reason = c.pending if c.pending is not None else f"runs not trained: {', '.join(missing)}"
+            row.update(values=[], mean=math.nan, half=math.nan, ci_low=math.nan, ci_high=math.nan, n=0)
+            row.update(verdict="not run", reason=reason)
+        elif c.metric["name"] == "any_of":
+            row.update(_any_of_row(c, facts, seeds))
+        else:
+            vals = [_seed_value(lambda f, c=c: c.value(f), facts, c.runs, s) for s in seeds]
+            row.update(_interval_row(vals, c.rule, c.bound))
+        rows.append(row)
+    return rows
+
+
+def _row_head(c: Claim, seeds: list[int]) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "paper": c.paper,
+        "claim": c.statement,
+        "measured": c.measured,
+        "kind": c.rule,
+        "threshold": c.bound,
+        "criterion": {"kind": c.kind, "direction": c.direction, "threshold": c.threshold, "margin": c.margin},
+        "runs": list(c.runs),
+        "preregistered_seeds": list(c.seeds),
+        "seeds_as_registered": sorted(seeds) == sorted(c.seeds),
+        "status": c.status,
+        "note": c.note,
+        "reason": None,
+    }
+
+
+def _seed_value(value: Any, facts: dict[str, dict[int, dict[str, Any]]], runs: Sequence[str], seed: int) -> float:
+    try:
+        return float(value({r: facts[r][seed] for r in runs}))
+    except KeyError:
+        return math.nan
+
+
+def _interval_row(vals: list[float], rule: str, bound: float, level: float = 0.95) -> dict[str, Any]:
     from entflow.analysis.stats import t_interval
 
+    mean, half, n = t_interval(vals, level)
+    return {
+        "values": vals,
+        "mean": mean,
+        "half": half,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "n": n,
+        "level": level,
+        "verdict": verdict(rule, mean, half, bound),
+    }
+
+
+def _any_of_row(c: Claim, facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+    from entflow.lab.claims import paired_difference
+
+    parts = c.components()
+    level = 1 - 0.05 / len(parts)
     rows = []
-    for c in CLAIMS:
-        vals = []
-        for seed in seeds:
-            try:
-                vals.append(float(c.value({r: facts[r][seed] for r in c.runs})))
-            except KeyError:
-                vals.append(math.nan)
-        mean, half, n = t_interval(vals)
-        rows.append(
-            {
-                "id": c.id,
-                "paper": c.paper,
-                "claim": c.text,
-                "measured": c.measured,
-                "values": vals,
-                "mean": mean,
-                "half": half,
-                "n": n,
-                "kind": c.kind,
-                "threshold": c.threshold,
-                "note": c.note,
-                "verdict": verdict(c.kind, mean, half, c.threshold),
-            }
-        )
-    return rows
+    for p in parts:
+        pair = (p["run"], p["baseline"])
+        vals = [_seed_value(lambda f, p=p: paired_difference(f, **p), facts, pair, s) for s in seeds]
+        rows.append({**p, **_interval_row(vals, c.rule, c.bound, level)})
+    verdicts = [r["verdict"] for r in rows]
+    overall = (
+        "reproduced"
+        if "reproduced" in verdicts
+        else "not reproduced"
+        if all(v == "not reproduced" for v in verdicts)
+        else "inconclusive"
+    )
+    low = [r["ci_low"] if math.isfinite(r["ci_low"]) else -math.inf for r in rows]
+    best = rows[int(np.argmax(low))]
+    if c.rule in ("less", "at_most"):  # the claimed side is below: the best has the lowest upper bound
+        high = [r["ci_high"] if math.isfinite(r["ci_high"]) else math.inf for r in rows]
+        best = rows[int(np.argmin(high))]
+    keys = ("values", "mean", "half", "ci_low", "ci_high", "n", "level")
+    return {
+        **{k: best[k] for k in keys},
+        "best": {k: best[k] for k in ("fact", "run", "baseline")},
+        "components": rows,
+        "verdict": overall,
+    }
 
 
 _RULE = {"greater": "> 0", "less": "< 0"}
@@ -404,13 +256,19 @@ _AUDIT_START = {"warm_start": "warm start", "after_grpo": "GRPO-trained policy (
 
 
 def claims_markdown(rows: list[dict[str, Any]]) -> str:
+    """The claims as a markdown table (one line per row; a ``not run`` row shows its reason)."""
     lines = [
         "| paper | claim | measured | mean ± 95 % CI (n) | criterion | verdict |",
         "|---|---|---|---:|---|---|",
     ]
     for r in rows:
         crit = _RULE.get(r["kind"]) or ("≥ " if r["kind"] == "at_least" else "≤ ") + f"{r['threshold']:g}"
-        val = f"{r['mean']:+.3f} ± {r['half']:.3f} ({r['n']})" if r["n"] > 1 else f"{r['mean']:+.3f} ({r['n']})"
+        if r["verdict"] == "not run":
+            val = f"— ({r['reason']})"
+        elif r["n"] > 1:
+            val = f"{r['mean']:+.3f} ± {r['half']:.3f} ({r['n']})"
+        else:
+            val = f"{r['mean']:+.3f} ({r['n']})"
         lines.append(f"| {r['paper']} | {r['claim']} | {r['measured']} | {val} | {crit} | **{r['verdict']}** |")
     return "\n".join(lines) + "\n"
 
@@ -424,15 +282,23 @@ def reproduce(
     resume: bool = True,
     audit_cfg: Any = None,
     runs: list[str] | None = None,
+    claims: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
-    write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict."""
+    write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
+
+    ``claims`` (ids of the registry) selects the claims: only the union of their ``runs`` is
+    trained and only they are evaluated. ``runs`` instead trains those runs and evaluates every
+    claim (those needing other runs: ``not run``). Not both."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs, run_compare
 
+    if claims is not None and runs is not None:
+        raise ConfigError("claims", "select either claims or runs, not both")
+    selected = select_claims(claims)
     t0, c0 = time.time(), time.process_time()
-    names = runs or list(RUNS)
+    names = runs_needed(selected) if claims is not None else runs or list(RUNS)
     methods = [{"method": RUNS[n][0], "params": RUNS[n][1], "name": n} for n in names]
     out.mkdir(parents=True, exist_ok=True)
     configs = compare_configs(out.name, methods, base, overrides, out_dir=str(out.parent), seeds=seeds)
@@ -448,10 +314,12 @@ def reproduce(
     facts: dict[str, dict[int, dict[str, Any]]] = {}
     for cfg, d in zip(configs, dirs, strict=True):
         facts.setdefault(cfg.group, {})[cfg.seed] = run_facts(d, summarize_run(d))
-    rows = evaluate_claims(facts, seeds)
-    write_report(dirs, out)
+    rows = evaluate_claims(facts, seeds, selected)
+    if dirs:
+        write_report(dirs, out)
     result: dict[str, Any] = {
         "claims": rows,
+        "registry": str(registry_path()),
         "seeds": seeds,
         "runs": names,
         "steps": configs[0].steps if configs else None,
@@ -460,7 +328,7 @@ def reproduce(
     }
     md = claims_markdown(rows)
     audit_md: list[str] = []
-    if audit_cfg is not None:
+    if audit_cfg is not None and configs:
         from entflow.lab.audit import audit_markdown, audit_policy
         from entflow.lab.setup import resolve_policy
 

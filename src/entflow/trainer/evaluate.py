@@ -28,7 +28,7 @@ from entflow.trainer.rollout import generate
 if TYPE_CHECKING:
     from entflow.trainer.rollout import Generation
 
-__all__ = ["generate_in_batches", "majority_correct", "mean_and_se", "pass_at_k"]
+__all__ = ["generate_in_batches", "majority_correct", "mean_and_se", "pass_at_k", "pass_at_k_curve"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -41,6 +41,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         return 1.0
     # Chen et al. 2021 Eq. 1, as their stable product: C(n−c, k)/C(n, k) = Π_{i=n−c+1}^{n} (1 − k/i)
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_at_k_curve(n: int, c: int | Sequence[int], ks: Sequence[int] | None = None) -> dict[int, float]:
+    """Unbiased pass@k (:func:`pass_at_k`) at each k of ``ks`` (default 1, 2, 4, …, the largest
+    power of 2 ≤ n), from ``n`` samples per problem; ``c`` is one problem's correct count or the
+    counts of several problems ``[P]``, whose pass@k is averaged. Returns ``{k: pass@k}``."""
+    counts = [c] if isinstance(c, int) else list(c)
+    if not counts:
+        raise ConfigError("c", "pass@k curve needs at least one problem's correct count")
+    if ks is None:
+        ks = [2**i for i in range(n.bit_length())] if n >= 1 else []
+    return {k: sum(pass_at_k(n, ci, k) for ci in counts) / len(counts) for k in ks}
 
 
 def mean_and_se(values: Sequence[float]) -> tuple[float, float]:

@@ -1,0 +1,93 @@
+"""``entflow reproduce --claims``: trains exactly the runs the selected claims need (the trainer is
+replaced by a recorder: no training), on the claims' pre-registered seeds by default, and writes
+claims.json with id, verdict, mean, ci_low, ci_high, n; unknown ids and design seeds are refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from entflow.cli.main import main
+
+# per (run, seed): the entropy retention the fake runs report
+RETENTION = {"grpo": 0.3, "clip_cov": 0.5, "kl_cov": 0.35}
+SHIFT = {0: 0.0, 1: 0.02, 2: -0.01, 3: 0.03, 4: 0.01}
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Replace training by a recorder; each fake run's facts depend on its run type and seed."""
+    from entflow.analysis import report
+    from entflow.lab import compare
+    from entflow.lab import reproduce as rep
+
+    trained: list[tuple[str, int]] = []
+
+    def fake_run_compare(configs, jobs=2, resume=False, overwrite=False, progress=True):
+        trained.extend((c.group, c.seed) for c in configs)
+        return [f"{c.group}/{c.seed}" for c in configs]
+
+    def fake_facts(run_dir, summary):
+        group, seed = str(run_dir).split("/")
+        s = int(seed)
+        retention = RETENTION[group] * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
+        return {"entropy_retention": retention, "dH_clipped_low_mean": -s}
+
+    monkeypatch.setattr(compare, "run_compare", fake_run_compare)
+    monkeypatch.setattr(report, "summarize_run", lambda d: {})
+    monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
+    monkeypatch.setattr(rep, "run_facts", fake_facts)
+    return trained
+
+
+def test_claims_select_their_runs_and_write_the_schema(tmp_path, recorder, capsys):
+    code = main(["reproduce", "--claims", "003-clipcov-entropy,003-klcov-entropy", f"out_dir={tmp_path}"])
+    assert code == 0, capsys.readouterr().err
+    seeds = [0, 1, 2, 3, 4]  # the claims' pre-registered seeds
+    assert sorted(recorder) == sorted((r, s) for r in ("grpo", "clip_cov", "kl_cov") for s in seeds)
+    data = json.loads((tmp_path / "reproduce" / "claims.json").read_text())
+    assert data["runs"] == ["grpo", "clip_cov", "kl_cov"] and data["seeds"] == seeds
+    assert [r["id"] for r in data["claims"]] == ["003-clipcov-entropy", "003-klcov-entropy"]
+    for row in data["claims"]:
+        assert {"id", "verdict", "mean", "ci_low", "ci_high", "n"} <= set(row)
+        assert row["seeds_as_registered"] and row["n"] == 5
+    # independent check: paired differences clip_cov − grpo per seed, 95 % t interval
+    diffs = [0.5 * (1 + SHIFT[s]) - 0.3 for s in seeds]
+    mean = sum(diffs) / 5
+    half = stats.t.ppf(0.975, 4) * stats.tstd(diffs) / math.sqrt(5)
+    row = data["claims"][0]
+    assert row["mean"] == pytest.approx(mean, rel=1e-12)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((mean - half, mean + half), rel=1e-10)
+    assert row["verdict"] == "reproduced"
+    assert not (tmp_path / "reproduce" / "audit.md").exists()  # no audit for a claim selection
+
+
+def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys):
+    args = ["reproduce", "--claims", "park-clip-low,yue-coverage", "--seeds", "5,6,7", f"out_dir={tmp_path}"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert sorted(recorder) == [("grpo", 5), ("grpo", 6), ("grpo", 7)]  # yue-coverage is pending
+    rows = {r["id"]: r for r in json.loads((tmp_path / "reproduce" / "claims.json").read_text())["claims"]}
+    assert rows["yue-coverage"]["verdict"] == "not run" and rows["yue-coverage"]["mean"] is None
+    assert "pass@256" in rows["yue-coverage"]["reason"]
+    assert rows["park-clip-low"]["n"] == 3 and rows["park-clip-low"]["mean"] == pytest.approx(-6)
+    assert rows["park-clip-low"]["seeds_as_registered"] is False
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--claims", "003-clipcov-entropy,not-a-claim"], "config key 'claims': unknown claim ids ['not-a-claim']"),
+        (["--claims", "003-collapse", "--runs", "grpo"], "config key 'claims'"),
+        (["--claims", "003-collapse", "--seeds", "0,1,101"], "design seeds [101]"),
+    ],
+)
+def test_bad_selection_is_refused_before_training(tmp_path, recorder, capsys, args, needle):
+    assert main(["reproduce", *args, f"out_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    if "unknown" in needle:
+        assert "003-collapse" in err and "exploration" in err  # the known ids are listed
+    assert recorder == [] and not (tmp_path / "reproduce").exists()

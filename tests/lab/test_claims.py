@@ -1,0 +1,223 @@
+"""The claim registry (src/entflow/lab/claims.yaml): it loads, names only known runs and facts,
+keeps the 0.1.0 verdict rules, rejects bad entries with a typed error naming the claim and the
+field; pending claims and untrained runs give "not run"; the Bonferroni ``any_of`` rule."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+
+import pytest
+import yaml
+from scipy import stats
+
+from entflow.errors import ConfigError
+from entflow.lab.claims import DESIGN_SEEDS, FACTS, load_claims, registry_path
+from entflow.lab.reproduce import CLAIMS, RUNS, _clean, evaluate_claims, runs_needed, select_claims
+
+# the rules of the in-code claim list of 0.1.0 (id -> (rule, bound)), which the registry replaced
+RULES_0_1_0 = {
+    "003-collapse": ("at_most", 0.5),
+    "003-saturate": ("at_least", 0.7),
+    "003-law-fit": ("at_least", 0.8),
+    "003-law-fit-demo": ("at_least", 0.8),
+    "003-law-predict": ("at_most", 0.05),
+    "003-clipcov-entropy": ("greater", 0.0),
+    "003-klcov-entropy": ("greater", 0.0),
+    "003-clipcov-passk": ("greater", 0.0),
+    "003-klcov-passk": ("greater", 0.0),
+    "dapo-clip-higher": ("greater", 0.0),
+    "002-positive-only": ("less", 0.0),
+    "002-negative-only-entropy": ("greater", 0.0),
+    "002-negative-only-passk": ("at_least", -0.03),
+    "002-pos-adv-reweight": ("greater", 0.0),
+    "000-steer-entropy": ("greater", 0.0),
+    "000-steer-acc": ("at_least", -0.03),
+    "000-quadrant-uplift": ("greater", 0.0),
+    "000-quadrant-suppress": ("less", 0.0),
+    "001-opefo-entropy": ("greater", 0.0),
+    "001-lambda-positive": ("greater", 0.0),
+    "001-lambda-small": ("at_most", 0.05),
+    "004-position": ("greater", 0.0),
+    "004-ppl": ("at_most", 0.05),
+    "002-adaptive": ("at_most", 0.15),
+}
+
+
+def _registry() -> dict:
+    return yaml.safe_load(registry_path().read_text())
+
+
+def test_registry_loads_with_known_runs_and_facts():
+    claims = load_claims()
+    assert [c.id for c in claims] == [c.id for c in CLAIMS] and len({c.id for c in claims}) == len(claims)
+    for c in claims:
+        assert not set(c.seeds) & DESIGN_SEEDS and len(c.seeds) >= 5, c.id
+        if c.pending is None:
+            assert set(c.runs) <= set(RUNS), c.id
+            facts = c.metric.get("facts") or [c.metric["fact"]]
+            assert set(facts) <= FACTS, c.id
+        else:
+            assert c.pending.strip(), c.id
+    ids = {c.id for c in claims}
+    new = {"yue-coverage", "park-clip-low", "park-clip-high", "park-clip-low-random", "exploration"}
+    assert new <= ids and sum(i.startswith("coverage-") for i in ids) == 10
+    # the Park et al. claims on real rewards read facts that exist: they are live
+    assert select_claims(["park-clip-low"])[0].pending is None
+
+
+def test_registry_keeps_the_0_1_0_rules():
+    got = {c.id: (c.rule, c.bound) for c in CLAIMS}
+    assert {i: got[i] for i in RULES_0_1_0} == RULES_0_1_0
+    assert [c.id for c in CLAIMS][: len(RULES_0_1_0)] == list(RULES_0_1_0)
+
+
+def _write(tmp_path, entries):
+    p = tmp_path / "claims.yaml"
+    p.write_text(yaml.safe_dump({"claims": entries}, allow_unicode=True))
+    return p
+
+
+def _mutations():
+    """(what is changed, field named in the error)."""
+
+    def drop(key):
+        return lambda e: e.pop(key)
+
+    def put(key, value):
+        return lambda e: e.__setitem__(key, value)
+
+    return [
+        (drop("criterion"), "criterion"),
+        (put("colour", "red"), "colour"),
+        (put("runs", ["clip_cov", "no_such_run"]), "runs"),
+        (put("metric", {"name": "ratio", "fact": "entropy_retention", "run": "clip_cov"}), "metric"),
+        (lambda e: e["metric"].__setitem__("fact", "entropy_vibes"), "metric"),
+        (lambda e: e["metric"].__setitem__("baseline", "kl_cov"), "metric"),  # not among runs
+        (put("criterion", {"kind": "bigger"}), "criterion"),
+        (put("criterion", {"kind": "threshold"}), "criterion"),
+        (put("criterion", {"kind": "no_worse", "margin": -0.1}), "criterion"),
+        (put("criterion", {"kind": "threshold", "threshold": "high"}), "criterion"),
+        (put("direction", "lower"), "direction"),  # "greater" claims the higher side
+        (put("direction", "up"), "direction"),
+        (put("seeds", [0, 1, 101]), "seeds"),
+        (put("seeds", [0, 0, 1]), "seeds"),
+        (put("status", "maybe later"), "status"),
+        (put("pending", ""), "pending"),
+        (put("statement", ""), "statement"),
+    ]
+
+
+@pytest.mark.parametrize("mutate,fld", _mutations())
+def test_bad_entry_names_claim_and_field(tmp_path, mutate, fld):
+    good = next(e for e in _registry()["claims"] if e["id"] == "003-clipcov-entropy")
+    load_claims(_write(tmp_path, [good]))  # the unchanged entry loads
+    bad = copy.deepcopy(good)
+    mutate(bad)
+    with pytest.raises(ConfigError) as e:
+        load_claims(_write(tmp_path, [bad]))
+    assert e.value.key == f"claims[003-clipcov-entropy].{fld}", str(e.value)
+
+
+def test_bad_registry_files(tmp_path):
+    entries = _registry()["claims"]
+    with pytest.raises(ConfigError) as e:
+        load_claims(_write(tmp_path, [entries[0], entries[0]]))
+    assert e.value.key == f"claims[{entries[0]['id']}].id" and "duplicate" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_claims(_write(tmp_path, [{**entries[0], "id": "no spaces please"}]))
+    assert e.value.key == "claims[0].id"
+    (tmp_path / "empty.yaml").write_text("claims: []\n")
+    with pytest.raises(ConfigError, match="non-empty list") as e:
+        load_claims(tmp_path / "empty.yaml")
+    assert e.value.key == "claims"
+    with pytest.raises(ConfigError) as e:
+        load_claims(tmp_path / "absent.yaml")
+    assert e.value.key == "claims"
+
+
+def test_pending_claim_may_name_future_runs_and_facts(tmp_path):
+    entry = next(e for e in _registry()["claims"] if e["id"] == "park-clip-low-random")
+    assert "grpo_random_reward" not in RUNS
+    (c,) = load_claims(_write(tmp_path, [entry]))
+    assert c.pending and c.runs == ("grpo_random_reward",)
+    entry.pop("pending")
+    with pytest.raises(ConfigError) as e:
+        load_claims(_write(tmp_path, [entry]))
+    assert e.value.key == "claims[park-clip-low-random].runs"
+
+
+@pytest.mark.parametrize(
+    "crit,direction,rule,bound",
+    [
+        ({"kind": "threshold", "threshold": 0.7}, "higher", "at_least", 0.7),
+        ({"kind": "threshold", "threshold": 0.7}, "lower", "at_most", 0.7),
+        ({"kind": "no_worse", "margin": 0.03}, "higher", "at_least", -0.03),
+        ({"kind": "no_worse", "margin": 0.05}, "lower", "at_most", 0.05),
+        ({"kind": "less"}, "lower", "less", 0.0),
+    ],
+)
+def test_criterion_reduces_to_a_verdict_rule(tmp_path, crit, direction, rule, bound):
+    entry = next(e for e in _registry()["claims"] if e["id"] == "003-clipcov-entropy")
+    (c,) = load_claims(_write(tmp_path, [{**entry, "criterion": crit, "direction": direction}]))
+    assert (c.rule, c.bound) == (rule, bound)
+
+
+def test_not_run_for_pending_claims_and_untrained_runs():
+    high = (0.02, -0.03, 0.05)  # spans 0
+    facts = {"grpo": {s: {"dH_clipped_low_mean": -0.1 - 0.01 * s, "dH_clipped_high_mean": high[s]} for s in (0, 1, 2)}}
+    rows = {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2], select_claims(None))}
+    for cid in ("yue-coverage", "exploration", "park-clip-high-random", "coverage-clip-cov"):
+        assert rows[cid]["verdict"] == "not run" and rows[cid]["reason"], cid
+        assert math.isnan(rows[cid]["mean"]) and rows[cid]["n"] == 0
+    assert rows["003-clipcov-entropy"]["verdict"] == "not run"
+    assert rows["003-clipcov-entropy"]["reason"] == "runs not trained: clip_cov"
+    low = rows["park-clip-low"]  # live: −0.1, −0.11, −0.12 → mean −0.11 ± t₂ · 0.01 / √3
+    assert low["mean"] == pytest.approx(-0.11) and low["verdict"] == "reproduced"
+    assert low["ci_high"] == pytest.approx(-0.11 + stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3), rel=1e-10)
+    assert rows["park-clip-high"]["verdict"] == "inconclusive"
+    json.dumps(_clean(rows["yue-coverage"]), allow_nan=False)  # NaN → null in claims.json
+    assert _clean(rows["yue-coverage"])["mean"] is None
+
+
+def _any_of(deltas: dict[tuple[str, str], list[float]]):
+    """The ``exploration`` claim made live, on facts where (fact, run) − (fact, baseline) = delta."""
+    claim = dataclasses.replace(select_claims(["exploration"])[0], pending=None)
+    seeds = [0, 1, 2, 3, 4]
+    facts = {r: {s: {x: 0.5 for x in claim.metric["facts"]} for s in seeds} for r in claim.runs}
+    for (x, run), vals in deltas.items():
+        for s, v in zip(seeds, vals, strict=True):
+            facts[run][s][x] = 0.5 + v
+    return evaluate_claims(facts, seeds, [claim])[0]
+
+
+def test_any_of_uses_bonferroni_and_reports_the_best_component():
+    m = 12  # 6 (control, baseline) pairs × 2 facts
+    vals = [0.10, 0.12, 0.08, 0.11, 0.09]  # mean 0.1, s = 0.01581
+    row = _any_of({("hard_acc_best_window", "clip_cov"): vals})
+    assert len(row["components"]) == m and row["level"] == pytest.approx(1 - 0.05 / m)
+    half = stats.t.ppf(1 - 0.05 / (2 * m), 4) * stats.tstd(vals) / math.sqrt(5)
+    assert row["best"] == {"fact": "hard_acc_best_window", "run": "clip_cov", "baseline": "grpo"}
+    assert row["mean"] == pytest.approx(0.1) and row["ci_low"] == pytest.approx(0.1 - half, rel=1e-10)
+    assert row["verdict"] == "reproduced"
+    # the same effect, noisier: the 95 % interval would exclude 0 but the Bonferroni one does not
+    noisy = [0.1, 0.2, 0.02, 0.14, 0.04]
+    h95 = stats.t.ppf(0.975, 4) * stats.tstd(noisy) / math.sqrt(5)
+    hbon = stats.t.ppf(1 - 0.05 / (2 * m), 4) * stats.tstd(noisy) / math.sqrt(5)
+    assert 0.1 - h95 > 0 > 0.1 - hbon
+    assert _any_of({("val_pass_at_256_final", "steer"): noisy})["verdict"] == "inconclusive"
+    # every component clearly below: not reproduced
+    below = {(x, r): [-0.2, -0.21, -0.19, -0.2, -0.2] for x in ("val_pass_at_256_final", "hard_acc_best_window")
+             for r in ("clip_higher", "clip_cov", "kl_cov", "steer", "negative_only", "opefo_strict")}  # fmt: skip
+    assert _any_of(below)["verdict"] == "not reproduced"
+
+
+def test_runs_needed_is_the_union_of_live_claims():
+    sel = select_claims(["003-clipcov-entropy", "001-opefo-entropy", "park-clip-low", "exploration"])
+    assert runs_needed(sel) == ["grpo", "clip_cov", "grpo_strict", "opefo_strict"]  # RUNS order
+    assert runs_needed(select_claims(["yue-coverage"])) == []  # pending: nothing to train
+    with pytest.raises(ConfigError) as e:
+        select_claims(["003-collapse", "003-colapse"])
+    assert e.value.key == "claims" and "003-colapse" in str(e.value) and "003-collapse" in str(e.value)

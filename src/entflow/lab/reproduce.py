@@ -60,6 +60,15 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "ppl_shaping": ("ppl_shaping", {}, {}),
     "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
     "adaptive_entropy": ("adaptive_entropy", {"target": 0.8, "delta": 0.01, "c_max": 0.3}, {}),
+    # the field's methods since the five papers (issue 23; docs/methods.md), at their papers' defaults
+    "cispo": ("cispo", {}, {}),
+    "gspo": ("gspo", {}, {}),
+    "sapo": ("sapo", {}, {}),
+    "ce_gppo": ("ce_gppo", {}, {}),
+    "archer": ("archer", {}, {}),
+    "siren": ("siren", {}, {}),
+    "entropic": ("entropic", {}, {}),
+    "aepo": ("aepo", {}, {}),
 }
 
 

@@ -43,6 +43,13 @@ def forward_inputs(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, 
     return input_ids, attention_mask, inputs["completion_ids"].size(1), extra
 
 
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM under a PEFT wrapper (the model TRL patches with its fused head), else ``model``."""
+    from accelerate.utils import is_peft_model
+
+    return model.get_base_model() if is_peft_model(model) else model
+
+
 def trl_computes_old_logps(
     gradient_accumulation_steps: int, generate_every: int, use_vllm: bool, vllm_is_correction: bool
 ) -> bool:

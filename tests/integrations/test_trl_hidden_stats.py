@@ -86,7 +86,7 @@ def test_grpo_step_tabular_from_hidden_equals_full_logits(tmp_path, tie):
         temperature=0.7,
         entflow_method="clip_higher+steer",
         entflow_method_params={"lambda_min": 0.5, "estimator": "tabular"},
-        entflow_chunk_size=3,  # several row tiles per forward
+        entflow_chunk_size=3,  # the full-logits path's softmax rows (the hidden path uses its own tiles)
     )
     trainer = _Comparing(model=path, reward_funcs=_reward, args=args, train_dataset=data, processing_class=tok)
     assert hidden_head_reason(trainer.model) is None

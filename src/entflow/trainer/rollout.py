@@ -261,18 +261,19 @@ def response_token_stats(
     and their ``[:, :-1]`` slice is read in place by ``token_stats``. ``hidden_stats=True`` and a
     plain linear head (:func:`~entflow.core.lm_head.hidden_head_reason` is ``None``): the
     statistics come from the body's last hidden state ``[N, T, D]`` and the head's weight by
-    :func:`~entflow.core.hidden_stats.token_stats_from_hidden`, so the ``[N, T, V]`` logits never
-    exist (equal to float32 round-off, not bitwise: the tiles sum in another order). A head that is
-    not plain falls back to the logits with a warning naming the reason.
+    :func:`~entflow.core.hidden_stats.token_stats_from_hidden` in its default tiles (``chunk_size``
+    is not used), so the ``[N, T, V]`` logits never exist (equal to float32 round-off, not bitwise:
+    the tiles sum in another order). A head that is not plain falls back to the logits with a
+    warning naming the reason.
     """
     if hidden_stats:
         reason = hidden_head_reason(model)
         if reason is None:
             head = model.get_output_embeddings()
             hidden = response_hidden(model, prompt_ids, prompt_mask, response_ids)
-            return token_stats_from_hidden(
-                hidden, head.weight, response_ids, head.bias, temperature, stats=stats, chunk_rows=chunk_size
-            )
+            # default tiles (1,024 rows × 8,192 vocabulary entries): smaller row tiles read the
+            # weight more often (docs/benchmarks.md "hidden_passes"); chunk_size is the logits path's
+            return token_stats_from_hidden(hidden, head.weight, response_ids, head.bias, temperature, stats=stats)
         warnings.warn(f"hidden_stats: token statistics from full logits because {reason}", stacklevel=2)
     logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
     return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)

@@ -19,7 +19,7 @@ from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.errors import ConfigError
-from entflow.integrations.trl.compat import causal_lm, completion_mask, forward_inputs
+from entflow.integrations.trl.compat import causal_lm, completion_mask, forward_inputs, lm_head_tensors
 from entflow.methods.base import Composite, LossContext, Method
 from entflow.methods.objective import LossOutput, policy_loss
 
@@ -209,17 +209,18 @@ def rollout_token_stats_from_hidden(
 ) -> TokenStats:
     """:func:`rollout_token_stats` from the body's last hidden state ``[B, T, D]`` and the head
     ``W [V, D]`` (+ bias): one body forward per ``batch_size`` rows, then
-    :func:`token_stats_from_hidden` (float32 accumulation, outside autocast) in tiles of
-    ``chunk_size`` rows. ``model`` is a plain causal LM (not PEFT-wrapped) whose head is plain."""
+    :func:`token_stats_from_hidden` (float32 accumulation, outside autocast) in its default tiles
+    (1,024 rows × 8,192 vocabulary entries, 32 MiB: smaller row tiles read W more often and cost
+    time, docs/benchmarks.md "hidden_passes"; ``chunk_size`` bounds the fallback's softmax rows
+    only). ``model`` is a plain causal LM (not PEFT-wrapped) whose head is plain."""
     head = model.get_output_embeddings()
     rows = []
-    for input_ids, attention_mask, keep, completion_ids in _rollout_rows(inputs, batch_size):
-        with autocast():
-            hidden = last_hidden_state(model, input_ids=input_ids, attention_mask=attention_mask)
-        hidden = hidden[:, -keep - 1 : -1].to(head.weight.device)  # position t predicts token t + 1
-        rows.append(
-            token_stats_from_hidden(hidden, head.weight, completion_ids, head.bias, temperature, chunk_rows=chunk_size)
-        )
+    with lm_head_tensors(head) as (weight, bias):
+        for input_ids, attention_mask, keep, completion_ids in _rollout_rows(inputs, batch_size):
+            with autocast():
+                hidden = last_hidden_state(model, input_ids=input_ids, attention_mask=attention_mask)
+            hidden = hidden[:, -keep - 1 : -1].to(weight.device)  # position t predicts token t + 1
+            rows.append(token_stats_from_hidden(hidden, weight, completion_ids, bias, temperature))
     return _cat(rows)
 
 

@@ -8,7 +8,8 @@ tokens). Variants, each with all four statistics (logp, entropy, Σπ², Σπ² 
 - ``trl_hidden`` / ``trl_logits``: the TRL adapter's no-grad rollout pass of the tabular estimator,
   ``integrations/trl/loss.py::rollout_token_stats_from_hidden`` (now used) /
   ``rollout_token_stats_from_logits`` (before; now the fallback for non-plain heads), one forward
-  of the whole batch (``batch_size`` = batch), ``entflow_chunk_size`` = 256 rows (TRL default);
+  of the whole batch (``batch_size`` = batch); the logits path's ``token_stats`` in chunks of
+  ``entflow_chunk_size`` = 256 rows (the adapter's default), the hidden path in its default tiles;
 - ``update_hidden`` / ``update_logits``: the trainer's update forward with grad,
   ``trainer/rollout.py::response_token_stats(hidden_stats=True / False)``, then the backward of
   the sum of the four statistics over the batch (the body's and the tied embedding's gradients).
@@ -99,9 +100,11 @@ def _call(variant: str, model, x: dict) -> None:
 
     b = x["prompt_ids"].shape[0]
     if variant.startswith("trl_"):
-        fn = rollout_token_stats_from_hidden if variant == "trl_hidden" else rollout_token_stats_from_logits
         with torch.no_grad():
-            fn(model, x, 0.7, b, 256, contextlib.nullcontext)
+            if variant == "trl_hidden":
+                rollout_token_stats_from_hidden(model, x, 0.7, b, contextlib.nullcontext)
+            else:
+                rollout_token_stats_from_logits(model, x, 0.7, b, 256, contextlib.nullcontext)
         return
     model.zero_grad(set_to_none=True)
     s = response_token_stats(

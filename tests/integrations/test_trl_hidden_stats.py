@@ -148,7 +148,7 @@ def test_softcapped_head_falls_back_to_full_logits_with_a_warning():
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attn).logits[:, -6:-1]  # capped by the model
         ref = ef.token_stats(logits, x["completion_ids"], temperature=0.7)
-        wrong = rollout_token_stats_from_hidden(model, x, 0.7, 2, None, contextlib.nullcontext)
+        wrong = rollout_token_stats_from_hidden(model, x, 0.7, 2, contextlib.nullcontext)
     for f in FIELDS:
         assert torch.allclose(getattr(stats, f), getattr(ref, f), rtol=1e-5, atol=1e-6), f
     # the fallback is needed: the uncapped hidden-state law is another law here

@@ -96,3 +96,33 @@ def test_train_step_with_hidden_stats_matches_the_logits_path():
     assert m0.keys() == m1.keys()
     for k in m0:
         assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-6), k
+
+
+def test_a_soft_capped_head_falls_back_to_the_logits_with_a_warning():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        final_logit_softcapping=2.0,  # c·tanh(z/c) with logits of several units: the cap acts
+        pad_token_id=0,
+    )
+    model = Gemma2ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    prompt_ids, response_ids = torch.randint(1, 40, (3, 4), generator=g), torch.randint(1, 40, (3, 5), generator=g)
+    prompt_mask = torch.ones_like(prompt_ids)
+    prompt_mask[0, :2] = 0
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match="final_logit_softcapping = 2.0"):
+            got = response_token_stats(
+                model, prompt_ids, prompt_mask, response_ids, 0.9, None, STATS, hidden_stats=True
+            )
+        ref = response_token_stats(model, prompt_ids, prompt_mask, response_ids, 0.9, None, STATS)
+    for f in STATS:
+        assert torch.equal(getattr(got, f), getattr(ref, f)), f  # the very same logits path

@@ -173,7 +173,7 @@ def rollout_token_stats(
     lm = causal_lm(model)
     reason = hidden_head_reason(lm)
     if reason is None:
-        return rollout_token_stats_from_hidden(lm, inputs, temperature, batch_size, chunk_size, autocast)
+        return rollout_token_stats_from_hidden(lm, inputs, temperature, batch_size, autocast)
     warnings.warn(
         f"entflow: the rollout statistics of the tabular estimator are computed from full [N, T, V] logits "
         f"(not from the hidden states) because {reason}",
@@ -200,19 +200,14 @@ def _cat(rows: list[TokenStats]) -> TokenStats:
 
 
 def rollout_token_stats_from_hidden(
-    model: torch.nn.Module,
-    inputs: dict[str, Any],
-    temperature: float,
-    batch_size: int,
-    chunk_size: int | None,
-    autocast: Any,
+    model: torch.nn.Module, inputs: dict[str, Any], temperature: float, batch_size: int, autocast: Any
 ) -> TokenStats:
     """:func:`rollout_token_stats` from the body's last hidden state ``[B, T, D]`` and the head
     ``W [V, D]`` (+ bias): one body forward per ``batch_size`` rows, then
     :func:`token_stats_from_hidden` (float32 accumulation, outside autocast) in its default tiles
     (1,024 rows × 8,192 vocabulary entries, 32 MiB: smaller row tiles read W more often and cost
-    time, docs/benchmarks.md "hidden_passes"; ``chunk_size`` bounds the fallback's softmax rows
-    only). ``model`` is a plain causal LM (not PEFT-wrapped) whose head is plain."""
+    time, docs/benchmarks.md "hidden_passes"; the adapter's ``entflow_chunk_size`` bounds the
+    fallback's softmax rows only). ``model`` is a plain causal LM (not PEFT-wrapped) whose head is plain."""
     head = model.get_output_embeddings()
     rows = []
     with lm_head_tensors(head) as (weight, bias):

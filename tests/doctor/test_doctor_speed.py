@@ -6,19 +6,21 @@ from __future__ import annotations
 import torch
 
 import entflow as ef
-from entflow.doctor.speed import MIN_JUDGED_SECONDS, SLOWDOWN_LIMIT, check_speed, shape_for
+from entflow.doctor.speed import SLOWDOWN_LIMIT, check_speed, shape_for
 
 SMALL = (1, 32, 16384)  # outputs only: too small to judge speed
-JUDGED = shape_for(torch.device("cpu"), quick=True)  # naive ≈ 40 ms on a loaded 2-core CPU (≥ MIN_JUDGED_SECONDS)
+JUDGED = shape_for(torch.device("cpu"), quick=True)
+# the tests always judge the speed, however fast this machine runs the naive path (no timing floor)
+ALWAYS = {"min_judged_seconds": 0.0}
 
 
 def test_speed_passes_and_reports_ratios():
-    (r,) = check_speed("cpu", quick=True, shape=JUDGED)
+    (r,) = check_speed("cpu", quick=True, shape=JUDGED, **ALWAYS)
     assert r.status == "PASS", r.detail
     m = r.measurements
     assert m["entflow_seconds"] > 0 and m["naive_seconds"] > 0 and m["agreement_error"] < 1e-5
     assert "naive takes" in r.detail and "× its time" in r.detail
-    assert m["naive_seconds"] >= MIN_JUDGED_SECONDS  # the speed was judged
+    assert "too small to judge" not in r.detail  # the speed was judged
 
 
 def test_speed_fails_on_wrong_outputs():
@@ -37,5 +39,5 @@ def test_speed_fails_when_grossly_slower_than_naive():
                 ef.token_stats(*args, **kwargs)
         return ef.token_stats(*args, **kwargs)
 
-    (r,) = check_speed("cpu", quick=True, fn=slow, shape=JUDGED)
+    (r,) = check_speed("cpu", quick=True, fn=slow, shape=JUDGED, **ALWAYS)
     assert r.status == "FAIL" and f"limit {SLOWDOWN_LIMIT:g}×" in r.detail, r.detail

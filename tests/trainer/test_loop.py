@@ -221,6 +221,23 @@ def test_resume_refuses_a_changed_config(tmp_path, micro_policy):
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
+def test_resume_a_run_written_before_a_config_key_existed(tmp_path, micro_policy):
+    """A run directory whose config.yaml lacks a key added later (here ``hidden_stats``) resumes when
+    the key has its default, and is refused when the key is set otherwise."""
+    import yaml
+
+    run_dir = train(micro_config(tmp_path, micro_policy, name="old", steps=2))
+    path = run_dir / "config.yaml"
+    written = yaml.safe_load(path.read_text())
+    del written["hidden_stats"]
+    path.write_text(yaml.safe_dump(written))
+    with pytest.raises(ConfigError) as e:
+        train(micro_config(tmp_path, micro_policy, name="old", steps=3, hidden_stats=True), resume=True)
+    assert e.value.key == "hidden_stats"
+    run_dir = train(micro_config(tmp_path, micro_policy, name="old", steps=3), resume=True)
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
 def test_overrides_parse_numbers_and_method_params(tmp_path):
     cfg = build_config(
         {"out_dir": str(tmp_path), "method": "adaptive_entropy"},

@@ -6,9 +6,9 @@ against a per-dtype tolerance. Each check takes its subject as a parameter, so t
 injects faults into it and shows that the check then fails (tests/doctor/). docs/gpu.md says
 what each check means.
 
-Modules, one per check family: ``token_stats``, ``gradients`` (policy-loss gradients),
-``distributed`` (2-rank statistics), ``trl``, ``verl``, ``speed``; ``result`` holds
-:class:`CheckResult`.
+Modules, one per check family: ``token_stats``, ``hidden_stats`` (``token_stats_from_hidden``),
+``gradients`` (policy-loss gradients), ``distributed`` (2-rank statistics), ``trl``, ``verl``,
+``speed``; ``result`` holds :class:`CheckResult`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ __all__ = ["CHECKS", "CheckResult", "run_checks", "visible_devices"]
 # family -> function(device, quick) -> list[CheckResult]; "per_device": run on every device
 CHECKS: dict[str, tuple[str, bool]] = {
     "token_stats": ("entflow.doctor.token_stats:check_token_stats", True),
+    "hidden_stats": ("entflow.doctor.hidden_stats:check_hidden_stats", True),
     "gradients": ("entflow.doctor.gradients:check_loss_gradients", True),
     "distributed": ("entflow.doctor.distributed:check_distributed", True),
     "trl": ("entflow.doctor.trl:check_trl", True),

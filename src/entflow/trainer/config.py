@@ -64,6 +64,10 @@ class TrainConfig:
     checkpoint_every: int = 1
     threads: int = 1  # torch threads (bit-identical resume needs the same value)
     chunk_size: int | None = None  # token_stats chunking
+    # update forwards' token statistics from the last hidden state and the LM head's weight
+    # (token_stats_from_hidden; no [N, T, V] logits) when the head is a plain nn.Linear; equal to
+    # float32 round-off, not bitwise, so off by default to keep the lab's metrics bit-identical
+    hidden_stats: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:

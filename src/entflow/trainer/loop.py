@@ -132,7 +132,7 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
         start = int(ck["step"])
     resolved = cfg.to_dict() | {"policy_path": str(parts.policy_path)}
     if resume:
-        _check_resumable(cfg.run_dir, resolved)
+        _check_resumable(cfg.run_dir, resolved, type(cfg)().to_dict() if _defaults_buildable(cfg) else None)
     write_config(cfg.run_dir, resolved)
     return _State(method, optimizer, ref_model, start)
 
@@ -293,14 +293,24 @@ def _anchored_schedule_steps(cfg: TrainConfig, run_dir: Path, resume: bool) -> i
     return schedule_steps(cfg)
 
 
-def _check_resumable(run_dir: Path, resolved: dict[str, Any]) -> None:
-    """Refuse to resume a run under a config that would not reproduce its finished steps."""
+def _defaults_buildable(cfg: TrainConfig) -> bool:
+    """Whether ``type(cfg)()`` builds (every field has a default)."""
+    return all(
+        f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        for f in dataclasses.fields(cfg)
+    )
+
+
+def _check_resumable(run_dir: Path, resolved: dict[str, Any], defaults: dict[str, Any] | None = None) -> None:
+    """Refuse to resume a run under a config that would not reproduce its finished steps. A key the
+    run's ``config.yaml`` lacks (written by an earlier entflow, before the key existed) counts as
+    its default in ``defaults``."""
     import yaml
 
     path = run_dir / "config.yaml"
     if not path.exists():
         return
-    old = yaml.safe_load(path.read_text()) or {}
+    old = (defaults or {}) | (yaml.safe_load(path.read_text()) or {})
     changed = sorted(k for k in resolved if k not in RESUME_MAY_CHANGE and old.get(k) != resolved[k])
     if changed:
         diffs = ", ".join(f"{k}: {old.get(k)!r} -> {resolved[k]!r}" for k in changed)

@@ -7,19 +7,23 @@ of the distribution each token was drawn from. The trainer's rollout (:func:`sam
 the lab's validation and the evaluation of real models all call it.
 
 :func:`response_logits` / :func:`response_token_stats` re-score responses with one forward over
-``[prompt | response]`` whose positions follow the attention mask, exactly as ``generate`` saw them.
+``[prompt | response]`` whose positions follow the attention mask, exactly as ``generate`` saw them
+(``response_token_stats(hidden_stats=True)``: from the last hidden state, without the logits).
 """
 
 from __future__ import annotations
 
 import random
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from entflow.core.hidden_stats import token_stats_from_hidden
+from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.methods.siren import topp_entropy
 from entflow.trainer.config import TrainConfig
@@ -225,21 +229,33 @@ def sample_rollout(
 # --------------------------------------------------------------------------------------------
 
 
+def _response_inputs(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``[prompt | response]`` model inputs ``[N, Lp + T]`` with positions that follow the mask."""
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
+    return {"input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids_from_mask(attention)}
+
+
 def response_logits(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
 ) -> torch.Tensor:
     """Untempered logits ``[N, T, V]`` that predict each response token (a view of the last T + 1
     positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``."""
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
-    attention = torch.cat([prompt_mask, torch.ones_like(response_ids)], dim=1)
     t = response_ids.shape[1]
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=position_ids_from_mask(attention),
-        logits_to_keep=t + 1,
-    ).logits
+    logits = model(**_response_inputs(prompt_ids, prompt_mask, response_ids), logits_to_keep=t + 1).logits
     return logits[:, :-1]
+
+
+def response_hidden(
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+) -> torch.Tensor:
+    """The LM head's inputs ``[N, T, D]`` that predict each response token: the model body's last
+    hidden state at the positions :func:`response_logits` reads (a view, not a copy); the head
+    never runs."""
+    t = response_ids.shape[1]
+    return last_hidden_state(model, **_response_inputs(prompt_ids, prompt_mask, response_ids))[:, -t - 1 : -1]
 
 
 def response_token_stats(
@@ -251,17 +267,35 @@ def response_token_stats(
     chunk_size: int | None = None,
     stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
     entropy_top_p: float | None = None,
+    hidden_stats: bool = False,
 ) -> TokenStats:
     """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
     Positions are counted from the first real prompt token, as ``generate`` does with left
-    padding, so these log-probs are exactly those the samples were drawn from. Only the last
-    T + 1 positions' logits are computed; their ``[:, :-1]`` slice is read in place.
+    padding, so these log-probs are exactly those the samples were drawn from.
+
+    ``hidden_stats=False``: only the last T + 1 positions' logits ``[N, T + 1, V]`` are computed
+    and their ``[:, :-1]`` slice is read in place by ``token_stats``. ``hidden_stats=True`` and a
+    plain linear head (:func:`~entflow.core.lm_head.hidden_head_reason` is ``None``): the
+    statistics come from the body's last hidden state ``[N, T, D]`` and the head's weight by
+    :func:`~entflow.core.hidden_stats.token_stats_from_hidden` in its default tiles (``chunk_size``
+    is not used), so the ``[N, T, V]`` logits never exist (equal to float32 round-off, not bitwise:
+    the tiles sum in another order). A head that is not plain falls back to the logits with a
+    warning naming the reason.
 
     ``entropy_top_p`` (< 1, ``MethodNeeds.entropy_top_p``): ``entropy`` is the entropy of the top-p
     nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
     2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
     """
+    if hidden_stats and (entropy_top_p is None or "entropy" not in stats):  # top-p entropy needs the logits
+        reason = hidden_head_reason(model)
+        if reason is None:
+            head = model.get_output_embeddings()
+            hidden = response_hidden(model, prompt_ids, prompt_mask, response_ids)
+            # default tiles (1,024 rows × 8,192 vocabulary entries): smaller row tiles read the
+            # weight more often (docs/benchmarks.md "hidden_passes"); chunk_size is the logits path's
+            return token_stats_from_hidden(hidden, head.weight, response_ids, head.bias, temperature, stats=stats)
+        warnings.warn(f"hidden_stats: token statistics from full logits because {reason}", stacklevel=2)
     logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
     if entropy_top_p is None or "entropy" not in stats:
         return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)

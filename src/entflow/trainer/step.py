@@ -100,7 +100,14 @@ def collect_rollout(
 
 def _response_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...]) -> TokenStats:
     return response_token_stats(
-        model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature, cfg.chunk_size, stats
+        model,
+        roll.prompt_ids,
+        roll.prompt_mask,
+        roll.response_ids,
+        cfg.temperature,
+        cfg.chunk_size,
+        stats,
+        hidden_stats=cfg.hidden_stats,
     )
 
 
@@ -296,6 +303,7 @@ def policy_update(
                 chunk_size=cfg.chunk_size,
                 stats=cur_stats,
                 entropy_top_p=needs.entropy_top_p,  # SIREN: the loss differentiates the top-p entropy
+                hidden_stats=cfg.hidden_stats,  # from the last hidden state, no [N, T, V] logits
             )
             out = policy_loss(
                 mini_batch(full, adv, idx, cur), method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg

@@ -6,8 +6,9 @@ changes these changes this file (and the overridden hooks in ``trainer.py``), no
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -41,6 +42,32 @@ def forward_inputs(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, 
     attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     extra = {k: inputs[k] for k in MULTIMODAL_KEYS if inputs.get(k) is not None}
     return input_ids, attention_mask, inputs["completion_ids"].size(1), extra
+
+
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM under a PEFT wrapper (the model TRL patches with its fused head), else ``model``."""
+    from accelerate.utils import is_peft_model
+
+    return model.get_base_model() if is_peft_model(model) else model
+
+
+@contextlib.contextmanager
+def lm_head_tensors(head: torch.nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    """``(weight [V, D], bias [V] or None)`` of the LM head, whole, for a no-grad read: gathered
+    under DeepSpeed ZeRO-3 with TRL's own ``maybe_gather_lm_head_ctx`` and from FSDP2 ``DTensor``
+    shards with ``full_tensor()``, as TRL's fused head reads them."""
+    try:
+        from trl.trainer.utils import maybe_gather_lm_head_ctx
+    except ImportError:  # older TRL: no ZeRO-3 gathering for fused heads
+
+        def maybe_gather_lm_head_ctx(*params: Any) -> contextlib.AbstractContextManager:
+            return contextlib.nullcontext()
+
+    from torch.distributed.tensor import DTensor
+
+    weight, bias = head.weight, head.bias
+    with maybe_gather_lm_head_ctx(weight, bias):
+        yield tuple(t.full_tensor() if isinstance(t, DTensor) else t for t in (weight, bias))
 
 
 def trl_computes_old_logps(

@@ -6,6 +6,8 @@ normalisation, and the ``policy_loss`` call itself (docs/design.md §4, §12).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +15,11 @@ import torch
 
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import StepStatistics
+from entflow.core.hidden_stats import token_stats_from_hidden
+from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.errors import ConfigError
-from entflow.integrations.trl.compat import completion_mask, forward_inputs
+from entflow.integrations.trl.compat import causal_lm, completion_mask, forward_inputs, lm_head_tensors
 from entflow.methods.base import Composite, LossContext, Method
 from entflow.methods.objective import LossOutput, policy_loss
 
@@ -158,19 +162,79 @@ def rollout_token_stats(
     chunk_size: int | None,
     autocast: Any,
 ) -> TokenStats:
-    """logp, entropy, Σπ², Σπ² log π ``[N, T]`` of the generation batch (full-vocabulary softmax,
-    chunked), in forwards of ``batch_size`` rows under ``autocast()``. Call without grad."""
+    """logp, entropy, Σπ², Σπ² log π ``[N, T]`` of the generation batch, in forwards of
+    ``batch_size`` rows (the body under ``autocast()``). Call without grad.
+
+    From the hidden states and the LM head's weight (:func:`token_stats_from_hidden`: the
+    ``[N, V]`` logits never exist, as in TRL's fused head) when the head is a plain linear layer;
+    otherwise (soft-capping, a logit scale, …: :func:`hidden_head_reason`) from the model's full
+    logits, with a warning naming the reason.
+    """
+    lm = causal_lm(model)
+    reason = hidden_head_reason(lm)
+    if reason is None:
+        return rollout_token_stats_from_hidden(lm, inputs, temperature, batch_size, autocast)
+    warnings.warn(
+        f"entflow: the rollout statistics of the tabular estimator are computed from full [N, T, V] logits "
+        f"(not from the hidden states) because {reason}",
+        stacklevel=2,
+    )
+    return rollout_token_stats_from_logits(model, inputs, temperature, batch_size, chunk_size, autocast)
+
+
+def _rollout_rows(
+    inputs: dict[str, Any], batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]]:
+    """``(input_ids, attention_mask, T, completion_ids)`` slices of ``batch_size`` rows."""
     input_ids, attention_mask, keep, extra = forward_inputs(inputs)
     if extra:
         raise ConfigError("entflow_method", "the tabular estimator is not supported with multimodal inputs")
-    rows = []
     completion_ids = inputs["completion_ids"]
     for start in range(0, input_ids.size(0), batch_size):
         sl = slice(start, start + batch_size)
-        with autocast():
-            logits = model(input_ids=input_ids[sl], attention_mask=attention_mask[sl], logits_to_keep=keep + 1).logits
-        rows.append(token_stats(logits[:, :-1].float(), completion_ids[sl], temperature, chunk_size))
+        yield input_ids[sl], attention_mask[sl], keep, completion_ids[sl]
+
+
+def _cat(rows: list[TokenStats]) -> TokenStats:
     return TokenStats(*(torch.cat([getattr(r, f) for r in rows]) for f in TokenStats._fields))
+
+
+def rollout_token_stats_from_hidden(
+    model: torch.nn.Module, inputs: dict[str, Any], temperature: float, batch_size: int, autocast: Any
+) -> TokenStats:
+    """:func:`rollout_token_stats` from the body's last hidden state ``[B, T, D]`` and the head
+    ``W [V, D]`` (+ bias): one body forward per ``batch_size`` rows, then
+    :func:`token_stats_from_hidden` (float32 accumulation, outside autocast) in its default tiles
+    (1,024 rows × 8,192 vocabulary entries, 32 MiB: smaller row tiles read W more often and cost
+    time, docs/benchmarks.md "hidden_passes"; the adapter's ``entflow_chunk_size`` bounds the
+    fallback's softmax rows only). ``model`` is a plain causal LM (not PEFT-wrapped) whose head is plain."""
+    head = model.get_output_embeddings()
+    rows = []
+    with lm_head_tensors(head) as (weight, bias):
+        for input_ids, attention_mask, keep, completion_ids in _rollout_rows(inputs, batch_size):
+            with autocast():
+                hidden = last_hidden_state(model, input_ids=input_ids, attention_mask=attention_mask)
+            hidden = hidden[:, -keep - 1 : -1].to(weight.device)  # position t predicts token t + 1
+            rows.append(token_stats_from_hidden(hidden, weight, completion_ids, bias, temperature))
+    return _cat(rows)
+
+
+def rollout_token_stats_from_logits(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    temperature: float,
+    batch_size: int,
+    chunk_size: int | None,
+    autocast: Any,
+) -> TokenStats:
+    """:func:`rollout_token_stats` from the model's full logits ``[B, T, V]`` (the fallback for
+    heads that are not plain linear layers): ``token_stats`` in chunks of ``chunk_size`` rows."""
+    rows = []
+    for input_ids, attention_mask, keep, completion_ids in _rollout_rows(inputs, batch_size):
+        with autocast():
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep + 1).logits
+        rows.append(token_stats(logits[:, :-1].float(), completion_ids, temperature, chunk_size))
+    return _cat(rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,200 @@
+"""Benchmark: the passes that issue 24 phase 2 moved from full logits to hidden states.
+
+A Qwen2.5-0.5B-shaped model cut to one decoder layer (D = 896, V = 151,936, tied embeddings,
+float32, random weights built in-process: no hub), a batch of ``--batch`` sequences of
+``--prompt`` prompt + ``--completion`` completion tokens (default 8 × (32 + 128): 1,024 scored
+tokens). Variants, each with all four statistics (logp, entropy, Σπ², Σπ² log π):
+
+- ``trl_hidden`` / ``trl_logits``: the TRL adapter's no-grad rollout pass of the tabular estimator,
+  ``integrations/trl/loss.py::rollout_token_stats_from_hidden`` (now used) /
+  ``rollout_token_stats_from_logits`` (before; now the fallback for non-plain heads), one forward
+  of the whole batch (``batch_size`` = batch); the logits path's ``token_stats`` in chunks of
+  ``entflow_chunk_size`` = 256 rows (the adapter's default), the hidden path in its default tiles;
+- ``update_hidden`` / ``update_logits``: the trainer's update forward with grad,
+  ``trainer/rollout.py::response_token_stats(hidden_stats=True / False)``, then the backward of
+  the sum of the four statistics over the batch (the body's and the tied embedding's gradients).
+
+Every measurement is a fresh process (``OMP_NUM_THREADS`` = ``--threads``); peak extra memory =
+peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` just before the call, so building the
+model is not counted) − RSS after the model, the inputs and a warm-up of the same variant on one
+short sequence; variants interleaved, order rotated each repetition; medians of ``--runs``.
+
+    python benchmarks/hidden_passes.py                 # 3 runs
+    python benchmarks/hidden_passes.py --runs 1 --completion 16   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+MIB = 1024 * 1024
+VARIANTS = ("trl_hidden", "trl_logits", "update_hidden", "update_logits")
+STATS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reset_peak_rss() -> None:
+    """Reset the kernel's peak RSS (VmHWM) to the current RSS (Linux ≥ 4.0), so that building the
+    model (whose temporaries can exceed what the measured call needs) is not counted."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _model(vocab: int):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=1,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(cfg)
+
+
+def _batch(b: int, p: int, t: int, vocab: int) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    prompt_mask = torch.ones(b, p, dtype=torch.long)
+    prompt_mask[: b // 2, : p // 4] = 0  # left padding on half the rows
+    return {
+        "prompt_ids": torch.randint(0, vocab, (b, p), generator=g),
+        "prompt_mask": prompt_mask,
+        "completion_ids": torch.randint(0, vocab, (b, t), generator=g),
+        "completion_mask": torch.ones(b, t, dtype=torch.long),
+    }
+
+
+def _call(variant: str, model, x: dict) -> None:
+    import torch
+
+    from entflow.integrations.trl.loss import rollout_token_stats_from_hidden, rollout_token_stats_from_logits
+    from entflow.trainer.rollout import response_token_stats
+
+    b = x["prompt_ids"].shape[0]
+    if variant.startswith("trl_"):
+        with torch.no_grad():
+            if variant == "trl_hidden":
+                rollout_token_stats_from_hidden(model, x, 0.7, b, contextlib.nullcontext)
+            else:
+                rollout_token_stats_from_logits(model, x, 0.7, b, 256, contextlib.nullcontext)
+        return
+    model.zero_grad(set_to_none=True)
+    s = response_token_stats(
+        model,
+        x["prompt_ids"],
+        x["prompt_mask"],
+        x["completion_ids"],
+        0.7,
+        None,
+        STATS,
+        hidden_stats=variant == "update_hidden",
+    )
+    sum(getattr(s, f).sum() for f in STATS).backward()
+
+
+def worker(variant: str, args: argparse.Namespace) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = _model(args.vocab)
+    x = _batch(args.batch, args.prompt, args.completion, args.vocab)
+    _call(variant, model, _batch(1, 4, 4, args.vocab))  # warm-up: one short sequence
+    _reset_peak_rss()
+    base = _rss_bytes()
+    t0, c0 = time.perf_counter(), time.process_time()
+    _call(variant, model, x)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak = max(_peak_rss_bytes() - base, 0) / MIB
+    return {"variant": variant, "time_s": elapsed, "cpu_s": cpu, "peak_extra_mib": peak}
+
+
+def run(variant: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    cmd = [sys.executable, __file__, "--worker", variant]
+    cmd += ["--threads", str(args.threads), "--vocab", str(args.vocab), "--batch", str(args.batch)]
+    cmd += ["--prompt", str(args.prompt), "--completion", str(args.completion)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float) -> None:
+    import torch
+    import transformers
+
+    med = {v: {k: statistics.median(r[k] for r in rs) for k in ("time_s", "cpu_s", "peak_extra_mib")}
+           for v, rs in results.items()}  # fmt: skip
+    rows = args.batch * args.completion
+    logits_mib = rows * args.vocab * 4 / MIB
+    print(f"\n{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"{args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}; "
+          f"{args.runs} runs, {wall:.0f} s. Batch {args.batch} × ({args.prompt} + {args.completion}) = "
+          f"{rows} scored tokens, V = {args.vocab}, D = 896 "
+          f"(the [rows, V] float32 logits: {logits_mib:.0f} MiB).\n")  # fmt: skip
+    print("| variant | median wall (s) | median CPU (s) | peak extra MiB "
+          "| × logits wall | × logits CPU | × logits peak |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for v in VARIANTS:
+        ref = med[v.replace("hidden", "logits")]
+        m = med[v]
+        mem_ratio = m["peak_extra_mib"] / max(ref["peak_extra_mib"], 1e-9)
+        print(f"| {v} | {m['time_s']:.2f} | {m['cpu_s']:.2f} | {m['peak_extra_mib']:.0f} | "
+              f"{m['time_s'] / ref['time_s']:.2f} | {m['cpu_s'] / ref['cpu_s']:.2f} | {mem_ratio:.2f} |")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--completion", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args)))
+        return
+    variants = args.variants.split(",")
+    results: dict[str, list[dict]] = {v: [] for v in variants}
+    start = time.time()
+    for rep in range(args.runs):
+        k = rep % len(variants)
+        order = variants[k:] + variants[:k]
+        for v in order if rep % 2 == 0 else order[::-1]:
+            r = run(v, args)
+            results[v].append(r)
+            print(f"run {rep + 1}/{args.runs} {v:14s} {r['time_s']:7.2f} s {r['peak_extra_mib']:7.0f} MiB", flush=True)
+    report(results, args, time.time() - start)
+
+
+if __name__ == "__main__":
+    main()

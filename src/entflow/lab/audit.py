@@ -37,6 +37,8 @@ from typing import Any
 import torch
 
 from entflow.analysis.correlation import spearman
+from entflow.analysis.render import render_markdown
+from entflow.analysis.tables import DASH, Column, Interval, Table
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.methods.objective import compute_advantages, policy_loss
@@ -259,18 +261,28 @@ _TITLES = {
 }
 
 
-def audit_markdown(result: dict[str, Any]) -> str:
-    """The audit as a markdown table (Spearman mean ± 95 % CI and rank per variant), next to
-    paper 000's Table 1."""
+def audit_table(result: dict[str, Any]) -> Table:
+    """The audit as a :class:`~entflow.analysis.tables.Table`: per estimator and variant, the
+    Spearman mean ± 95 % CI over seeds and its rank, next to paper 000's Table 1."""
     by = {(r["variant"], r["estimator"]): r for r in result["summary"]}
     variants = [v for v in VARIANTS if any(k[0] == v for k in by)]
-    head = "".join(f" {_TITLES[v]}: Spearman (95 % CI) | rank |" for v in variants)
-    lines = ["| estimator |" + head + " paper 000 Table 1 SRCC |", "|---|" + "---:|---:|" * len(variants) + "---|"]
-
-    def cell(r):
-        return f"{r['mean']:+.3f} ± {r['half']:.3f} (n={r['n']})" if r["n"] else "–"
-
+    columns = [Column("estimator", align="left")]
+    for v in variants:
+        columns += [Column(f"{_TITLES[v]}: Spearman (95 % CI)", "+.3f"), Column("rank", "d")]
+    columns.append(Column("paper 000 Table 1 SRCC", align="left"))
+    rows = []
     for e in ESTIMATORS:
-        cells = "".join(f" {cell(by[(v, e)])} | {by[(v, e)].get('rank', '–')} |" for v in variants)
-        lines.append(f"| {e} |{cells} {PAPER_000_TABLE_1.get(e, '–')} |")
-    return "\n".join(lines) + "\n"
+        cells: list[Any] = [e]
+        for v in variants:
+            r = by[(v, e)]
+            cells += [Interval(r["mean"], r["half"], r["n"]), r.get("rank")]
+        rows.append((*cells, PAPER_000_TABLE_1.get(e, DASH)))
+    ns = sorted({r["n"] for r in result["summary"]})
+    seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+    notes = (f"Spearman rank correlation of each estimator with the true entropy change, over {seeds} seeds.",)
+    return Table("", tuple(columns), rows, notes, name="audit")
+
+
+def audit_markdown(result: dict[str, Any]) -> str:
+    """The audit table (:func:`audit_table`) in markdown."""
+    return render_markdown(audit_table(result))

@@ -189,3 +189,19 @@ def test_subcommand_parsers_are_complete(capsys):
         main(["analyze", "--help"])
     assert e.value.code == 0
     assert "--entropy-key" in capsys.readouterr().out
+
+
+def test_a_run_with_audit_metrics_orders_them_without_torch():
+    """Reading a run's ``audit/<estimator>/*`` keys needs the estimator names only: they come from
+    the torch-free ``core.estimator_names`` (the same tuple ``core.estimators`` uses)."""
+    code = (
+        "from entflow.analysis.runs import audit_estimators; "
+        "rows = [{'step': 1, 'audit/cov/spearman': 0.1, 'audit/steer/spearman': 0.2, 'audit/mine/spearman': 0.3}]; "
+        f"print(__import__('json').dumps({{'order': audit_estimators(rows)}})); {_PROBE}\n"
+        "from entflow.core.estimators import ESTIMATORS; from entflow.core.estimator_names import ESTIMATORS as N; "
+        f"assert ESTIMATORS is N; {_PROBE}"
+    )
+    order, during, after = _child(code)
+    assert order["order"] == ["steer", "cov", "mine"]  # the design order first, then unknown names
+    assert during == {"torch": False, "transformers": False}
+    assert after["torch"] is True

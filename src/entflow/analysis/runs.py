@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
     """``AUDIT_ESTIMATORS``: the docs/design.md §5 estimators the lab audits (``core.estimators.ESTIMATORS``),
     imported on first use so that reading logs never imports torch."""
     if name == "AUDIT_ESTIMATORS":
-        from entflow.core.estimators import ESTIMATORS
+        from entflow.core.estimator_names import ESTIMATORS
 
         return ESTIMATORS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -187,7 +187,7 @@ def audit_estimators(records: Sequence[dict[str, Any]]) -> list[str]:
                     seen.append(est)
     if not seen:
         return []
-    from entflow.core.estimators import ESTIMATORS  # torch: only for runs that logged an audit
+    from entflow.core.estimator_names import ESTIMATORS  # torch-free
 
     return [e for e in ESTIMATORS if e in seen] + [e for e in seen if e not in ESTIMATORS]
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 import torch
 
 from entflow.core.batch import TokenBatch
+from entflow.core.estimator_names import ESTIMATORS
 from entflow.core.ppo import clip_indicator
 from entflow.errors import UnknownMethodError
-
-ESTIMATORS = ("steer", "sampled_logit", "opefo", "tabular", "cov")
 
 
 def policy_weight(

@@ -66,12 +66,13 @@ def test_claims_select_their_runs_and_write_the_schema(tmp_path, recorder, capsy
 
 
 def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys):
-    args = ["reproduce", "--claims", "park-clip-low,yue-coverage", "--seeds", "5,6,7", f"out_dir={tmp_path}"]
+    pending = "park-clip-high-random"  # no random-reward run exists
+    args = ["reproduce", "--claims", f"park-clip-low,{pending}", "--seeds", "5,6,7", f"out_dir={tmp_path}"]
     assert main(args) == 0, capsys.readouterr().err
-    assert sorted(recorder) == [("grpo", 5), ("grpo", 6), ("grpo", 7)]  # yue-coverage is pending
+    assert sorted(recorder) == [("grpo", 5), ("grpo", 6), ("grpo", 7)]  # the pending claim trains nothing
     rows = {r["id"]: r for r in json.loads((tmp_path / "reproduce" / "claims.json").read_text())["claims"]}
-    assert rows["yue-coverage"]["verdict"] == "not run" and rows["yue-coverage"]["mean"] is None
-    assert "pass@256" in rows["yue-coverage"]["reason"]
+    assert rows[pending]["verdict"] == "not run" and rows[pending]["mean"] is None
+    assert "random-reward" in rows[pending]["reason"]
     assert rows["park-clip-low"]["n"] == 3 and rows["park-clip-low"]["mean"] == pytest.approx(-6)
     assert rows["park-clip-low"]["seeds_as_registered"] is False
 

@@ -14,7 +14,7 @@ import yaml
 from scipy import stats
 
 from entflow.errors import ConfigError
-from entflow.lab.claims import DESIGN_SEEDS, FACTS, load_claims, registry_path
+from entflow.lab.claims import DESIGN_SEEDS, FACTS, _facts_read, load_claims, registry_path
 from entflow.lab.reproduce import CLAIMS, RUNS, _clean, evaluate_claims, runs_needed, select_claims
 
 # the rules of the in-code claim list of 0.1.0 (id -> (rule, bound)), which the registry replaced
@@ -57,8 +57,7 @@ def test_registry_loads_with_known_runs_and_facts():
         assert not set(c.seeds) & DESIGN_SEEDS and len(c.seeds) >= 5, c.id
         if c.pending is None:
             assert set(c.runs) <= set(RUNS), c.id
-            facts = c.metric.get("facts") or [c.metric["fact"]]
-            assert set(facts) <= FACTS, c.id
+            assert set(_facts_read(c.metric)) <= FACTS, c.id
         else:
             assert c.pending.strip(), c.id
     ids = {c.id for c in claims}
@@ -169,7 +168,7 @@ def test_not_run_for_pending_claims_and_untrained_runs():
     high = (0.02, -0.03, 0.05)  # spans 0
     facts = {"grpo": {s: {"dH_clipped_low_mean": -0.1 - 0.01 * s, "dH_clipped_high_mean": high[s]} for s in (0, 1, 2)}}
     rows = {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2], select_claims(None))}
-    for cid in ("yue-coverage", "exploration", "park-clip-high-random", "coverage-clip-cov"):
+    for cid in ("park-clip-low-random", "exploration", "park-clip-high-random", "coverage-clip-cov"):
         assert rows[cid]["verdict"] == "not run" and rows[cid]["reason"], cid
         assert math.isnan(rows[cid]["mean"]) and rows[cid]["n"] == 0
     assert rows["003-clipcov-entropy"]["verdict"] == "not run"
@@ -178,8 +177,9 @@ def test_not_run_for_pending_claims_and_untrained_runs():
     assert low["mean"] == pytest.approx(-0.11) and low["verdict"] == "reproduced"
     assert low["ci_high"] == pytest.approx(-0.11 + stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3), rel=1e-10)
     assert rows["park-clip-high"]["verdict"] == "inconclusive"
-    json.dumps(_clean(rows["yue-coverage"]), allow_nan=False)  # NaN → null in claims.json
-    assert _clean(rows["yue-coverage"])["mean"] is None
+    assert rows["exploration"]["reason"].startswith("runs not trained: ")  # measurable since issue 21
+    json.dumps(_clean(rows["park-clip-low-random"]), allow_nan=False)  # NaN → null in claims.json
+    assert _clean(rows["park-clip-low-random"])["mean"] is None
 
 
 def _any_of(deltas: dict[tuple[str, str], list[float]]):
@@ -215,9 +215,10 @@ def test_any_of_uses_bonferroni_and_reports_the_best_component():
 
 
 def test_runs_needed_is_the_union_of_live_claims():
-    sel = select_claims(["003-clipcov-entropy", "001-opefo-entropy", "park-clip-low", "exploration"])
+    sel = select_claims(["003-clipcov-entropy", "001-opefo-entropy", "park-clip-low", "park-clip-low-random"])
     assert runs_needed(sel) == ["grpo", "clip_cov", "grpo_strict", "opefo_strict"]  # RUNS order
-    assert runs_needed(select_claims(["yue-coverage"])) == []  # pending: nothing to train
+    assert runs_needed(select_claims(["park-clip-low-random"])) == []  # pending: nothing to train
+    assert runs_needed(select_claims(["yue-coverage"])) == ["grpo"]  # measurable since issue 21
     with pytest.raises(ConfigError) as e:
         select_claims(["003-collapse", "003-colapse"])
     assert e.value.key == "claims" and "003-colapse" in str(e.value) and "003-collapse" in str(e.value)

@@ -75,6 +75,23 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 # the claims, their metrics and criteria: the pre-registered registry (src/entflow/lab/claims.yaml)
 CLAIMS: tuple[Claim, ...] = load_claims(known_runs=list(RUNS))
 
+# pass@256 with n = 256 samples per problem (issue 21 point 2), the pre-registered coverage size
+COVERAGE_N = 256
+COVERAGE_FACTS = frozenset({"val_pass_at_256_final", "val_pass_at_256_warm", "hard_pass_at_256_final"})
+
+
+def coverage_runs(claims: Sequence[Claim] = CLAIMS) -> frozenset[str]:
+    """The runs a claim reads a coverage fact of (pass@256 from ``coverage.json``): reproduce trains
+    them with ``coverage_n = COVERAGE_N``, whichever claims are selected, so a run's config never
+    depends on the selection."""
+    return frozenset(r for c in claims if _reads_coverage(c) for r in c.runs)
+
+
+def _reads_coverage(c: Claim) -> bool:
+    from entflow.lab.claims import _facts_read
+
+    return bool(set(_facts_read(c.metric)) & COVERAGE_FACTS)
+
 
 def select_claims(ids: Sequence[str] | None) -> tuple[Claim, ...]:
     """The registry's claims with these ids (registry order); every claim for None.
@@ -139,7 +156,32 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         f["gain_first_half_share"] = (hb - warm) / gain
     else:
         f["gain_first_half_share"] = math.nan
+    f |= coverage_facts(run_dir)
+    # hard-split accuracy (avg@k, logged by tasks with hard_set()): best mean of 3 consecutive
+    # evaluations, as for val acc
+    from entflow.analysis.stats import windowed_best
+
+    hs, hv = series(rec, "val/hard_acc")
+    f["hard_acc_best_window"] = windowed_best(hs, hv)[0] if hv.size else math.nan
     return f
+
+
+def coverage_facts(run_dir: Path) -> dict[str, float]:
+    """pass@256 of the final policy and of the warm start on the validation split, and of the final
+    policy on the hard split, from the run's ``coverage.json`` (written when ``coverage_n`` = 256);
+    NaN where the file, the split, or k = 256 is absent."""
+    path = run_dir / "coverage.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+
+    def at_256(which: str, split: str) -> float:
+        v = (((data.get(which) or {}).get("splits") or {}).get(split) or {}).get("pass_at_k", {}).get("256")
+        return math.nan if v is None else float(v)
+
+    return {
+        "val_pass_at_256_final": at_256("final", "val"),
+        "val_pass_at_256_warm": at_256("warm", "val"),
+        "hard_pass_at_256_final": at_256("final", "hard"),
+    }
 
 
 def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
@@ -317,6 +359,8 @@ def reproduce(
         for k, v in RUNS[cfg.group][2].items():
             old = getattr(cfg, k)
             setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
+        if cfg.group in coverage_runs() and cfg.coverage_n == 0:  # an explicit coverage_n override wins
+            cfg.coverage_n = COVERAGE_N
         cfg.__post_init__()
         cfg.validate()
     dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=not resume)

@@ -39,7 +39,53 @@ def validate_policy(model, tokenizer, task, cfg: LabConfig, step: int) -> dict[s
         greedy=True,
         seed=step_seed(cfg.seed + 1, step),
     )
-    return {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
+    out = {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
+    if hasattr(task, "hard_set"):  # avg@k on the harder held-out split (issue 21); own seed, own RNG fork
+        hard = evaluate(
+            model,
+            tokenizer,
+            task,
+            task.hard_set(),
+            k=cfg.eval_k,
+            temperature=cfg.temperature,
+            seed=step_seed(cfg.seed + 3, step),
+        )
+        out["val/hard_acc"] = float(hard["acc"])
+    return out
+
+
+def coverage_splits(model, tokenizer, task, cfg: LabConfig) -> dict[str, dict[str, Any]]:
+    """Pass@k curves of the policy: ``cfg.coverage_n`` samples per problem at ``cfg.temperature``
+    on the validation split (``"val"``) and, when the task has ``hard_set()``, the hard split
+    (``"hard"``). Seeded per split, not per step, so the warm start and the final policy see the
+    same seeds. Per split: ``n_problems``, ``correct`` (correct count per problem ``[P]``) and
+    ``pass_at_k`` (``{k: unbiased pass@k averaged over problems}``, k = ``cfg.coverage_k`` or 1, 2,
+    4, …, up to n; :func:`entflow.trainer.evaluate.pass_at_k_curve`)."""
+    from entflow.trainer.evaluate import generate_in_batches, pass_at_k_curve
+
+    n = cfg.coverage_n
+    splits = {"val": task.validation_set()}
+    if hasattr(task, "hard_set"):
+        splits["hard"] = task.hard_set()
+    out: dict[str, dict[str, Any]] = {}
+    for i, (name, problems) in enumerate(splits.items()):
+        gens = generate_in_batches(
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            n,
+            task.max_response_len,
+            temperature=cfg.temperature,
+            batch_size=512,
+            seed=step_seed(cfg.seed + 2, i),
+            record_entropy=False,
+        )
+        texts = [t for gen in gens for t in gen.texts]
+        correct = [sum(task.reward(p, t) > 0 for t in texts[j * n : (j + 1) * n]) for j, p in enumerate(problems)]
+        curve = pass_at_k_curve(n, correct, cfg.coverage_k)
+        pass_k = {str(k): v for k, v in curve.items()}  # JSON keys are strings
+        out[name] = {"n_problems": len(problems), "correct": correct, "pass_at_k": pass_k}
+    return out
 
 
 def lab_setup(cfg: LabConfig) -> RunSetup:
@@ -51,7 +97,15 @@ def lab_setup(cfg: LabConfig) -> RunSetup:
     task = get_task(cfg.task, **cfg.task_params)
     policy_path = resolve_policy(cfg)
     model, tokenizer = load_policy(policy_path)
-    return RunSetup(task, model, tokenizer, str(policy_path), lambda: load_policy(policy_path)[0], validate_policy)
+    return RunSetup(
+        task,
+        model,
+        tokenizer,
+        str(policy_path),
+        lambda: load_policy(policy_path)[0],
+        validate_policy,
+        coverage_splits,
+    )
 
 
 def train(

@@ -60,6 +60,10 @@ class TrainConfig:
     eval_every: int = 10
     eval_k: int = 8  # samples per validation prompt at temperature 1
     samples_logged: int = 4  # responses written to samples.jsonl per step
+    # final coverage evaluation (coverage.json): n samples per validation (and hard-split) problem at
+    # the training temperature for the warm start and the final policy; 0 = off (pre-registered: 256)
+    coverage_n: int = 0
+    coverage_k: list[int] | None = None  # the pass@k curve's k (default 1, 2, 4, …, up to coverage_n)
     # machinery
     checkpoint_every: int = 1
     threads: int = 1  # torch threads (bit-identical resume needs the same value)
@@ -114,6 +118,12 @@ class TrainConfig:
         need(self.adv_scale in SCALES, "adv_scale", f"must be one of {SCALES}")
         need(self.eval_every >= 0, "eval_every", "must be >= 0 (0 = only at start and end)")
         need(self.eval_k >= 1, "eval_k", "must be >= 1")
+        need(self.coverage_n >= 0, "coverage_n", "must be >= 0 (0 = no coverage evaluation)")
+        need(
+            self.coverage_k is None or all(isinstance(k, int) and 1 <= k <= self.coverage_n for k in self.coverage_k),
+            "coverage_k",
+            f"must be null or integers in [1, coverage_n = {self.coverage_n}]",
+        )
         need(self.samples_logged >= 0, "samples_logged", "must be >= 0")
         need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
         need(self.threads >= 1, "threads", "must be >= 1")
@@ -153,7 +163,7 @@ def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
             return float(value)
         if base is bool and isinstance(value, bool):
             return value
-        if base in (int, float, str, dict) and isinstance(value, base) and not isinstance(value, bool):
+        if base in (int, float, str, dict, list) and isinstance(value, base) and not isinstance(value, bool):
             return value
     raise ConfigError(key, f"expected {hint}, got {type(value).__name__} {value!r}")
 

@@ -61,6 +61,8 @@ class RunSetup:
     policy_path: str
     load_reference: Callable[[], Any]
     validate: Callable[..., dict[str, float]]  # (model, tokenizer, task, cfg, step) -> val/* metrics
+    # (model, tokenizer, task, cfg) -> {split: {...pass@k curve...}}, run when cfg.coverage_n > 0
+    coverage: Callable[..., dict[str, Any]] | None = None
 
 
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
@@ -91,9 +93,11 @@ def train(
         try:
             if state.start == 0:
                 log.metrics({"step": 0, **parts.validate(parts.model, parts.tokenizer, parts.task, cfg, 0)})
+                _write_coverage(parts, cfg, "warm", 0)
             for step in range(state.start + 1, cfg.steps + 1):
                 record = _run_step(parts, state, cfg, step, log)
                 bar.update(completed=step, info=_progress_info(record))
+            _write_coverage(parts, cfg, "final", cfg.steps)
         finally:
             bar.close()
             log.close()
@@ -164,6 +168,21 @@ def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: 
             step=step,
         )
     return record
+
+
+def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) -> None:
+    """When ``cfg.coverage_n > 0`` and the setup has a coverage evaluation, add the policy's pass@k
+    curves per split as ``which`` ("warm" at step 0, "final" after the last step) to the run
+    directory's ``coverage.json`` (the warm start's entry survives a resume)."""
+    if cfg.coverage_n <= 0 or parts.coverage is None:
+        return
+    import json
+
+    path = cfg.run_dir / "coverage.json"
+    data = json.loads(path.read_text()) if which != "warm" and path.exists() else {}
+    data |= {"n": cfg.coverage_n, "temperature": cfg.temperature}
+    data[which] = {"step": step, "splits": parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)}
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _progress_info(record: dict[str, Any]) -> str:

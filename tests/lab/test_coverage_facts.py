@@ -1,0 +1,119 @@
+"""run_facts reads the coverage facts (``coverage.json``) and the hard split's best window
+(``val/hard_acc``); the registry's coverage claims are measurable and reproduce trains their runs
+with coverage_n = 256 (issue 21 point 3)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from entflow.analysis.report import summarize_run
+from entflow.lab import reproduce as rep
+from entflow.lab.claims import FACTS, _facts_read, load_claims
+from entflow.lab.reproduce import CLAIMS, COVERAGE_FACTS, coverage_runs, evaluate_claims, run_facts
+from support.run_dirs import make_run
+
+HARD_ACC = (0.1, 0.2, 0.5, 0.4, 0.3)  # at the 5 evaluations (steps 0, 10, 20, 30, 40)
+
+
+def run_with_hard_split(tmp_path, coverage: dict | None):
+    run = make_run(tmp_path, "grpo-s0", "grpo")
+    recs = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            recs.append(json.loads(line))
+        except json.JSONDecodeError:  # make_run's truncated last line
+            continue
+    evals = iter(HARD_ACC)
+    for r in recs:
+        if "val/acc" in r:
+            r["val/hard_acc"] = next(evals)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    if coverage is not None:
+        (run / "coverage.json").write_text(json.dumps(coverage))
+    return run
+
+
+def curve(p256: float) -> dict:
+    return {"pass_at_k": {"1": 0.1, "128": p256 - 0.01, "256": p256}, "n_problems": 2, "correct": [1, 0]}
+
+
+def test_run_facts_reads_coverage_and_hard_window(tmp_path):
+    cov = {
+        "n": 256,
+        "warm": {"step": 0, "splits": {"val": curve(0.75), "hard": curve(0.25)}},
+        "final": {"step": 40, "splits": {"val": curve(0.625), "hard": curve(0.5)}},
+    }
+    run = run_with_hard_split(tmp_path, cov)
+    f = run_facts(run, summarize_run(run))
+    assert f["val_pass_at_256_final"] == 0.625
+    assert f["val_pass_at_256_warm"] == 0.75
+    assert f["hard_pass_at_256_final"] == 0.5
+    # windows of 3: (0.1+0.2+0.5)/3, (0.2+0.5+0.4)/3, (0.5+0.4+0.3)/3 = 0.4 — not the single max 0.5
+    assert f["hard_acc_best_window"] == pytest.approx(0.4, abs=1e-12)
+
+
+def test_run_facts_without_coverage_or_hard_split_is_nan(tmp_path):
+    run = make_run(tmp_path, "grpo-s0", "grpo")
+    f = run_facts(run, summarize_run(run))
+    for k in ("val_pass_at_256_final", "val_pass_at_256_warm", "hard_pass_at_256_final", "hard_acc_best_window"):
+        assert math.isnan(f[k]), k
+    # a coverage.json from a smaller n has no k = 256
+    (run / "coverage.json").write_text(
+        json.dumps({"n": 8, "final": {"splits": {"val": curve(0.5) | {"pass_at_k": {"8": 0.5}}}}})
+    )
+    assert math.isnan(rep.coverage_facts(run)["val_pass_at_256_final"])
+
+
+def test_coverage_claims_are_measurable_and_random_reward_ones_still_pending():
+    claims = load_claims()  # the registry still validates
+    assert COVERAGE_FACTS | {"hard_acc_best_window"} <= FACTS
+    reading = [c for c in claims if set(_facts_read(c.metric)) & (COVERAGE_FACTS | {"hard_acc_best_window"})]
+    assert {c.id for c in reading} >= {"yue-coverage", "exploration", "coverage-steer"}
+    assert all(c.pending is None for c in reading)
+    pending = {c.id for c in claims if c.pending is not None}
+    assert pending == {"park-clip-low-random", "park-clip-high-random"}  # no random-reward run exists
+    assert {"grpo", "grpo_strict", "opefo_strict", "steer"} <= coverage_runs()
+    assert "ppl_shaping" not in coverage_runs()  # no claim reads its coverage
+
+
+def test_yue_coverage_gets_a_verdict_from_the_facts():
+    yue = [c for c in CLAIMS if c.id == "yue-coverage"]
+    seeds = [0, 1, 2, 3, 4]
+    drops = [-0.10, -0.12, -0.08, -0.11, -0.09]
+    facts = {
+        "grpo": {
+            s: {"val_pass_at_256_final": 0.5 + d, "val_pass_at_256_warm": 0.5}
+            for s, d in zip(seeds, drops, strict=True)
+        }
+    }
+    (row,) = evaluate_claims(facts, seeds, yue)
+    assert row["verdict"] == "reproduced" and row["n"] == 5
+    assert row["mean"] == pytest.approx(sum(drops) / 5, abs=1e-12)
+
+
+def test_reproduce_trains_coverage_runs_with_n_256(tmp_path, micro_policy, monkeypatch):
+    import entflow.lab.compare as compare
+
+    seen = {}
+
+    class StopBeforeTrainingError(Exception):
+        pass
+
+    def capture(configs, **kwargs):
+        seen.update({c.group: c.coverage_n for c in configs})
+        raise StopBeforeTrainingError
+
+    monkeypatch.setattr(compare, "run_compare", capture)
+    with pytest.raises(StopBeforeTrainingError):
+        rep.reproduce(
+            {"policy_path": micro_policy}, ["steps=1"], [0], tmp_path / "a", jobs=1, runs=["grpo", "ppl_shaping"]
+        )
+    assert seen == {"grpo": 256, "ppl_shaping": 0}
+    with pytest.raises(StopBeforeTrainingError):  # an explicit coverage_n wins
+        rep.reproduce(
+            {"policy_path": micro_policy}, ["steps=1", "coverage_n=8"], [0], tmp_path / "b", jobs=1, runs=["grpo"]
+        )
+    assert seen["grpo"] == 8

@@ -117,3 +117,8 @@ def test_reproduce_trains_coverage_runs_with_n_256(tmp_path, micro_policy, monke
             {"policy_path": micro_policy}, ["steps=1", "coverage_n=8"], [0], tmp_path / "b", jobs=1, runs=["grpo"]
         )
     assert seen["grpo"] == 8
+    with pytest.raises(StopBeforeTrainingError):  # … and so does an explicit 0 (reproduce --quick)
+        rep.reproduce(
+            {"policy_path": micro_policy}, ["steps=1", "coverage_n=0"], [0], tmp_path / "c", jobs=1, runs=["grpo"]
+        )
+    assert seen["grpo"] == 0

@@ -353,13 +353,15 @@ def reproduce(
     methods = [{"method": RUNS[n][0], "params": RUNS[n][1], "name": n} for n in names]
     out.mkdir(parents=True, exist_ok=True)
     configs = compare_configs(out.name, methods, base, overrides, out_dir=str(out.parent), seeds=seeds)
+    # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
+    explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
     for cfg in configs:  # the paper's own setting on top of the lab's
         if "pretrain" in RUNS[cfg.group][2]:  # the warm start is resolved once, for every run
             raise ConfigError("pretrain", f"run {cfg.group!r}: a run's settings cannot change the warm start")
         for k, v in RUNS[cfg.group][2].items():
             old = getattr(cfg, k)
             setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
-        if cfg.group in coverage_runs() and cfg.coverage_n == 0:  # an explicit coverage_n override wins
+        if cfg.group in coverage_runs() and not explicit_coverage:
             cfg.coverage_n = COVERAGE_N
         cfg.__post_init__()
         cfg.validate()

@@ -14,8 +14,8 @@ import torch
 
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.core.token_stats import STAT_NAMES, TokenStats
-from entflow.doctor.result import CheckResult, compared, max_relative_to_peak, max_scaled_error, skipped, timed
-from entflow.doctor.token_stats import TEMPERATURE, reference_token_stats
+from entflow.doctor.result import CheckResult, max_relative_to_peak, max_scaled_error
+from entflow.doctor.token_stats import TEMPERATURE, dtype_variant_checks, reference_token_stats
 
 # largest error allowed: forward = max |got − ref| / max(1, |ref|) over the four statistics (every
 # dtype is computed in float32 from the exact input values; the D-term dot products add float32
@@ -106,25 +106,13 @@ def check_hidden_stats(
     faulty one."""
     device = torch.device(device)
     shape = shape_for(device, quick)
-    results: list[CheckResult] = []
-    for dtype in (torch.float32, torch.bfloat16):
-        dname = str(dtype).removeprefix("torch.")
-        for variant, options in _variants(device):
-            name = f"hidden_stats[{device.type},{dname},{variant}]"
-            if isinstance(options, str):
-                results.append(skipped(name, options))
-                continue
-
-            def run(name=name, options=options, dtype=dtype) -> CheckResult:
-                fwd, grad = check_one(fn, device, dtype, options, shape)
-                e_f, e_g = fwd / FORWARD_TOL[dtype], grad / GRAD_TOL[dtype]
-                r = compared(name, max(e_f, e_g), 1.0, "worst error/tol")
-                r.detail = (
-                    f"forward {fwd:.1e} (tol {FORWARD_TOL[dtype]:.0e}), gradient {grad:.1e} "
-                    f"(tol {GRAD_TOL[dtype]:.0e}) at N×D×V={'×'.join(map(str, shape))}"
-                )
-                r.measurements = {"forward_error": fwd, "gradient_error": grad}
-                return r
-
-            results += timed(name, run)
-    return results
+    return dtype_variant_checks(
+        "hidden_stats",
+        device,
+        shape,
+        "N×D×V",
+        _variants(device),
+        lambda dtype, options: check_one(fn, device, dtype, options, shape),
+        FORWARD_TOL,
+        GRAD_TOL,
+    )

@@ -97,6 +97,46 @@ def check_one(
     return fwd, max_relative_to_peak(x.grad, x_ref.grad)
 
 
+def dtype_variant_checks(
+    family: str,
+    device: torch.device,
+    shape: tuple[int, ...],
+    shape_label: str,
+    variants: list[tuple[str, dict | str]],
+    check_one: Callable[[torch.dtype, dict], tuple[float, float]],
+    forward_tol: dict[torch.dtype, float],
+    grad_tol: dict[torch.dtype, float],
+) -> list[CheckResult]:
+    """One result per dtype (float32, bf16) × variant: ``check_one(dtype, options)`` gives the
+    (forward, gradient) errors against float64, each judged against its dtype's tolerance
+    (``forward_tol``, ``grad_tol``). A variant
+    whose options are a string is skipped with that reason. Shared by ``token_stats`` and
+    ``hidden_stats``."""
+    results: list[CheckResult] = []
+    for dtype in (torch.float32, torch.bfloat16):
+        dname = str(dtype).removeprefix("torch.")
+        for variant, options in variants:
+            name = f"{family}[{device.type},{dname},{variant}]"
+            if isinstance(options, str):
+                results.append(skipped(name, options))
+                continue
+
+            def run(name=name, options=options, dtype=dtype) -> CheckResult:
+                fwd, grad = check_one(dtype, options)
+                e_f, e_g = fwd / forward_tol[dtype], grad / grad_tol[dtype]
+                r = compared(name, max(e_f, e_g), 1.0, "worst error/tol")
+                r.detail = (
+                    f"forward {fwd:.1e} (tol {forward_tol[dtype]:.0e}), gradient {grad:.1e} "
+                    f"(tol {grad_tol[dtype]:.0e}) at {shape_label}={'×'.join(map(str, shape))}"
+                )
+                r.error, r.tolerance = max(e_f, e_g), 1.0
+                r.measurements = {"forward_error": fwd, "gradient_error": grad}
+                return r
+
+            results += timed(name, run)
+    return results
+
+
 def check_token_stats(
     device: str | torch.device, quick: bool = False, fn: TokenStatsFn = token_stats
 ) -> list[CheckResult]:
@@ -106,26 +146,13 @@ def check_token_stats(
     ``fn`` is the function under test (``token_stats``'s signature); tests pass a faulty one."""
     device = torch.device(device)
     shape = shape_for(device, quick)
-    results: list[CheckResult] = []
-    for dtype in (torch.float32, torch.bfloat16):
-        dname = str(dtype).removeprefix("torch.")
-        for variant, options in _variants(device):
-            name = f"token_stats[{device.type},{dname},{variant}]"
-            if isinstance(options, str):
-                results.append(skipped(name, options))
-                continue
-
-            def run(name=name, options=options, dtype=dtype) -> CheckResult:
-                fwd, grad = check_one(fn, device, dtype, options, shape)
-                e_f, e_g = fwd / FORWARD_TOL[dtype], grad / GRAD_TOL[dtype]
-                r = compared(name, max(e_f, e_g), 1.0, "worst error/tol")
-                r.detail = (
-                    f"forward {fwd:.1e} (tol {FORWARD_TOL[dtype]:.0e}), gradient {grad:.1e} "
-                    f"(tol {GRAD_TOL[dtype]:.0e}) at B×T×V={'×'.join(map(str, shape))}"
-                )
-                r.error, r.tolerance = max(e_f, e_g), 1.0
-                r.measurements = {"forward_error": fwd, "gradient_error": grad}
-                return r
-
-            results += timed(name, run)
-    return results
+    return dtype_variant_checks(
+        "token_stats",
+        device,
+        shape,
+        "B×T×V",
+        _variants(device),
+        lambda dtype, options: check_one(fn, device, dtype, options, shape),
+        FORWARD_TOL,
+        GRAD_TOL,
+    )

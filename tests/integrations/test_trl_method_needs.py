@@ -17,33 +17,22 @@ import torch
 pytest.importorskip("trl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 import entflow as ef
 from entflow.errors import ConfigError
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from entflow.integrations.trl.config import REFERENCE_ONLY_BETA
-from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from support.trl_tiny import continuous_reward, save_tiny_llama
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): a 2-layer Llama with a character tokenizer, 8 prompts."""
-    tok = build_tokenizer("0123456789+-*() >:=")
-    model = build_policy(tok, PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=0)
-    with torch.no_grad():  # make <eos> likely enough that completion lengths vary
-        h = model.model(**tok(["3 5>16:"], return_tensors="pt")).last_hidden_state[0, -1]
-        model.lm_head.weight[tok.eos_token_id] += h / h.norm() ** 2
-    path = tmp_path_factory.mktemp("tiny_llama_needs")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    data = Dataset.from_dict({"prompt": [f"{i} {i + 2}>{3 * i + 1}:" for i in range(8)]})
-    return str(path), tok, data
+    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_needs"))
 
 
-def reward(completions, **kwargs):
-    return [(c.count("1") + 0.5 * c.count("2") + 0.1 * len(c)) / (len(c) + 1) for c in completions]
+reward = continuous_reward
 
 
 def args_for(out, **kw) -> dict:

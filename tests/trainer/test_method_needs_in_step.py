@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import entflow as ef
+from entflow.core.nucleus import topp_entropy
 from entflow.errors import CompositionError
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
 from entflow.methods.needs import needs_of
-from entflow.methods.siren import topp_entropy
 from entflow.trainer import step as step_mod
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.tokens import position_ids_from_mask

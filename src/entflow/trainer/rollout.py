@@ -24,8 +24,8 @@ import torch
 
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.core.lm_head import hidden_head_reason, last_hidden_state
+from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
-from entflow.methods.siren import topp_entropy
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 

@@ -26,6 +26,7 @@ from entflow.integrations.trl.loss import (
     rollout_token_stats_from_logits,
 )
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from support.soft_capped import tiny_gemma2
 
 TOKENS = "0123456789+-*() >:="
 FIELDS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
@@ -106,24 +107,7 @@ def test_grpo_step_tabular_from_hidden_equals_full_logits(tmp_path, tie):
 
 
 def _gemma2(softcap: float | None):
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Gemma2Config(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        final_logit_softcapping=softcap,
-        pad_token_id=0,
-    )
-    model = Gemma2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40.0)  # logits of tens: the cap c·tanh(z/c) acts
-    return model
+    return tiny_gemma2(softcap, head_scale=40.0)  # logits of tens: the cap c·tanh(z/c) acts
 
 
 def _batch(vocab: int, n: int = 3, p: int = 4, t: int = 5) -> dict[str, torch.Tensor]:

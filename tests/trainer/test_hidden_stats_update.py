@@ -15,6 +15,7 @@ from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
 from entflow.trainer.rollout import response_token_stats, sample_rollout
 from entflow.trainer.step import train_step
+from support.soft_capped import tiny_gemma2
 
 STATS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
 METHOD = "entropy_advantage+clip_higher+steer+entropy_bonus"  # reads logp, H (with grad), Σπ², Σπ² log π
@@ -99,21 +100,7 @@ def test_train_step_with_hidden_stats_matches_the_logits_path():
 
 
 def test_a_soft_capped_head_falls_back_to_the_logits_with_a_warning():
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Gemma2Config(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        final_logit_softcapping=2.0,  # c·tanh(z/c) with logits of several units: the cap acts
-        pad_token_id=0,
-    )
-    model = Gemma2ForCausalLM(cfg).eval()
+    model = tiny_gemma2(2.0)  # c·tanh(z/c) with logits of several units: the cap acts
     g = torch.Generator().manual_seed(1)
     prompt_ids, response_ids = torch.randint(1, 40, (3, 4), generator=g), torch.randint(1, 40, (3, 5), generator=g)
     prompt_mask = torch.ones_like(prompt_ids)

@@ -40,25 +40,17 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
+from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+
 MIB = 1024 * 1024
 VARIANTS = ("hidden2", "hidden4", "logits_ts", "trl2", "trl_s2", "naive")
 MODES = ("fwd", "fwd_bwd")
 TRL_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in TRL 1.16
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _function(variant: str):
@@ -123,7 +115,7 @@ def worker(variant: str, mode: str, rows: int, vocab: int, dim: int, threads: in
     hidden.requires_grad_(backward)
     weight.requires_grad_(backward)
 
-    base = _rss_bytes()
+    base = rss_bytes()
     c0 = time.process_time()
     t0 = time.perf_counter()
     if backward:
@@ -134,7 +126,7 @@ def worker(variant: str, mode: str, rows: int, vocab: int, dim: int, threads: in
             out = f(hidden, weight, ids)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     res = {"variant": variant, "mode": mode, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB}
     res["cpu_s"] = cpu
     res["logp_sum"], res["entropy_sum"] = float(out[0].detach().double().sum()), float(out[1].detach().double().sum())

@@ -25,24 +25,16 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
+from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+
 MIB = 1024 * 1024
 VARIANTS = ("entflow2", "entflow4", "trl", "verl", "naive")
 MODES = ("fwd", "fwd_bwd")
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _function(variant: str):
@@ -103,13 +95,13 @@ def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: i
     del small, out
 
     now = time.perf_counter if clock == "wall" else time.process_time
-    base = _rss_bytes()
+    base = rss_bytes()
     t0 = now()
     out = f(logits, ids)
     if backward:
         objective(out).backward()
     elapsed = now() - t0
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     res = {"variant": variant, "mode": mode, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB}
     res["logp_sum"], res["entropy_sum"] = float(out[0].detach().double().sum()), float(out[1].detach().double().sum())
     if backward:

@@ -22,24 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
+from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
 from entflow.core.token_stats import auto_chunk_size
 
 MIB = 1024 * 1024
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _naive(logits, ids):
@@ -79,13 +70,13 @@ def worker(variant: str, tokens: int, vocab: int, chunk: int | None, seed: int) 
         sum(c * o.sum() for c, o in zip(coef.tolist(), out, strict=True)).backward()
     del small, out
 
-    base = _rss_bytes()
+    base = rss_bytes()
     t0 = time.perf_counter()
     out = call(logits, ids)
     if backward:
         sum(c * o.sum() for c, o in zip(coef.tolist(), out, strict=True)).backward()
     elapsed = time.perf_counter() - t0
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     check = float(sum(float(o.double().sum()) for o in out))
     return {"variant": variant, "time_s": elapsed, "peak_extra_mib": max(peak - base, 0) / MIB, "check": check}
 

@@ -156,3 +156,37 @@ def test_coverage_k_selects_the_curve_points(tmp_path, micro_policy, length_rewa
         for k, v in split["pass_at_k"].items():
             want = sum(exact_pass_at_k(6, c, int(k)) for c in split["correct"]) / len(split["correct"])
             assert v == pytest.approx(want, abs=1e-12)
+
+
+def test_warm_coverage_is_cached_per_warm_start_and_seed(tmp_path, micro_policy, length_rewarded, monkeypatch):
+    """Runs that share a cached warm start, a seed and the coverage settings evaluate the warm
+    start's coverage once: the second run reads it from the warm start's folder, and its
+    coverage.json and metrics are byte-identical to the first's (the evaluation runs in a forked
+    RNG, so skipping it changes nothing). Another seed misses; a policy outside the cache is
+    never written to."""
+    import shutil
+
+    import entflow.lab.setup as lab_setup
+
+    calls: list[int] = []
+    real = lab_setup.coverage_splits
+
+    def counted(model, tokenizer, task, cfg):
+        calls.append(cfg.seed)
+        return real(model, tokenizer, task, cfg)
+
+    monkeypatch.setattr(lab_setup, "coverage_splits", counted)
+    cache = tmp_path / "cache"
+    policy = shutil.copytree(micro_policy, cache / "countdown-micro")
+    monkeypatch.setenv("ENTFLOW_CACHE", str(cache))
+    a = train(micro_config(tmp_path / "runs", str(policy), name="a", coverage_n=8))
+    assert calls == [0, 0] and len(list(Path(policy).glob("coverage-*.json"))) == 1
+    b = train(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8))
+    assert calls == [0, 0, 0]  # only b's final policy was evaluated
+    assert (a / "coverage.json").read_bytes() == (b / "coverage.json").read_bytes()
+    assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
+    train(micro_config(tmp_path / "runs", str(policy), name="c", coverage_n=8, seed=1))
+    assert calls == [0, 0, 0, 1, 1] and len(list(Path(policy).glob("coverage-*.json"))) == 2
+    monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "elsewhere"))  # the policy is now a user's folder
+    train(micro_config(tmp_path / "runs", str(policy), name="d", coverage_n=8, seed=2))
+    assert calls[-2:] == [2, 2] and len(list(Path(policy).glob("coverage-*.json"))) == 2

@@ -52,7 +52,8 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
     # ~1.5 nats and GRPO takes it to ~0.5): with the design default 0.2 (docs/design.md §6) neither would ever act here
     "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
-    "steer": ("steer", {}, {}),
+    # λ_min 0.7, paper 000 App. D's setting throughout (0.1.0 ran the library default 0.8: issue 21 point 3)
+    "steer": ("steer", {"lambda_min": 0.7}, {}),
     "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
     "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
     "grpo_strict": ("grpo", {}, {"strict_on_policy": True}),

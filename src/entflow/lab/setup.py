@@ -105,7 +105,17 @@ def lab_setup(cfg: LabConfig) -> RunSetup:
         lambda: load_policy(policy_path)[0],
         validate_policy,
         coverage_splits,
+        warm_coverage_cache=_cache_folder_of(policy_path),
     )
+
+
+def _cache_folder_of(policy_path: Path) -> Path | None:
+    """The warm start's folder when it is one of entflow's cached warm starts (content-addressed,
+    never changed after it is written), else None: a user's own policy folder is not written to."""
+    from entflow.trainer.rundir import default_cache_dir
+
+    path = Path(policy_path).resolve()
+    return path if path.is_dir() and path.is_relative_to(default_cache_dir().resolve()) else None
 
 
 def train(

@@ -63,6 +63,9 @@ class RunSetup:
     validate: Callable[..., dict[str, float]]  # (model, tokenizer, task, cfg, step) -> val/* metrics
     # (model, tokenizer, task, cfg) -> {split: {...pass@k curve...}}, run when cfg.coverage_n > 0
     coverage: Callable[..., dict[str, Any]] | None = None
+    # a folder where the warm start's coverage may be cached (the warm start is immutable there, so
+    # runs that share it, their seed and the coverage settings share one evaluation); None: never
+    warm_coverage_cache: Path | None = None
 
 
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
@@ -181,8 +184,49 @@ def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) ->
     path = cfg.run_dir / "coverage.json"
     data = json.loads(path.read_text()) if which != "warm" and path.exists() else {}
     data |= {"n": cfg.coverage_n, "temperature": cfg.temperature}
-    data[which] = {"step": step, "splits": parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    if which == "warm" and parts.warm_coverage_cache is not None:
+        splits = _cached_warm_coverage(parts, cfg)
+    else:
+        splits = parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)
+    data[which] = {"step": step, "splits": splits}
+    _write_json_atomic(path, data)
+
+
+def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
+    """The warm start's coverage from ``parts.warm_coverage_cache``, computed and stored on a miss.
+    The evaluation runs under its own seeds in a forked RNG, so a hit changes nothing that follows;
+    the key is everything the evaluation reads besides the (immutable) warm start."""
+    import hashlib
+    import json
+
+    from entflow import __version__
+
+    key = {
+        "seed": cfg.seed,
+        "n": cfg.coverage_n,
+        "k": cfg.coverage_k,
+        "temperature": cfg.temperature,
+        "task": cfg.task,
+        "task_params": cfg.task_params,
+        "entflow": __version__,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = Path(parts.warm_coverage_cache) / f"coverage-{digest}.json"
+    if path.exists():
+        return json.loads(path.read_text())["splits"]
+    splits = parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)
+    _write_json_atomic(path, {"key": key, "splits": splits})
+    return splits
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
+    import json
+    import os
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def _progress_info(record: dict[str, Any]) -> str:

@@ -183,6 +183,8 @@ def test_warm_coverage_is_cached_per_warm_start_and_seed(tmp_path, micro_policy,
     assert calls == [0, 0] and len(list(Path(policy).glob("coverage-*.json"))) == 1
     b = train(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8))
     assert calls == [0, 0, 0]  # only b's final policy was evaluated
+    train(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8), resume=True)
+    assert calls == [0, 0, 0]  # resuming a finished run evaluates nothing again
     assert (a / "coverage.json").read_bytes() == (b / "coverage.json").read_bytes()
     assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
     train(micro_config(tmp_path / "runs", str(policy), name="c", coverage_n=8, seed=1))

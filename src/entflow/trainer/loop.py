@@ -183,6 +183,9 @@ def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) ->
 
     path = cfg.run_dir / "coverage.json"
     data = json.loads(path.read_text()) if which != "warm" and path.exists() else {}
+    same = data.get("n") == cfg.coverage_n and data.get("temperature") == cfg.temperature
+    if which == "final" and same and (data.get("final") or {}).get("step") == step:
+        return  # a finished run resumed: this policy was evaluated already
     data |= {"n": cfg.coverage_n, "temperature": cfg.temperature}
     if which == "warm" and parts.warm_coverage_cache is not None:
         splits = _cached_warm_coverage(parts, cfg)

@@ -65,8 +65,15 @@ def test_claims_select_their_runs_and_write_the_schema(tmp_path, recorder, capsy
     assert not (tmp_path / "reproduce" / "audit.md").exists()  # no audit for a claim selection
 
 
-def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys):
-    pending = "park-clip-high-random"  # no random-reward run exists
+def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys, monkeypatch):
+    import dataclasses
+
+    from entflow.lab import reproduce as rep
+
+    pending = "park-clip-high-random"  # made pending here: a claim whose run does not exist yet
+    reason = "no random-reward run exists"
+    claims = tuple(dataclasses.replace(c, pending=reason) if c.id == pending else c for c in rep.CLAIMS)
+    monkeypatch.setattr(rep, "CLAIMS", claims)
     args = ["reproduce", "--claims", f"park-clip-low,{pending}", "--seeds", "5,6,7", f"out_dir={tmp_path}"]
     assert main(args) == 0, capsys.readouterr().err
     assert sorted(recorder) == [("grpo", 5), ("grpo", 6), ("grpo", 7)]  # the pending claim trains nothing

@@ -139,9 +139,11 @@ def test_bad_registry_files(tmp_path):
 
 def test_pending_claim_may_name_future_runs_and_facts(tmp_path):
     entry = next(e for e in _registry()["claims"] if e["id"] == "park-clip-low-random")
-    assert "grpo_random_reward" not in RUNS
+    entry |= {"runs": ["grpo_future"], "metric": {**entry["metric"], "run": "grpo_future"}}
+    entry["pending"] = "no grpo_future run exists yet"
+    assert "grpo_future" not in RUNS
     (c,) = load_claims(_write(tmp_path, [entry]))
-    assert c.pending and c.runs == ("grpo_random_reward",)
+    assert c.pending and c.runs == ("grpo_future",)
     entry.pop("pending")
     with pytest.raises(ConfigError) as e:
         load_claims(_write(tmp_path, [entry]))
@@ -167,10 +169,14 @@ def test_criterion_reduces_to_a_verdict_rule(tmp_path, crit, direction, rule, bo
 def test_not_run_for_pending_claims_and_untrained_runs():
     high = (0.02, -0.03, 0.05)  # spans 0
     facts = {"grpo": {s: {"dH_clipped_low_mean": -0.1 - 0.01 * s, "dH_clipped_high_mean": high[s]} for s in (0, 1, 2)}}
-    rows = {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2], select_claims(None))}
+    pending = "no such run yet"
+    claims = [dataclasses.replace(c, pending=pending) if c.id == "park-clip-high-random" else c for c in CLAIMS]
+    rows = {r["id"]: r for r in evaluate_claims(facts, [0, 1, 2], claims)}
     for cid in ("park-clip-low-random", "exploration", "park-clip-high-random", "coverage-clip-cov"):
         assert rows[cid]["verdict"] == "not run" and rows[cid]["reason"], cid
         assert math.isnan(rows[cid]["mean"]) and rows[cid]["n"] == 0
+    assert rows["park-clip-high-random"]["reason"] == pending  # a pending claim says why
+    assert rows["park-clip-low-random"]["reason"] == "runs not trained: grpo_random_reward"
     assert rows["003-clipcov-entropy"]["verdict"] == "not run"
     assert rows["003-clipcov-entropy"]["reason"] == "runs not trained: clip_cov"
     low = rows["park-clip-low"]  # live: −0.1, −0.11, −0.12 → mean −0.11 ± t₂ · 0.01 / √3
@@ -186,10 +192,10 @@ def _any_of(deltas: dict[tuple[str, str], list[float]]):
     """The ``exploration`` claim made live, on facts where (fact, run) − (fact, baseline) = delta."""
     claim = dataclasses.replace(select_claims(["exploration"])[0], pending=None)
     seeds = [0, 1, 2, 3, 4]
-    facts = {r: {s: {x: 0.5 for x in claim.metric["facts"]} for s in seeds} for r in claim.runs}
+    facts = {claim.key(r): {s: {x: 0.5 for x in claim.metric["facts"]} for s in seeds} for r in claim.runs}
     for (x, run), vals in deltas.items():
         for s, v in zip(seeds, vals, strict=True):
-            facts[run][s][x] = 0.5 + v
+            facts[claim.key(run)][s][x] = 0.5 + v
     return evaluate_claims(facts, seeds, [claim])[0]
 
 
@@ -216,9 +222,40 @@ def test_any_of_uses_bonferroni_and_reports_the_best_component():
 
 def test_runs_needed_is_the_union_of_live_claims():
     sel = select_claims(["003-clipcov-entropy", "001-opefo-entropy", "park-clip-low", "park-clip-low-random"])
-    assert runs_needed(sel) == ["grpo", "clip_cov", "grpo_strict", "opefo_strict"]  # RUNS order
-    assert runs_needed(select_claims(["park-clip-low-random"])) == []  # pending: nothing to train
-    assert runs_needed(select_claims(["yue-coverage"])) == ["grpo"]  # measurable since issue 21
+    assert runs_needed(sel) == ["grpo", "clip_cov", "grpo_strict", "grpo_random_reward", "opefo_strict"]
+    pending = dataclasses.replace(select_claims(["park-clip-low-random"])[0], pending="not yet")
+    assert runs_needed([pending]) == []  # pending: nothing to train
+    assert runs_needed(select_claims(["yue-coverage"])) == ["regime/grpo"]  # in the regime setting
+    both = select_claims(["003-collapse", "exploration"])  # demo first, then the regime (registry order)
+    assert runs_needed(both)[:2] == ["grpo", "regime/grpo"] and len(runs_needed(both)) == 9
+    assert runs_needed(both, only=["grpo"]) == ["grpo", "regime/grpo"]
     with pytest.raises(ConfigError) as e:
         select_claims(["003-collapse", "003-colapse"])
     assert e.value.key == "claims" and "003-colapse" in str(e.value) and "003-collapse" in str(e.value)
+
+
+def test_settings_are_registered_and_checked(tmp_path):
+    """The registry names where each claim is measured; a claim's runs are keyed by setting, and a
+    bad setting (unknown name, unknown preset, bad steps) fails to load naming the field."""
+    from entflow.lab.claims import load_settings
+
+    settings = load_settings()
+    assert (settings["demo"].config, settings["demo"].steps) == ("demo.yaml", 80)
+    assert (settings["regime"].config, settings["regime"].steps) == ("regime.yaml", 120)
+    regime = settings["regime"].base()
+    assert regime["task"] == "countdown_routes" and regime["steps"] == 120 and "methods" not in regime
+    by_id = {c.id: c for c in CLAIMS}
+    assert by_id["exploration"].setting == "regime" and by_id["exploration"].key("grpo") == "regime/grpo"
+    assert by_id["003-collapse"].setting == "demo" and by_id["003-collapse"].key("grpo") == "grpo"
+    text = registry_path().read_text()
+    spec = "regime: {config: regime.yaml, steps: 120}"
+    for bad, key in [
+        (text.replace("setting: regime", "setting: regiem", 1), "setting"),
+        (text.replace(spec, "regime: {config: nope.yaml, steps: 120}"), "settings.regime"),
+        (text.replace(spec, "regime: {config: regime.yaml, steps: 0}"), "settings.regime"),
+    ]:
+        path = tmp_path / "claims.yaml"
+        path.write_text(bad)
+        with pytest.raises(ConfigError) as e:
+            load_claims(path, known_runs=list(RUNS))
+        assert key in e.value.key, (key, str(e.value))

@@ -67,16 +67,18 @@ def test_run_facts_without_coverage_or_hard_split_is_nan(tmp_path):
     assert math.isnan(rep.coverage_facts(run)["val_pass_at_256_final"])
 
 
-def test_coverage_claims_are_measurable_and_random_reward_ones_still_pending():
+def test_coverage_and_random_reward_claims_are_measurable():
     claims = load_claims()  # the registry still validates
     assert COVERAGE_FACTS | {"hard_acc_best_window"} <= FACTS
     reading = [c for c in claims if set(_facts_read(c.metric)) & (COVERAGE_FACTS | {"hard_acc_best_window"})]
     assert {c.id for c in reading} >= {"yue-coverage", "exploration", "coverage-steer"}
     assert all(c.pending is None for c in reading)
     pending = {c.id for c in claims if c.pending is not None}
-    assert pending == {"park-clip-low-random", "park-clip-high-random"}  # no random-reward run exists
-    assert {"grpo", "grpo_strict", "opefo_strict", "steer"} <= coverage_runs()
-    assert "ppl_shaping" not in coverage_runs()  # no claim reads its coverage
+    assert pending == set()  # the random-reward claims became measurable with random_reward (issue 21)
+    # coverage is measured in the regime setting (the registry's `settings`), never in the demo
+    assert {"regime/grpo", "regime/grpo_strict", "regime/opefo_strict", "regime/steer"} <= coverage_runs()
+    assert "regime/ppl_shaping" not in coverage_runs()  # no claim reads its coverage
+    assert not {k for k in coverage_runs() if "/" not in k}  # no demo run pays for pass@256
 
 
 def test_yue_coverage_gets_a_verdict_from_the_facts():
@@ -84,7 +86,7 @@ def test_yue_coverage_gets_a_verdict_from_the_facts():
     seeds = [0, 1, 2, 3, 4]
     drops = [-0.10, -0.12, -0.08, -0.11, -0.09]
     facts = {
-        "grpo": {
+        "regime/grpo": {
             s: {"val_pass_at_256_final": 0.5 + d, "val_pass_at_256_warm": 0.5}
             for s, d in zip(seeds, drops, strict=True)
         }
@@ -94,31 +96,16 @@ def test_yue_coverage_gets_a_verdict_from_the_facts():
     assert row["mean"] == pytest.approx(sum(drops) / 5, abs=1e-12)
 
 
-def test_reproduce_trains_coverage_runs_with_n_256(tmp_path, micro_policy, monkeypatch):
-    import entflow.lab.compare as compare
+def test_reproduce_trains_coverage_runs_with_n_256(tmp_path, micro_policy):
+    """A run a claim reads pass@256 of gets coverage_n = 256 in that claim's setting only; an
+    explicit coverage_n (an override, 0 included: reproduce --quick) wins."""
+    base = {"policy_path": micro_policy}
 
-    seen = {}
+    def coverage_n(setting, names, overrides):
+        configs = rep._setting_configs(setting, base, names, ["steps=1", *overrides], [0], tmp_path / setting)
+        return {c.group: c.coverage_n for c in configs}
 
-    class StopBeforeTrainingError(Exception):
-        pass
-
-    def capture(configs, **kwargs):
-        seen.update({c.group: c.coverage_n for c in configs})
-        raise StopBeforeTrainingError
-
-    monkeypatch.setattr(compare, "run_compare", capture)
-    with pytest.raises(StopBeforeTrainingError):
-        rep.reproduce(
-            {"policy_path": micro_policy}, ["steps=1"], [0], tmp_path / "a", jobs=1, runs=["grpo", "ppl_shaping"]
-        )
-    assert seen == {"grpo": 256, "ppl_shaping": 0}
-    with pytest.raises(StopBeforeTrainingError):  # an explicit coverage_n wins
-        rep.reproduce(
-            {"policy_path": micro_policy}, ["steps=1", "coverage_n=8"], [0], tmp_path / "b", jobs=1, runs=["grpo"]
-        )
-    assert seen["grpo"] == 8
-    with pytest.raises(StopBeforeTrainingError):  # … and so does an explicit 0 (reproduce --quick)
-        rep.reproduce(
-            {"policy_path": micro_policy}, ["steps=1", "coverage_n=0"], [0], tmp_path / "c", jobs=1, runs=["grpo"]
-        )
-    assert seen["grpo"] == 0
+    assert coverage_n("regime", ["grpo", "ppl_shaping"], []) == {"grpo": 256, "ppl_shaping": 0}
+    assert coverage_n("demo", ["grpo"], []) == {"grpo": 0}  # no demo claim reads pass@256
+    assert coverage_n("regime", ["grpo"], ["coverage_n=8"]) == {"grpo": 8}
+    assert coverage_n("regime", ["grpo"], ["coverage_n=0"]) == {"grpo": 0}

@@ -94,7 +94,7 @@ def test_audit_and_reproduce_end_to_end(tmp_path, micro_policy, monkeypatch):
     audit = AuditConfig(steps=1, seeds=(0, 1), prompts_per_step=4, group_size=4, isolated_tokens=3)
     audit.task_params = TASK_PARAMS
     runs = ["grpo", "grpo_strict", "opefo_strict"]
-    out = reproduce(base, ["steps=2"], [0, 1], tmp_path / "rep", jobs=1, runs=runs, audit_cfg=audit)
+    out = reproduce({"demo": base}, ["steps=2"], [0, 1], tmp_path / "rep", jobs=1, runs=runs, audit_cfg=audit)
     data = json.loads((tmp_path / "rep" / "claims.json").read_text())
     assert [r["id"] for r in data["claims"]] == [c.id for c in CLAIMS]
     row = {r["id"]: r for r in out["claims"]}["001-opefo-entropy"]
@@ -169,5 +169,5 @@ def test_a_run_cannot_change_the_warm_start(tmp_path, micro_policy, monkeypatch)
 
     monkeypatch.setitem(rep.RUNS, "grpo_ls", ("grpo", {}, {"pretrain": {"label_smoothing": 0.1}}))
     with pytest.raises(ConfigError, match="pretrain"):
-        reproduce({"policy_path": micro_policy}, ["steps=1"], [0], tmp_path / "rep", jobs=1, runs=["grpo_ls"])
+        reproduce({"demo": {"policy_path": micro_policy}}, ["steps=1"], [0], tmp_path / "rep", jobs=1, runs=["grpo_ls"])
     assert not (tmp_path / "rep" / "grpo_ls-s0").exists()

@@ -10,10 +10,8 @@ import argparse
 from typing import Any
 
 # every reproduce run: the per-step audit is replaced by the clean audit run once at the end
+# (the full run's steps are each setting's, from the registry: demo 80, regime 120)
 COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
-# the full run: the demo's setting on 80 steps (0.1.0: 3 seeds × 15 runs in ~47 min on 2 cores; with the
-# field's methods and the pass@256 coverage evaluation of issue 21 its cost is not measured yet)
-FULL_OVERRIDES = ["steps=80"]
 # --quick: every claim exercised on fewer steps and smaller batches (a smoke run of the whole
 # pipeline; its verdicts are weak evidence)
 # (2 mini-batches, so that the second step is off-policy and clip / KL-Cov have something to act on)
@@ -47,26 +45,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default=None, help="only these runs (comma-separated; claims needing others: not run)")
     p.add_argument("--no-audit", action="store_true", help="skip the clean estimator audit")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already exist (default: resume them)")
-    p.add_argument("--config", help="a base config instead of the built-in demo.yaml")
+    p.add_argument("--config", help="a base config for the demo setting's claims instead of the built-in demo.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
 
 
 def run(args: argparse.Namespace) -> int:
-    from importlib.resources import files
     from pathlib import Path
 
     from rich.console import Console
 
     from entflow.errors import ConfigError
     from entflow.lab.audit import AuditConfig
-    from entflow.lab.claims import DESIGN_SEEDS
+    from entflow.lab.claims import DESIGN_SEEDS, preset_base
     from entflow.lab.compare import parse_seeds
-    from entflow.lab.reproduce import RUNS, claims_markdown, reproduce, select_claims
-    from entflow.trainer.config import load_yaml, parse_override
+    from entflow.lab.reproduce import RUNS, SETTINGS, claims_markdown, reproduce, select_claims
+    from entflow.trainer.config import parse_override
 
-    base = load_yaml(args.config or str(files("entflow.lab") / "configs" / "demo.yaml"))
-    for k in ("methods", "seeds"):
-        base.pop(k, None)
+    # each setting's base: its preset with the full run's steps; --config replaces the demo's preset
+    bases = {name: setting.base() for name, setting in SETTINGS.items()}
+    if args.config:
+        bases["demo"] = preset_base(args.config) | {"steps": SETTINGS["demo"].steps}
     if args.claims is not None and args.runs is not None:
         raise ConfigError("claims", "give either --claims or --runs, not both")
     claims = [c for c in args.claims.replace(" ", "").split(",") if c] if args.claims is not None else None
@@ -76,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("seeds", f"design seeds {design} are never used for verdicts (docs/regime.md)")
     if len(seeds) < 3 and not args.quick:
         raise ConfigError("seeds", f"a claim's interval needs at least 3 seeds, got {seeds}")
-    overrides = COMMON_OVERRIDES + (QUICK_OVERRIDES if args.quick else FULL_OVERRIDES) + list(args.overrides)
+    overrides = COMMON_OVERRIDES + (QUICK_OVERRIDES if args.quick else []) + list(args.overrides)
     out_dir = "runs"
     rest = []
     for text in overrides:
@@ -92,17 +90,16 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {args.jobs}")
     name = args.name or ("reproduce-quick" if args.quick else "reproduce")
-    task = base.get("task", "countdown")
     audit = None
     if not args.no_audit and claims is None:  # the audit is part of the full table, not of a claim
         audit = AuditConfig(
             steps=2 if args.quick else 10,
             seeds=tuple(seeds),
-            task=task,
-            task_params=dict(base.get("task_params") or {}),
+            task=bases["demo"].get("task", "countdown"),
+            task_params=dict(bases["demo"].get("task_params") or {}),
         )
     res = reproduce(
-        base,
+        bases,
         rest,
         seeds,
         Path(out_dir) / name,

@@ -26,7 +26,9 @@ __all__ = [
     "FACTS",
     "METRICS",
     "Claim",
+    "Setting",
     "load_claims",
+    "load_settings",
     "registry_path",
 ]
 
@@ -64,7 +66,8 @@ KINDS = ("greater", "less", "threshold", "no_worse")
 DIRECTIONS = ("higher", "lower")
 _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
-_OPTIONAL = {"note", "pending"}
+_OPTIONAL = {"note", "pending", "setting"}
+DEFAULT_SETTING = "demo"
 
 
 # ---------------------------------------------------------------------------- metric functions
@@ -132,6 +135,12 @@ class Claim:
     status: str
     note: str = ""
     pending: str | None = None
+    setting: str = DEFAULT_SETTING
+
+    def key(self, run: str) -> str:
+        """The run's key in reproduce's facts and run folders: ``run`` in the demo setting,
+        ``<setting>/<run>`` in another (the same method in two settings is two runs)."""
+        return run if self.setting == DEFAULT_SETTING else f"{self.setting}/{run}"
 
     @property
     def rule(self) -> str:
@@ -162,6 +171,28 @@ class Claim:
         return any_of_components(facts=self.metric["facts"], pairs=self.metric["pairs"])
 
 
+# ---------------------------------------------------------------------------- the setting
+@dataclass(frozen=True)
+class Setting:
+    """Where a claim is measured: a lab preset of ``entflow/lab/configs`` and the number of steps
+    of the full run (``--quick`` and explicit overrides replace the steps)."""
+
+    name: str
+    config: str
+    steps: int
+
+    def base(self) -> dict[str, Any]:
+        """The preset's config keys (its ``methods`` / ``seeds`` lists dropped) with ``steps``."""
+        return preset_base(str(files("entflow.lab") / "configs" / self.config)) | {"steps": self.steps}
+
+
+def preset_base(path: str) -> dict[str, Any]:
+    """A lab config file as a reproduce base: its keys without the ``methods`` / ``seeds`` lists."""
+    from entflow.trainer.config import load_yaml
+
+    return {k: v for k, v in load_yaml(path).items() if k not in ("methods", "seeds")}
+
+
 # ---------------------------------------------------------------------------- loading
 def registry_path() -> Path:
     """The packaged registry, ``entflow/lab/claims.yaml``."""
@@ -185,10 +216,11 @@ def load_claims(path: str | Path | None = None, known_runs: Sequence[str] | None
         raise ConfigError("claims", f"cannot read the claim registry {path}: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list) or not data["claims"]:
         raise ConfigError("claims", f"{path}: expected a mapping with a non-empty list `claims`")
+    settings = _parse_settings(data.get("settings"), path)
     claims: list[Claim] = []
     seen: set[str] = set()
     for i, entry in enumerate(data["claims"]):
-        claim = _parse_claim(entry, i, set(known_runs))
+        claim = _parse_claim(entry, i, set(known_runs), set(settings))
         if claim.id in seen:
             raise ConfigError(f"claims[{claim.id}].id", f"{path}: duplicate claim id {claim.id!r}")
         seen.add(claim.id)
@@ -196,7 +228,37 @@ def load_claims(path: str | Path | None = None, known_runs: Sequence[str] | None
     return tuple(claims)
 
 
-def _parse_claim(entry: Any, index: int, known_runs: set[str]) -> Claim:
+def load_settings(path: str | Path | None = None) -> dict[str, Setting]:
+    """The registry's settings (default: the packaged registry's), by name."""
+    path = Path(path) if path is not None else registry_path()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError("settings", f"cannot read the claim registry {path}: {e}") from None
+    return _parse_settings((data or {}).get("settings") if isinstance(data, dict) else None, path)
+
+
+def _parse_settings(raw: Any, path: Path) -> dict[str, Setting]:
+    """The ``settings`` block; a registry without one measures everything in the demo (80 steps)."""
+    if raw is None:
+        return {DEFAULT_SETTING: Setting(DEFAULT_SETTING, "demo.yaml", 80)}
+    if not isinstance(raw, dict) or DEFAULT_SETTING not in raw:
+        raise ConfigError("settings", f"{path}: expected a mapping `settings` with at least {DEFAULT_SETTING!r}")
+    out = {}
+    presets = {p.name for p in Path(str(files("entflow.lab") / "configs")).glob("*.yaml")}
+    for name, spec in raw.items():
+        ok = isinstance(spec, dict) and set(spec) == {"config", "steps"} and spec.get("config") in presets
+        steps = spec.get("steps") if isinstance(spec, dict) else None
+        if not ok or isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(
+                f"settings.{name}",
+                f"expected {{config: one of {sorted(presets)}, steps: an integer >= 1}}, got {spec!r}",
+            )
+        out[str(name)] = Setting(str(name), spec["config"], steps)
+    return out
+
+
+def _parse_claim(entry: Any, index: int, known_runs: set[str], known_settings: set[str] | None = None) -> Claim:
     if not isinstance(entry, dict):
         raise ConfigError(f"claims[{index}]", f"expected a mapping, got {type(entry).__name__}")
     cid = entry.get("id")
@@ -278,6 +340,9 @@ def _parse_claim(entry: Any, index: int, known_runs: set[str]) -> Claim:
     note = entry.get("note", "")
     if not isinstance(note, str):
         raise bad("note", f"expected a string, got {note!r}")
+    setting = entry.get("setting", DEFAULT_SETTING)
+    if setting not in (known_settings or {DEFAULT_SETTING}):
+        raise bad("setting", f"expected one of {sorted(known_settings or {DEFAULT_SETTING})}, got {setting!r}")
 
     return Claim(
         id=cid,
@@ -294,4 +359,5 @@ def _parse_claim(entry: Any, index: int, known_runs: set[str]) -> Claim:
         status=entry["status"],
         note=note,
         pending=pending,
+        setting=setting,
     )

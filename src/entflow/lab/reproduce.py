@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from entflow.lab.claims import Claim, load_claims, registry_path
+from entflow.lab.claims import DEFAULT_SETTING, Claim, load_claims, load_settings, registry_path
 
 # run name -> (method, params, extra config keys, what is paper-specific about it)
 RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -57,6 +57,8 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
     "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
     "grpo_strict": ("grpo", {}, {"strict_on_policy": True}),
+    # Park et al. 2025 (arXiv 2509.26114): GRPO with rewards that carry no signal (Bernoulli 1/2)
+    "grpo_random_reward": ("grpo", {}, {"random_reward": True}),
     "opefo_strict": ("opefo", {}, {"strict_on_policy": True}),
     "ppl_shaping": ("ppl_shaping", {}, {}),
     "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
@@ -75,6 +77,8 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 # the claims, their metrics and criteria: the pre-registered registry (src/entflow/lab/claims.yaml)
 CLAIMS: tuple[Claim, ...] = load_claims(known_runs=list(RUNS))
+# where the claims are measured (the registry's `settings`): name -> preset and full-run steps
+SETTINGS = load_settings()
 
 # pass@256 with n = 256 samples per problem (issue 21 point 2), the pre-registered coverage size
 COVERAGE_N = 256
@@ -82,10 +86,10 @@ COVERAGE_FACTS = frozenset({"val_pass_at_256_final", "val_pass_at_256_warm", "ha
 
 
 def coverage_runs(claims: Sequence[Claim] = CLAIMS) -> frozenset[str]:
-    """The runs a claim reads a coverage fact of (pass@256 from ``coverage.json``): reproduce trains
-    them with ``coverage_n = COVERAGE_N``, whichever claims are selected, so a run's config never
-    depends on the selection."""
-    return frozenset(r for c in claims if _reads_coverage(c) for r in c.runs)
+    """The runs (keys, :meth:`Claim.key`) a claim reads a coverage fact of (pass@256 from
+    ``coverage.json``): reproduce trains them with ``coverage_n = COVERAGE_N``, whichever claims
+    are selected, so a run's config never depends on the selection."""
+    return frozenset(c.key(r) for c in claims if _reads_coverage(c) for r in c.runs)
 
 
 def _reads_coverage(c: Claim) -> bool:
@@ -110,10 +114,20 @@ def select_claims(ids: Sequence[str] | None) -> tuple[Claim, ...]:
     return tuple(c for c in CLAIMS if c.id in set(ids))
 
 
-def runs_needed(claims: Sequence[Claim]) -> list[str]:
-    """The union of the claims' ``runs`` that can be trained (RUNS order); a pending claim needs none."""
-    wanted = {r for c in claims if c.pending is None for r in c.runs}
-    return [r for r in RUNS if r in wanted]
+def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> list[str]:
+    """The keys (:meth:`Claim.key`) of the claims' runs that can be trained, by setting (registry
+    order) then RUNS order; a pending claim needs none. ``only``: just these run types."""
+    wanted = {c.key(r) for c in claims if c.pending is None for r in c.runs if only is None or r in only}
+    return [key for setting in SETTINGS for r in RUNS if (key := _key(setting, r)) in wanted]
+
+
+def _key(setting: str, run: str) -> str:
+    return run if setting == DEFAULT_SETTING else f"{setting}/{run}"
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    setting, _, run = key.rpartition("/")
+    return setting or DEFAULT_SETTING, run
 
 
 def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
@@ -208,23 +222,27 @@ def evaluate_claims(
     """One row per claim (default: every registered claim): values per seed, mean, 95 % t
     interval (``half``, ``ci_low``, ``ci_high``), ``n`` and the verdict.
 
-    ``facts`` is ``{run: {seed: {fact: value}}}``. A claim that is ``pending``, or needs a run
-    absent from ``facts``, gets verdict ``not run`` with its ``reason`` and no number. An
+    ``facts`` is ``{run key: {seed: {fact: value}}}`` (:meth:`Claim.key`: ``grpo`` in the demo
+    setting, ``regime/grpo`` in the regime). A claim that is ``pending``, or needs a run absent
+    from ``facts``, gets verdict ``not run`` with its ``reason`` and no number. An
     ``any_of`` claim is judged on each of its m paired differences at level 1 − 0.05/m
     (Bonferroni); its row reports the one with the highest lower bound, and the verdict is
     ``reproduced`` if one is on the claimed side, ``not reproduced`` if all are on the other."""
     rows = []
     for c in CLAIMS if claims is None else claims:
         row = _row_head(c, seeds)
-        missing = [r for r in c.runs if r not in facts]
+        missing = [c.key(r) for r in c.runs if c.key(r) not in facts]
         if c.pending is not None or missing:
             reason = c.pending if c.pending is not None else f"runs not trained: {', '.join(missing)}"
             row.update(values=[], mean=math.nan, half=math.nan, ci_low=math.nan, ci_high=math.nan, n=0)
             row.update(verdict="not run", reason=reason)
-        elif c.metric["name"] == "any_of":
-            row.update(_any_of_row(c, facts, seeds))
+            rows.append(row)
+            continue
+        own = {r: facts[c.key(r)] for r in c.runs}  # the claim's runs, in its setting
+        if c.metric["name"] == "any_of":
+            row.update(_any_of_row(c, own, seeds))
         else:
-            vals = [_seed_value(lambda f, c=c: c.value(f), facts, c.runs, s) for s in seeds]
+            vals = [_seed_value(lambda f, c=c: c.value(f), own, c.runs, s) for s in seeds]
             row.update(_interval_row(vals, c.rule, c.bound))
         rows.append(row)
     return rows
@@ -243,6 +261,7 @@ def _row_head(c: Claim, seeds: list[int]) -> dict[str, Any]:
         "preregistered_seeds": list(c.seeds),
         "seeds_as_registered": sorted(seeds) == sorted(c.seeds),
         "status": c.status,
+        "setting": c.setting,
         "note": c.note,
         "reason": None,
     }
@@ -326,7 +345,7 @@ def claims_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def reproduce(
-    base: dict[str, Any],
+    bases: dict[str, dict[str, Any]],
     overrides: list[str],
     seeds: list[int],
     out: Path,
@@ -339,70 +358,75 @@ def reproduce(
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
 
+    ``bases`` maps a setting name (:data:`SETTINGS`) to its base config (``Setting.base()``); a
+    claim whose setting has no base is ``not run``. ``overrides`` apply to every run. Demo runs
+    go to ``out/<run>-s<seed>``, another setting's to ``out/<setting>/<run>-s<seed>``.
+
     ``claims`` (ids of the registry) selects the claims: only the union of their ``runs`` is
-    trained and only they are evaluated. ``runs`` instead trains those runs and evaluates every
-    claim (those needing other runs: ``not run``). Not both."""
+    trained and only they are evaluated. ``runs`` instead trains those run types (in every
+    setting a claim needs them in) and evaluates every claim (those needing other runs: ``not
+    run``). Not both."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
-    from entflow.lab.compare import compare_configs, run_compare
 
     if claims is not None and runs is not None:
         raise ConfigError("claims", "select either claims or runs, not both")
+    if unknown := sorted(set(bases) - set(SETTINGS)):
+        raise ConfigError("settings", f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
     selected = select_claims(claims)
     t0, c0 = time.time(), time.process_time()
-    names = runs_needed(selected) if claims is not None else runs or list(RUNS)
-    methods = [{"method": RUNS[n][0], "params": RUNS[n][1], "name": n} for n in names]
+    keys = runs_needed(selected, only=runs)
+    if runs is not None:  # a listed run that no claim needs still trains, in the demo setting
+        keys += [r for r in runs if all(_split_key(k)[1] != r for k in keys)]
+    keys = [k for k in keys if _split_key(k)[0] in bases]
     out.mkdir(parents=True, exist_ok=True)
-    configs = compare_configs(out.name, methods, base, overrides, out_dir=str(out.parent), seeds=seeds)
-    # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
-    explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
-    for cfg in configs:  # the paper's own setting on top of the lab's
-        if "pretrain" in RUNS[cfg.group][2]:  # the warm start is resolved once, for every run
-            raise ConfigError("pretrain", f"run {cfg.group!r}: a run's settings cannot change the warm start")
-        for k, v in RUNS[cfg.group][2].items():
-            old = getattr(cfg, k)
-            setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
-        if cfg.group in coverage_runs() and not explicit_coverage:
-            cfg.coverage_n = COVERAGE_N
-        cfg.__post_init__()
-        cfg.validate()
-    dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=not resume)
     facts: dict[str, dict[int, dict[str, Any]]] = {}
-    for cfg, d in zip(configs, dirs, strict=True):
-        facts.setdefault(cfg.group, {})[cfg.seed] = run_facts(d, summarize_run(d))
+    trained: dict[str, dict[str, Any]] = {}  # setting -> its preset, steps and folder
+    demo_runs: list[tuple[Any, Path]] = []
+    for setting, base in bases.items():
+        names = [_split_key(k)[1] for k in keys if _split_key(k)[0] == setting]
+        if not names:
+            continue
+        where = out if setting == DEFAULT_SETTING else out / setting
+        configs = _setting_configs(setting, base, names, overrides, seeds, where)
+        trained[setting] = {"config": SETTINGS[setting].config, "steps": configs[0].steps, "folder": str(where)}
+        dirs = run_compare_configs(configs, jobs=jobs, resume=resume)
+        for cfg, d in zip(configs, dirs, strict=True):
+            facts.setdefault(_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
+        write_report(dirs, where)
+        if setting == DEFAULT_SETTING:
+            demo_runs = list(zip(configs, dirs, strict=True))
     rows = evaluate_claims(facts, seeds, selected)
-    if dirs:
-        write_report(dirs, out)
     result: dict[str, Any] = {
         "claims": rows,
         "registry": str(registry_path()),
         "seeds": seeds,
-        "runs": names,
-        "steps": configs[0].steps if configs else None,
+        "runs": keys,
+        "settings": trained,
         "train_wall_s": round(time.time() - t0, 1),
         "train_cpu_s_main_process": round(time.process_time() - c0, 1),
     }
     md = claims_markdown(rows)
     audit_md: list[str] = []
-    if audit_cfg is not None and configs:
+    if audit_cfg is not None and demo_runs:
         from entflow.lab.audit import audit_markdown, audit_policy
         from entflow.lab.setup import resolve_policy
 
         # twice: from the warm start (entropy still high everywhere) and from each seed's
         # GRPO-trained policy (entropy collapsed, most states near-deterministic and a few
-        # forking: the state of a "standard GRPO training process" where paper 000 measures)
-        starts: dict[str, Any] = {"warm_start": resolve_policy(configs[0])}
-        pairs = zip(configs, dirs, strict=True)
-        grpo = {cfg.seed: d / "checkpoints" / "final" for cfg, d in pairs if cfg.group == "grpo"}
+        # forking: the state of a "standard GRPO training process" where paper 000 measures),
+        # in the demo setting
+        starts: dict[str, Any] = {"warm_start": resolve_policy(demo_runs[0][0])}
+        grpo = {cfg.seed: d / "checkpoints" / "final" for cfg, d in demo_runs if cfg.group == "grpo"}
         if grpo and all(p.is_dir() for p in grpo.values()):
             starts["after_grpo"] = {s: str(p) for s, p in grpo.items()}
         result["audit"] = {}
         md += "\n### Clean estimator audit\n"
-        for where, policy in starts.items():
+        for start, policy in starts.items():
             t1 = time.time()
             res = audit_policy(policy, audit_cfg)
-            result["audit"][where] = {"summary": res["summary"], "wall_s": round(time.time() - t1, 1)}
-            table = f"#### Audit from the {_AUDIT_START[where]}\n\n" + audit_markdown(res)
+            result["audit"][start] = {"summary": res["summary"], "wall_s": round(time.time() - t1, 1)}
+            table = f"#### Audit from the {_AUDIT_START[start]}\n\n" + audit_markdown(res)
             md += "\n" + table
             audit_md.append(table)
         result["audit"]["config"] = res["config"]
@@ -411,6 +435,38 @@ def reproduce(
     (out / "claims.md").write_text(md)
     (out / "claims.json").write_text(json.dumps(_clean(result), indent=2, default=str) + "\n")
     return result
+
+
+def _setting_configs(
+    setting: str, base: dict[str, Any], names: list[str], overrides: list[str], seeds: list[int], where: Path
+) -> list[Any]:
+    """One validated config per (run, seed) of one setting: the setting's base, the overrides, then
+    each run's paper setting (RUNS) and, for a run a claim reads pass@256 of, ``coverage_n``."""
+    from entflow.errors import ConfigError
+    from entflow.lab.compare import compare_configs
+
+    methods = [{"method": RUNS[n][0], "params": RUNS[n][1], "name": n} for n in names]
+    configs = compare_configs(where.name, methods, base, overrides, out_dir=str(where.parent), seeds=seeds)
+    # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
+    explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
+    for cfg in configs:  # the paper's own setting on top of the lab's
+        if "pretrain" in RUNS[cfg.group][2]:  # the warm start is resolved once, for every run
+            raise ConfigError("pretrain", f"run {cfg.group!r}: a run's settings cannot change the warm start")
+        for k, v in RUNS[cfg.group][2].items():
+            old = getattr(cfg, k)
+            setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
+        if _key(setting, cfg.group) in coverage_runs() and not explicit_coverage:
+            cfg.coverage_n = COVERAGE_N
+        cfg.__post_init__()
+        cfg.validate()
+    return configs
+
+
+def run_compare_configs(configs: list[Any], jobs: int, resume: bool) -> list[Path]:
+    """Train the configs (``entflow.lab.compare.run_compare``; resumed runs continue)."""
+    from entflow.lab.compare import run_compare
+
+    return run_compare(configs, jobs=jobs, resume=resume, overwrite=not resume)
 
 
 def _clean(v: Any) -> Any:

@@ -55,6 +55,9 @@ class TrainConfig:
     dual_clip: float | None = None
     agg: str = "token-mean"
     adv_scale: str = "group"  # group | batch | none
+    # rewards drawn Bernoulli(1/2) per response, independent of it (Park et al. 2025, arXiv 2509.26114:
+    # what clipping does to entropy when the reward carries no signal); validation still scores truly
+    random_reward: bool = False
     # diagnostics
     audit: bool = True  # true entropy change vs every estimator, each step
     eval_every: int = 10

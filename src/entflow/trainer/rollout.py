@@ -208,6 +208,9 @@ def sample_rollout(
         [task.reward(problems[i // cfg.group_size], t) for i, t in enumerate(gen.texts)], dtype=torch.float32
     )
     verify_s = time.perf_counter() - t0
+    if cfg.random_reward:  # rewards without signal (Park et al. 2025): Bernoulli(1/2), seeded per step
+        coin = torch.Generator().manual_seed(step_seed(cfg.seed + 3, step))
+        rewards = torch.bernoulli(torch.full_like(rewards, 0.5), generator=coin)
     group_index = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
     prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
     return Rollout(

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law
+from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law, naive_forecasts
 
 __all__ = [
     "HELDOUT_FRAC",
@@ -385,13 +385,8 @@ def _early_prediction(
             continue
         y = float(f.predict(np.array([H[-1]]))[0])
         out["by_model"][form] = {"final": y, "interval": list(f.interval(float(H[-1]))), "error": y - float(R[-1])}
-    last = float(R[n_fit - 1])
-    line = np.polyfit(steps[:n_fit], R[:n_fit], 1)
-    lin = float(np.polyval(line, steps[-1]))
-    out["baselines"] = {
-        "last_value": {"final": last, "error": last - float(R[-1])},
-        "linear": {"final": lin, "error": lin - float(R[-1])},
-    }
+    naive = naive_forecasts(steps, R, n_fit, float(steps[-1]))
+    out["baselines"] = {name: {"final": y, "error": y - float(R[-1])} for name, y in naive.items()}
     chosen = out["by_model"].get(model) or out["by_model"].get("law")
     if chosen is not None:
         out["model"] = model if model in out["by_model"] else "law"

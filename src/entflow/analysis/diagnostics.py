@@ -179,6 +179,36 @@ def predict_entropy_law(entropy: Any, acc: Any, fit_frac: float = 0.15) -> LawPr
     return LawPrediction(fit=fit, n_fit=n_fit, predicted=pred, rmse=rmse, final_error=final)
 
 
+def naive_forecasts(steps: Any, acc: Any, n_fit: int, at_step: float) -> dict[str, float]:
+    """The two naive forecasts an early prediction must beat (issue 21 point 5), from the first
+    ``n_fit`` points (``steps`` / ``acc`` ``[K]``, training order): ``last_value`` carries the last
+    fitted accuracy forward; ``linear`` extrapolates the least-squares line in steps to ``at_step``."""
+    S, R = _vec(steps, "steps")[:n_fit], _vec(acc, "acc")[:n_fit]
+    if S.size < 2:
+        raise AnalysisError("n_fit", f"a line needs two points, got {S.size}")
+    slope, intercept = np.polyfit(S, R, 1)
+    return {"last_value": float(R[-1]), "linear": float(slope * at_step + intercept)}
+
+
+def early_prediction_errors(steps: Any, entropy: Any, acc: Any, fit_frac: float) -> dict[str, float]:
+    """Signed errors (predicted − observed) of three forecasts of the last point's accuracy made
+    from the first ``fit_frac`` of the points: the law (:func:`predict_entropy_law`, fed the last
+    point's observed entropy, as paper 003 App. B.3 does) and the two :func:`naive_forecasts`.
+    NaN for a forecast that cannot be made (nothing held out, or the early points cannot be fitted)."""
+    S, H, R = _vec(steps, "steps"), _vec(entropy, "entropy"), _vec(acc, "acc")
+    out = {"law": math.nan, "last_value": math.nan, "linear": math.nan}
+    n_fit = min(R.size, max(2, math.ceil(fit_frac * R.size - 1e-9)))
+    if n_fit >= R.size:
+        return out
+    try:
+        out["law"] = predict_entropy_law(H, R, fit_frac).final_error
+    except AnalysisError:
+        pass
+    for name, value in naive_forecasts(S, R, n_fit, float(S[-1])).items():
+        out[name] = value - float(R[-1])
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Diversity (paper 002 App. C.1)
 # --------------------------------------------------------------------------------------------

@@ -57,6 +57,9 @@ FACTS = frozenset(
         "val_pass_at_256_warm",
         "hard_pass_at_256_final",
         "hard_acc_best_window",
+        # issue 21 point 5: |law error| − |naive forecast error| for the final accuracy, fitted on
+        # the first 15 / 30 / 50 % of the evaluations
+        *(f"predict_{pct}_law_minus_{naive}" for pct in (15, 30, 50) for naive in ("last_value", "linear")),
     }
 )
 

@@ -150,7 +150,7 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         target = target if target is not None else 0.2
         f["target_rel_err"] = abs(summary["entropy_final"] - target) / target
     # law fitted on the first third of the evaluations (step 0 included), prediction of the last one
-    _, h, r, _ = law_points(rec)
+    s_law, h, r, _ = law_points(rec)
     f["law_predict_final_abs_err"] = math.nan
     n = max(3, len(h) // 3)
     if len(h) > n:
@@ -159,6 +159,16 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
             f["law_predict_final_abs_err"] = abs(float(fit.predict(np.asarray([h[-1]]))[0]) - float(r[-1]))
         except AnalysisError:
             pass
+    # early prediction of the final accuracy from the first 15 / 30 / 50 % of the evaluations: the
+    # law's absolute error minus each naive forecast's (< 0: the law is closer; paper 003 App. B.3)
+    from entflow.analysis.diagnostics import early_prediction_errors
+
+    for pct in (15, 30, 50):
+        err = early_prediction_errors(s_law, h, r, pct / 100) if len(h) >= 3 else {}
+        law = abs(err.get("law", math.nan))
+        for naive in ("last_value", "linear"):
+            f[f"predict_{pct}_law_minus_{naive}"] = law - abs(err.get(naive, math.nan))
+        f |= {f"predict_{pct}_abs_err_{k}": abs(v) for k, v in err.items()}
     # share of the best-window gain reached by mid-training
     s, v = series(rec, "val/acc")
     warm = summary["val_acc_warm"]

@@ -19,7 +19,7 @@ from entflow.analysis.runs import audit_estimators, last_value, law_points, n_po
 from entflow.analysis.stats import band
 from entflow.analysis.tables import format_number
 
-__all__ = ["METHOD_KEYS", "PLOT_NAMES", "write_band_plots", "write_plots"]
+__all__ = ["METHOD_KEYS", "PLOT_NAMES", "write_band_plots", "write_passk_plot", "write_plots"]
 
 METHOD_KEYS = (
     "steer/weight_mean",
@@ -33,6 +33,7 @@ METHOD_KEYS = (
 )
 # every file the two writers may produce (a report removes stale ones before writing)
 PLOT_NAMES = (
+    "passk.png",
     "entropy.png",
     "val_acc.png",
     "reward.png",
@@ -249,6 +250,55 @@ def _band_panel(ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str
     if drawn:
         _decorate(ax, "step", ylabel, f"{ylabel}: mean over seeds ± 95 % t-interval", legend=7)
     return drawn
+
+
+SPLIT_TITLES = {"val": "validation", "hard": "hard split"}
+
+
+def passk_curves(
+    runs: Sequence[tuple[str, dict[str, Any]]],
+) -> tuple[dict[str, dict[int, float]], dict[str, dict[str, tuple[dict[int, float], int]]]]:
+    """From the runs' ``coverage.json`` (``runs`` = [(label, coverage), …]): the warm start's pass@k
+    curve per split (the first run's) and, per split and label, the final policies' curve averaged
+    over the label's runs (seeds) at the k all of them have, with the number of runs averaged."""
+    warm: dict[str, dict[int, float]] = {}
+    finals: dict[str, dict[str, list[dict[int, float]]]] = {}
+    for label, cov in runs:
+        for which in ("warm", "final"):
+            for split, data in ((cov.get(which) or {}).get("splits") or {}).items():
+                curve = {int(k): float(v) for k, v in (data.get("pass_at_k") or {}).items()}
+                if which == "warm":
+                    warm.setdefault(split, curve)
+                else:
+                    finals.setdefault(split, {}).setdefault(label, []).append(curve)
+    mean: dict[str, dict[str, tuple[dict[int, float], int]]] = {}
+    for split, by_label in finals.items():
+        for label, curves in by_label.items():
+            ks = sorted(set.intersection(*(set(c) for c in curves)))
+            mean.setdefault(split, {})[label] = ({k: float(np.mean([c[k] for c in curves])) for k in ks}, len(curves))
+    return warm, mean
+
+
+def write_passk_plot(runs: Sequence[tuple[str, dict[str, Any]]], plot_dir: str | os.PathLike) -> list[Path]:
+    """``passk.png``: unbiased pass@k against k (log₂ axis), one panel per split, from
+    :func:`passk_curves`: the warm start (black, dashed) and each label's final policy (mean over
+    its seeds). Nothing is written when no run has a coverage evaluation."""
+    warm, finals = passk_curves(runs)
+    if not finals:
+        return []
+    plot_dir = Path(plot_dir)
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    fig = _figure((5.5 * len(finals), 4))
+    colors = _color_cycle()
+    for ax, (split, by_label) in zip(np.atleast_1d(fig.subplots(1, len(finals))), finals.items(), strict=True):
+        if split in warm:
+            ax.plot(list(warm[split]), list(warm[split].values()), "k--", lw=1.4, label="warm start")
+        for i, (label, (curve, n)) in enumerate(by_label.items()):
+            name = label + (f" (mean of {n})" if n > 1 else "")
+            ax.plot(list(curve), list(curve.values()), color=colors[i % len(colors)], lw=1.6, marker=".", label=name)
+        ax.set_xscale("log", base=2)
+        _decorate(ax, "k (samples per problem)", "pass@k", f"pass@k, {SPLIT_TITLES.get(split, split)}", legend=7)
+    return [_save(fig, plot_dir / "passk.png")]
 
 
 def _color_cycle() -> list[str]:

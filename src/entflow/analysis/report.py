@@ -35,7 +35,7 @@ from entflow.analysis.diagnostics import (
     fit_entropy_law,
     predict_entropy_law,
 )
-from entflow.analysis.plots import PLOT_NAMES, write_band_plots, write_plots
+from entflow.analysis.plots import PLOT_NAMES, write_band_plots, write_passk_plot, write_plots
 from entflow.analysis.render import render_html, render_html_page, render_markdown, render_rich
 from entflow.analysis.runs import (
     RunDirError,
@@ -44,6 +44,7 @@ from entflow.analysis.runs import (
     last_value,
     law_points,
     load_config,
+    load_coverage,
     load_metrics,
     metric_float,
     n_position_bins,
@@ -379,7 +380,9 @@ def _write_all_plots(summaries: Sequence[dict[str, Any]], dirs: Sequence[Path], 
         for s, d in zip(summaries, dirs, strict=True):
             groups.setdefault(group_label(s), []).append(load_metrics(d))
         plots = write_band_plots(groups, plot_dir) + plots
-    return plots
+    # first: the pass@k curves (warm start and every method's final policy), when runs measured them
+    coverage = [(group_label(s), load_coverage(d)) for s, d in zip(summaries, dirs, strict=True)]
+    return write_passk_plot(coverage, plot_dir) + plots
 
 
 # names that moved to the modules above (docs/architecture.md §6)

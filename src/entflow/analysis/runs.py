@@ -141,6 +141,25 @@ def load_config(run_dir: str | os.PathLike) -> dict[str, Any]:
     return cfg
 
 
+def load_coverage(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``run_dir/coverage.json`` (the pass@k curves of the warm start and the final policy, written
+    when ``coverage_n`` > 0) as a dict; empty if the file is absent.
+
+    Raises:
+        RunDirError: the file is not valid JSON or not a mapping.
+    """
+    path = Path(run_dir) / "coverage.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RunDirError(path, f"not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(path, f"expected a mapping, got {type(data).__name__}")
+    return data
+
+
 def series(
     records: Sequence[dict[str, Any]], key: str, *, min_step: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:

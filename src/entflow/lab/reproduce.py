@@ -195,8 +195,9 @@ def coverage_facts(run_dir: Path) -> dict[str, float]:
     """pass@256 of the final policy and of the warm start on the validation split, and of the final
     policy on the hard split, from the run's ``coverage.json`` (written when ``coverage_n`` = 256);
     NaN where the file, the split, or k = 256 is absent."""
-    path = run_dir / "coverage.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    from entflow.analysis.runs import load_coverage
+
+    data = load_coverage(run_dir)
 
     def at_256(which: str, split: str) -> float:
         v = (((data.get(which) or {}).get("splits") or {}).get(split) or {}).get("pass_at_k", {}).get("256")

@@ -61,8 +61,12 @@ def kind_of(name: str) -> str:
     return "advantage shaping" if m.overrides("shape_advantages") else "token weighting"
 
 
+ONLY: list[str] | None = None  # --methods: time only these (and grpo, the baseline)
+
+
 def method_names() -> list[str]:
-    return ef.list_methods()
+    names = ef.list_methods()
+    return names if ONLY is None else [n for n in names if n == "grpo" or n in ONLY]
 
 
 def build(name: str) -> ef.Method:
@@ -191,7 +195,8 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
         return step
 
     steps = {name: make_step(build(name)) for name in method_names()}
-    steps["kl_ref+ref_fwd"] = make_step(build("kl_ref"), ref_forward=True)
+    if "kl_ref" in method_names():
+        steps["kl_ref+ref_fwd"] = make_step(build("kl_ref"), ref_forward=True)
     n_params = sum(p.numel() for p in policy.parameters())
     return interleave(steps, rounds, warmup=1), {"params": n_params}
 
@@ -230,8 +235,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch threads [1: CPU time = work]")
     ap.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    ap.add_argument("--methods", default=None, help="only these methods (comma-separated), next to grpo")
     args = ap.parse_args()
-    global CLOCK
+    global CLOCK, ONLY
+    ONLY = args.methods.split(",") if args.methods else None
     CLOCK = time.perf_counter if args.wall else time.process_time
     torch.set_num_threads(args.threads)
 

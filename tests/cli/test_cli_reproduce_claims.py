@@ -99,3 +99,16 @@ def test_bad_selection_is_refused_before_training(tmp_path, recorder, capsys, ar
     if "unknown" in needle:
         assert "003-collapse" in err and "exploration" in err  # the known ids are listed
     assert recorder == [] and not (tmp_path / "reproduce").exists()
+
+
+def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path, recorder, capsys):
+    """Without --claims or --seeds: the registered confirmation seeds (0–4); `--runs grpo` trains GRPO
+    in each setting a claim needs it in (the demo and the regime); --quick takes the first three."""
+    assert main(["reproduce", "--runs", "grpo", "--no-audit", f"out_dir={tmp_path}"]) == 0, capsys.readouterr().err
+    assert sorted(recorder) == sorted(("grpo", s) for s in range(5) for _ in ("demo", "regime"))
+    data = json.loads((tmp_path / "reproduce" / "claims.json").read_text())
+    assert data["seeds"] == [0, 1, 2, 3, 4] and data["runs"] == ["grpo", "regime/grpo"]
+    assert set(data["settings"]) == {"demo", "regime"} and data["settings"]["regime"]["steps"] == 120
+    recorder.clear()
+    assert main(["reproduce", "--quick", "--runs", "grpo", "--no-audit", f"out_dir={tmp_path}"]) == 0
+    assert sorted({s for _, s in recorder}) == [0, 1, 2]

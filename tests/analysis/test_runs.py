@@ -88,3 +88,16 @@ def test_read_jsonl_is_lenient_and_in_file_order(tmp_path: Path):
     assert rows == [{"step": 2}, {"step": 1, "text": "\ufffd"}, {"step": 2}, [3]]
     path.write_bytes(b'{"step": 1, "text": "caf\xc3\xa9"}\n')
     assert read_jsonl(path) == [{"step": 1, "text": "café"}]
+
+
+def test_load_coverage_reads_a_mapping_and_names_a_bad_file(tmp_path):
+    from entflow.analysis.runs import RunDirError, load_coverage
+
+    assert load_coverage(tmp_path) == {}  # no coverage evaluation
+    (tmp_path / "coverage.json").write_text('{"n": 256, "final": {}}')
+    assert load_coverage(tmp_path) == {"n": 256, "final": {}}
+    for text, needle in (('{"n": 25', "not valid JSON"), ("[1, 2]", "expected a mapping, got list")):
+        (tmp_path / "coverage.json").write_text(text)
+        with pytest.raises(RunDirError, match=needle) as e:
+            load_coverage(tmp_path)
+        assert "coverage.json" in str(e.value)

@@ -127,18 +127,7 @@ def load_config(run_dir: str | os.PathLike) -> dict[str, Any]:
     Raises:
         RunDirError: the file is not valid YAML or not a mapping.
     """
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        return {}
-    try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise RunDirError(path, f"not valid YAML ({e})") from None
-    if cfg is None:
-        return {}
-    if not isinstance(cfg, dict):
-        raise RunDirError(path, f"expected a mapping, got {type(cfg).__name__}")
-    return cfg
+    return _mapping_file(Path(run_dir) / "config.yaml", yaml.safe_load, "YAML")
 
 
 def load_coverage(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -148,13 +137,19 @@ def load_coverage(run_dir: str | os.PathLike) -> dict[str, Any]:
     Raises:
         RunDirError: the file is not valid JSON or not a mapping.
     """
-    path = Path(run_dir) / "coverage.json"
+    return _mapping_file(Path(run_dir) / "coverage.json", json.loads, "JSON")
+
+
+def _mapping_file(path: Path, parse: Any, kind: str) -> dict[str, Any]:
+    """A run-directory file that holds one mapping: {} if absent or empty."""
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise RunDirError(path, f"not valid JSON ({e})") from None
+        data = parse(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, json.JSONDecodeError) as e:
+        raise RunDirError(path, f"not valid {kind} ({e})") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise RunDirError(path, f"expected a mapping, got {type(data).__name__}")
     return data

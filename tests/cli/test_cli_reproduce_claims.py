@@ -109,6 +109,9 @@ def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path
     data = json.loads((tmp_path / "reproduce" / "claims.json").read_text())
     assert data["seeds"] == [0, 1, 2, 3, 4] and data["runs"] == ["grpo", "regime/grpo"]
     assert set(data["settings"]) == {"demo", "regime"} and data["settings"]["regime"]["steps"] == 120
+    # a claim registered on other seeds is never judged on these: not run, and it says where it runs
+    row = next(r for r in data["claims"] if r["id"] == "exploration-klcov")
+    assert row["verdict"] == "not run" and "registered on seeds [10, 11" in row["reason"]
     recorder.clear()
     assert main(["reproduce", "--quick", "--runs", "grpo", "--no-audit", f"out_dir={tmp_path}"]) == 0
     assert sorted({s for _, s in recorder}) == [0, 1, 2]

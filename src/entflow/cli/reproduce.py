@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("claims", "give either --claims or --runs, not both")
     claims = [c for c in args.claims.replace(" ", "").split(",") if c] if args.claims is not None else None
     selected = select_claims(claims)  # unknown ids fail here, before anything is trained
-    # default: the selected claims' pre-registered seeds (every claim's: 0–4); --quick takes the first three
-    default = _default_seeds(selected)[: 3 if args.quick else None]
+    # default: the selected claims' pre-registered seeds; without --claims the registry's confirmation
+    # seeds (0–4), and a claim registered on others is not run; --quick takes the first three
+    default = _default_seeds(selected if claims else ())[: 3 if args.quick else None]
     seeds = parse_seeds(args.seeds) if args.seeds is not None else default
     if design := sorted(set(seeds) & DESIGN_SEEDS):
         raise ConfigError("seeds", f"design seeds {design} are never used for verdicts (docs/regime.md)")
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         audit_cfg=audit,
         runs=runs,
         claims=claims,
+        registered_seeds_only=claims is None and args.seeds is None,
     )
     console = Console(width=200)
     console.print(claims_markdown(res["claims"]))
@@ -122,8 +124,12 @@ def _default_seeds(claims: Any) -> list[int]:
     from entflow.errors import ConfigError
 
     lists = {tuple(c.seeds) for c in claims}
-    if not lists:
-        return [0, 1, 2]
+    if not lists:  # every claim: the seeds most claims were registered on
+        from collections import Counter
+
+        from entflow.lab.reproduce import CLAIMS
+
+        return list(Counter(tuple(c.seeds) for c in CLAIMS).most_common(1)[0][0])
     if len(lists) > 1:
         raise ConfigError(
             "seeds", f"the selected claims were registered with different seeds {sorted(lists)}; give --seeds"

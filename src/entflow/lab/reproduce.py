@@ -228,7 +228,10 @@ def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
 
 
 def evaluate_claims(
-    facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int], claims: Sequence[Claim] | None = None
+    facts: dict[str, dict[int, dict[str, Any]]],
+    seeds: list[int],
+    claims: Sequence[Claim] | None = None,
+    not_run: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per claim (default: every registered claim): values per seed, mean, 95 % t
     interval (``half``, ``ci_low``, ``ci_high``), ``n`` and the verdict.
@@ -243,8 +246,9 @@ def evaluate_claims(
     for c in CLAIMS if claims is None else claims:
         row = _row_head(c, seeds)
         missing = [c.key(r) for r in c.runs if c.key(r) not in facts]
-        if c.pending is not None or missing:
-            reason = c.pending if c.pending is not None else f"runs not trained: {', '.join(missing)}"
+        skipped = (not_run or {}).get(c.id)
+        if c.pending is not None or skipped or missing:
+            reason = c.pending or skipped or f"runs not trained: {', '.join(missing)}"
             row.update(values=[], mean=math.nan, half=math.nan, ci_low=math.nan, ci_high=math.nan, n=0)
             row.update(verdict="not run", reason=reason)
             rows.append(row)
@@ -365,6 +369,7 @@ def reproduce(
     audit_cfg: Any = None,
     runs: list[str] | None = None,
     claims: list[str] | None = None,
+    registered_seeds_only: bool = False,
 ) -> dict[str, Any]:
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
@@ -376,7 +381,9 @@ def reproduce(
     ``claims`` (ids of the registry) selects the claims: only the union of their ``runs`` is
     trained and only they are evaluated. ``runs`` instead trains those run types (in every
     setting a claim needs them in) and evaluates every claim (those needing other runs: ``not
-    run``). Not both."""
+    run``). Not both. ``registered_seeds_only``: a claim registered on other seeds than ``seeds``
+    is ``not run`` (its runs are not trained), so that it is never judged on seeds it was not
+    registered for (``entflow reproduce`` without ``--seeds``)."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
 
@@ -385,8 +392,13 @@ def reproduce(
     if unknown := sorted(set(bases) - set(SETTINGS)):
         raise ConfigError("settings", f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
     selected = select_claims(claims)
+    elsewhere = {
+        c.id: f"registered on seeds {list(c.seeds)}: `entflow reproduce --claims {c.id}`"
+        for c in selected
+        if registered_seeds_only and sorted(c.seeds) != sorted(seeds)
+    }
     t0, c0 = time.time(), time.process_time()
-    keys = runs_needed(selected, only=runs)
+    keys = runs_needed([c for c in selected if c.id not in elsewhere], only=runs)
     if runs is not None:  # a listed run that no claim needs still trains, in the demo setting
         keys += [r for r in runs if all(_split_key(k)[1] != r for k in keys)]
     keys = [k for k in keys if _split_key(k)[0] in bases]
@@ -407,7 +419,7 @@ def reproduce(
         write_report(dirs, where)
         if setting == DEFAULT_SETTING:
             demo_runs = list(zip(configs, dirs, strict=True))
-    rows = evaluate_claims(facts, seeds, selected)
+    rows = evaluate_claims(facts, seeds, selected, not_run=elsewhere)
     result: dict[str, Any] = {
         "claims": rows,
         "registry": str(registry_path()),

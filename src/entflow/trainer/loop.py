@@ -195,14 +195,16 @@ def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) ->
     _write_json_atomic(path, data)
 
 
+# part of the warm-coverage cache key: bump it when what a coverage evaluation returns changes
+WARM_COVERAGE_FORMAT = 1
+
+
 def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
     """The warm start's coverage from ``parts.warm_coverage_cache``, computed and stored on a miss.
     The evaluation runs under its own seeds in a forked RNG, so a hit changes nothing that follows;
     the key is everything the evaluation reads besides the (immutable) warm start."""
     import hashlib
     import json
-
-    from entflow import __version__
 
     key = {
         "seed": cfg.seed,
@@ -211,7 +213,7 @@ def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
         "temperature": cfg.temperature,
         "task": cfg.task,
         "task_params": cfg.task_params,
-        "entflow": __version__,
+        "format": WARM_COVERAGE_FORMAT,
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = Path(parts.warm_coverage_cache) / f"coverage-{digest}.json"

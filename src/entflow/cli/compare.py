@@ -25,22 +25,16 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def compare_and_report(
-    base: dict[str, Any],
-    methods_arg: str | None,
-    name: str,
-    overrides: list[str],
-    jobs: int,
-    resume: bool,
-    overwrite: bool,
-) -> int:
-    """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report."""
-    from pathlib import Path
-
+def compare_run_configs(
+    base: dict[str, Any], methods_arg: str | None, name: str, overrides: list[str]
+) -> tuple[list[Any], str]:
+    """The validated configs of a comparison (one per method and seed) and its ``out_dir``:
+    ``base["methods"]`` (or ``methods_arg``, comma-separated) on ``base`` with the overrides."""
     from entflow.errors import ConfigError
-    from entflow.lab.compare import compare_configs, parse_seeds, run_compare
+    from entflow.lab.compare import compare_configs, parse_seeds
     from entflow.trainer.config import parse_override
 
+    base = dict(base)
     methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
     base.pop("methods", None)
     if not methods:
@@ -64,6 +58,25 @@ def compare_and_report(
     overrides = rest
     seeds = parse_seeds(seeds_value) if seeds_value is not None else None
     configs = compare_configs(name, methods, base, overrides, out_dir=out_dir, seeds=seeds)
+    return configs, out_dir
+
+
+def compare_and_report(
+    base: dict[str, Any],
+    methods_arg: str | None,
+    name: str,
+    overrides: list[str],
+    jobs: int,
+    resume: bool,
+    overwrite: bool,
+) -> int:
+    """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report."""
+    from pathlib import Path
+
+    from entflow.errors import ConfigError
+    from entflow.lab.compare import run_compare
+
+    configs, out_dir = compare_run_configs(base, methods_arg, name, overrides)
     if jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {jobs}")
     run_dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)

@@ -15,7 +15,7 @@ from entflow.errors import EntflowError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("entflow.cli.run", "the demo: GRPO's entropy collapse next to methods that control it"),
+    "run": ("entflow.cli.run", "the demo: GRPO against KL-Cov in the exploration regime, pass@k curves first"),
     "pretrain": ("entflow.cli.pretrain", "warm-start the tiny lab policy (cached)"),
     "train": ("entflow.cli.train", "train one method in the lab"),
     "compare": ("entflow.cli.compare", "train several methods side by side and report"),

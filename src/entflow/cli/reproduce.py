@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-# every reproduce run: the per-step audit is replaced by the clean audit run once at the end
-# (the full run's steps are each setting's, from the registry: demo 80, regime 120)
-COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
 # --quick: every claim exercised on fewer steps and smaller batches (a smoke run of the whole
 # pipeline; its verdicts are weak evidence)
 # (2 mini-batches, so that the second step is off-policy and clip / KL-Cov have something to act on)
@@ -58,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from entflow.lab.audit import AuditConfig
     from entflow.lab.claims import DESIGN_SEEDS, preset_base
     from entflow.lab.compare import parse_seeds
-    from entflow.lab.reproduce import RUNS, SETTINGS, claims_markdown, reproduce, select_claims
+    from entflow.lab.reproduce import COMMON_OVERRIDES, RUNS, SETTINGS, claims_markdown, reproduce, select_claims
     from entflow.trainer.config import parse_override
 
     # each setting's base: its preset with the full run's steps; --config replaces the demo's preset

@@ -80,6 +80,10 @@ CLAIMS: tuple[Claim, ...] = load_claims(known_runs=list(RUNS))
 # where the claims are measured (the registry's `settings`): name -> preset and full-run steps
 SETTINGS = load_settings()
 
+# every reproduce run: the per-step audit is replaced by the clean audit run once at the end
+# (the full run's steps are each setting's, from the registry: demo 80, regime 120)
+COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
+
 # pass@256 with n = 256 samples per problem (issue 21 point 2), the pre-registered coverage size
 COVERAGE_N = 256
 COVERAGE_FACTS = frozenset({"val_pass_at_256_final", "val_pass_at_256_warm", "hard_pass_at_256_final"})
@@ -119,6 +123,32 @@ def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> l
     order) then RUNS order; a pending claim needs none. ``only``: just these run types."""
     wanted = {c.key(r) for c in claims if c.pending is None for r in c.runs if only is None or r in only}
     return [key for setting in SETTINGS for r in RUNS if (key := _key(setting, r)) in wanted]
+
+
+def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[str, Any]:
+    """A compare config (``entflow.cli.compare.compare_and_report``) whose runs are the registry's
+    ``runs`` of ``setting`` at ``seed``, configured exactly as the full ``reproduce`` trains them:
+    the setting's preset at its full-run steps, :data:`COMMON_OVERRIDES`, each run's paper setting
+    (RUNS) and pass@256 where a claim reads it. ``entflow run``'s default demo is two of them.
+
+    Runs whose paper setting changes config keys (RUNS' third entry, e.g. ``strict_on_policy``)
+    cannot share one compare config, nor can runs of which only some are evaluated with pass@256:
+    :class:`~entflow.errors.ConfigError` (key ``runs``)."""
+    from entflow.errors import ConfigError
+    from entflow.trainer.config import parse_override
+
+    if unknown := [r for r in runs if r not in RUNS]:
+        raise ConfigError("runs", f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+    if with_keys := [r for r in runs if RUNS[r][2]]:
+        raise ConfigError("runs", f"runs {with_keys} change config keys and need their own compare")
+    covered = {r for r in runs if _key(setting, r) in coverage_runs()}
+    if covered and covered != set(runs):
+        raise ConfigError("runs", f"only {sorted(covered)} of {list(runs)} are evaluated with pass@256 by reproduce")
+    base = SETTINGS[setting].base() | dict(parse_override(o) for o in COMMON_OVERRIDES) | {"seed": seed}
+    if covered:
+        base["coverage_n"] = COVERAGE_N
+    base["methods"] = [{"method": RUNS[r][0], "params": dict(RUNS[r][1]), "name": r} for r in runs]
+    return base
 
 
 def _key(setting: str, run: str) -> str:

@@ -61,11 +61,13 @@ from entflow.analysis.stats import (
     windowed_best,
 )
 from entflow.analysis.tables import (
+    COVERAGE_KS,
     TERMINAL_SEED_COLUMNS,
     Table,
     audit_detail_table,
     audit_matrix_table,
     audit_ranking_table,
+    coverage_table,
     headline_table,
     seeds_table,
     summary_table,
@@ -133,7 +135,21 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         **_diagnostic_numbers(records),
         **_audit_means(records),
         **_law_numbers(records),
+        **_coverage_numbers(run_dir),
     }
+
+
+def _coverage_numbers(run_dir: Path) -> dict[str, Any]:
+    """pass@k of the warm start (``_first``) and the final policy (``_last``) per split and k of
+    :data:`~entflow.analysis.tables.COVERAGE_KS`, from ``coverage.json``: keys
+    ``{split}_pass_at_{k}_first`` / ``_last``; none when the run measured no coverage."""
+    cov = load_coverage(run_dir)
+    out: dict[str, Any] = {}
+    for which, end in (("warm", "first"), ("final", "last")):
+        for split, data in ((cov.get(which) or {}).get("splits") or {}).items():
+            for k in COVERAGE_KS:
+                out[f"{split}_pass_at_{k}_{end}"] = metric_float(data.get("pass_at_k", {}).get(str(k)))
+    return out
 
 
 def _run_identity(run_dir: Path, cfg: dict[str, Any], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -250,9 +266,11 @@ def _relabelled(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def report_tables(summaries: Sequence[dict[str, Any]]) -> list[tuple[Table, int]]:
     """The report's tables (summary.md and report.html), each with its heading level: summary,
-    over seeds (when a method has several seeds), estimator audit, ranking across runs (audit
-    metrics and more than one run)."""
+    coverage (when runs measured pass@k), over seeds (when a method has several seeds), estimator
+    audit, ranking across runs (audit metrics and more than one run)."""
     tables = [(summary_table(summaries), 2)]
+    if (coverage := coverage_table(summaries)).rows:
+        tables.append((coverage, 2))
     if has_seed_groups(summaries):
         tables.append((seeds_table(summaries), 2))
     audit = audit_detail_table(summaries)
@@ -263,9 +281,12 @@ def report_tables(summaries: Sequence[dict[str, Any]]) -> list[tuple[Table, int]
 
 
 def terminal_tables(summaries: Sequence[dict[str, Any]]) -> list[Table]:
-    """The terminal's compact tables: headline columns, over seeds (the first seven columns) when a
-    method has several seeds, and the audit matrix when there are audit metrics."""
+    """The terminal's compact tables: headline columns, coverage (when runs measured pass@k), over
+    seeds (the first seven columns) when a method has several seeds, and the audit matrix when there
+    are audit metrics."""
     tables = [headline_table(summaries)]
+    if (coverage := coverage_table(summaries)).rows:
+        tables.append(coverage)
     if has_seed_groups(summaries):
         tables.append(seeds_table(summaries, TERMINAL_SEED_COLUMNS))
     audit = audit_matrix_table(summaries)

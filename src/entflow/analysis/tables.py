@@ -179,6 +179,15 @@ TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("greedy", "val_acc_greedy_final", ".3f"),
 )
 
+# the coverage table: pass@k of the warm start → the final policy, per split (coverage.json)
+COVERAGE_KS = (1, 16, 256)
+COVERAGE_SPLITS = ("val", "hard")
+COVERAGE_NOTE = (
+    "pass@k = the chance that at least one of k samples (temperature 1) solves a problem, by the unbiased "
+    "estimator from n samples per problem (coverage_n), averaged over the split's problems; warm start → final "
+    "policy. A k = 256 value below the warm start's means training narrowed what the policy can reach."
+)
+
 # the over-seeds table: (header, aggregate key, format spec)
 SEED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("H retention", "entropy_retention", ".2f"),
@@ -237,6 +246,25 @@ def summary_table(
         rows=[tuple(_summary_cell(s, key, fmt) for _, key, fmt in columns) for s in summaries],
         notes=(SUMMARY_NOTE,),
         name="summary",
+    )
+
+
+def coverage_table(summaries: Sequence[dict[str, Any]]) -> Table:
+    """One row per run that measured coverage: pass@k warm start → final for each split and k of
+    :data:`COVERAGE_KS` (summary keys ``{split}_pass_at_{k}_first`` / ``_last``)."""
+    columns = [(f"{split} pass@{k}", f"{split}_pass_at_{k}", "pair") for split in COVERAGE_SPLITS for k in COVERAGE_KS]
+    present = [c for c in columns if any(f"{c[1]}_last" in s for s in summaries)]
+    rows = [
+        (run_label(s), *(_summary_cell(s, key, fmt) for _, key, fmt in present))
+        for s in summaries
+        if any(f"{key}_last" in s for _, key, _ in present)
+    ]
+    return Table(
+        title="Coverage (pass@k, warm start → final)",
+        columns=(Column("run (method)", align="left"), *_summary_columns(present, 0)),
+        rows=rows,
+        notes=(COVERAGE_NOTE,),
+        name="coverage",
     )
 
 

@@ -72,6 +72,10 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "siren": ("siren", {}, {}),
     "entropic": ("entropic", {}, {}),
     "aepo": ("aepo", {}, {}),
+    # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
+    # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
+    "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),
+    "steer_lmin05": ("steer", {"lambda_min": 0.5}, {}),
 }
 
 

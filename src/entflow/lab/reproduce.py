@@ -76,6 +76,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
     "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),
     "steer_lmin05": ("steer", {"lambda_min": 0.5}, {}),
+    "clip_higher_h35": ("clip_higher", {"clip_high": 0.35}, {}),
 }
 
 

@@ -115,3 +115,8 @@ def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path
     recorder.clear()
     assert main(["reproduce", "--quick", "--runs", "grpo", "--no-audit", f"out_dir={tmp_path}"]) == 0
     assert sorted({s for _, s in recorder}) == [0, 1, 2]
+    # the smoke run exercises every claim on its seeds: none is set aside for being registered on others
+    data = json.loads((tmp_path / "reproduce-quick" / "claims.json").read_text())
+    row = next(r for r in data["claims"] if r["id"] == "003-collapse")
+    assert row["verdict"] != "not run" and row["n"] == 3
+    assert not any("registered on seeds" in (r.get("reason") or "") for r in data["claims"])

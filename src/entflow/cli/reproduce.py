@@ -108,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
         audit_cfg=audit,
         runs=runs,
         claims=claims,
-        registered_seeds_only=claims is None and args.seeds is None,
+        # the full run judges each claim on its registered seeds only; --quick, a smoke run,
+        # exercises every claim on its three seeds
+        registered_seeds_only=claims is None and args.seeds is None and not args.quick,
     )
     console = Console(width=200)
     console.print(claims_markdown(res["claims"]))

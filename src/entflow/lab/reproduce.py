@@ -152,8 +152,13 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
     base = SETTINGS[setting].base() | dict(parse_override(o) for o in COMMON_OVERRIDES) | {"seed": seed}
     if covered:
         base["coverage_n"] = COVERAGE_N
-    base["methods"] = [{"method": RUNS[r][0], "params": dict(RUNS[r][1]), "name": r} for r in runs]
+    base["methods"] = _method_specs(runs)
     return base
+
+
+def _method_specs(runs: Sequence[str]) -> list[dict[str, Any]]:
+    """The compare ``methods`` entries of registry runs: each run's method and paper parameters."""
+    return [{"method": RUNS[r][0], "params": dict(RUNS[r][1]), "name": r} for r in runs]
 
 
 def _key(setting: str, run: str) -> str:
@@ -503,8 +508,7 @@ def _setting_configs(
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs
 
-    methods = [{"method": RUNS[n][0], "params": RUNS[n][1], "name": n} for n in names]
-    configs = compare_configs(where.name, methods, base, overrides, out_dir=str(where.parent), seeds=seeds)
+    configs = compare_configs(where.name, _method_specs(names), base, overrides, out_dir=str(where.parent), seeds=seeds)
     # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
     explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
     for cfg in configs:  # the paper's own setting on top of the lab's

@@ -28,9 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "methods", "analysis", "trainer", "lab", "hf", "integrations", "doctor"},
 }
 PACKAGES = set(ALLOWED)
-# top-level modules: the package root re-exports core and methods; ``_moved`` forwards the old
-# import paths of moved names (the shims, and lab/policy.py and lab/config.py for names they lost)
-TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set(), "_moved": set()}
+# top-level modules: the package root re-exports core and methods (0.2 deleted the 0.1 shims)
+TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set()}
 
 
 def entflow_imports(path: Path) -> list[tuple[int, str]]:
@@ -60,11 +59,12 @@ def violations(src: Path) -> list[str]:
     for path in sorted(src.rglob("*.py")):
         home = where(path, src)
         if home in PACKAGES:
-            allowed = ALLOWED[home] | {home, "errors", "_moved"}
+            allowed = ALLOWED[home] | {home, "errors"}
         elif home in TOP_LEVEL:
             allowed = TOP_LEVEL[home] | {home, "errors"}
-        else:  # a top-level shim of an old path: it may only forward
-            allowed = {"_moved", "errors"}
+        else:
+            found.append(f"{path.relative_to(src)} is a top-level module outside the layout")
+            continue
         for line, target in entflow_imports(path):
             if target not in allowed:
                 found.append(f"{path.relative_to(src)}:{line} imports entflow.{target}")
@@ -111,3 +111,51 @@ def test_a_forbidden_import_is_reported(tmp_path, package, source, bad):
     (tmp_path / package / "planted.py").write_text(source)
     found = violations(tmp_path)
     assert len(found) == 1 and found[0].endswith(bad.split(".")[0] + "." + bad.split(".")[1]), found
+
+
+def test_a_top_level_module_outside_the_layout_is_reported(tmp_path):
+    """A new top-level module (as the 0.1 shims were) is not part of the layout."""
+    (tmp_path / "errors.py").write_text("class EntflowError(Exception):\n    pass\n")
+    (tmp_path / "evaluation.py").write_text("from entflow.hf.evaluate import run_eval\n")
+    assert violations(tmp_path) == ["evaluation.py is a top-level module outside the layout"]
+
+
+def only_forwards(path: Path) -> bool:
+    """A module (not a package's ``__init__``) whose body, past its docstring, holds nothing but
+    imports, ``__all__`` and a module ``__getattr__``: it defines nothing and only forwards names."""
+    body = ast.parse(path.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+
+    def forwarding(node: ast.stmt) -> bool:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return True
+        if isinstance(node, ast.FunctionDef):
+            return node.name == "__getattr__"
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            return all(isinstance(t, ast.Name) and t.id in {"__all__", "__getattr__"} for t in targets)
+        return False
+
+    return all(forwarding(node) for node in body)
+
+
+def test_no_module_only_forwards_names():
+    """0.2 deleted the 0.1 shims (CHANGELOG.md): every module defines what it holds."""
+    found = [str(p.relative_to(SRC)) for p in sorted(SRC.rglob("*.py")) if p.name != "__init__.py" and only_forwards(p)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("source", "forwards"),
+    [
+        ('"""Moved."""\n\nfrom entflow._moved import forward\n\n__getattr__ = forward("a", "b")\n', True),
+        ('"""Moved."""\n\nfrom entflow.hf.data import *  # noqa\n\n__all__ = ["load_data"]\n', True),
+        ("def __getattr__(name):\n    return getattr(__import__('x'), name)\n", True),
+        ('"""A module."""\n\nimport torch\n\nSCALE = 2.0\n', False),
+        ("from entflow.core.ppo import aggregate\n\n\ndef f(x):\n    return aggregate(x)\n", False),
+    ],
+)
+def test_a_forwarding_module_is_found(tmp_path, source, forwards):
+    (tmp_path / "planted.py").write_text(source)
+    assert only_forwards(tmp_path / "planted.py") is forwards

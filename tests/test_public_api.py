@@ -1,121 +1,100 @@
-"""The public API: every name the README and docs show imports from its documented path, and every
-public name of release 0.1.0 still imports from its old module path (docs/architecture.md §6).
-
-``support/public_names_v0_1.json`` is the snapshot of 0.1.0's public names, module by module, taken
-before the package was reorganised: a function, class or UPPER_CASE constant defined in the module
-(or its ``__all__``).
+"""The public API of 0.2: every name the README and docs show imports from its documented path; the
+top-level API and the documented modules' public names are those of the 0.2 snapshot
+(``support/public_names_v0_2.json``, built by ``support/public_api.py``); the 0.1 paths that
+CHANGELOG.md lists as moved no longer import, and their new paths do.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import re
-import warnings
-from pathlib import Path
+import tomllib
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT = json.loads((Path(__file__).parent / "support" / "public_names_v0_1.json").read_text())
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.py"))]
+from support.public_api import (
+    ROOT,
+    documented,
+    documented_modules,
+    load_snapshot,
+    missing,
+    public_names,
+    resolve,
+)
 
-
-def _resolve(dotted: str) -> object:
-    """Import the longest importable module prefix of ``dotted`` and read the rest as attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                obj: object = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError as e:
-            if e.name is not None and not ".".join(parts[:cut]).startswith(e.name):
-                raise  # a real missing dependency, not a shorter path
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        return obj
-    raise ImportError(dotted)
-
-
-def _documented() -> list[str]:
-    """Every ``from entflow.x import a, b`` and every backticked ``entflow.x.Name`` in the docs."""
-    found: set[str] = set()
-    for path in DOC_FILES:
-        text = path.read_text()
-        for mod, names in re.findall(r"from (entflow[\w.]*) import (\([\w, \n]+\)|[\w, ]+)", text):
-            for name in re.split(r"[(),\s]+", names):
-                if name and name != "as":
-                    found.add(f"{mod}.{name}")
-        for dotted in re.findall(r"`(entflow(?:\.\w+)+)", text):
-            found.add(dotted)
-    # `entflow.<method>` names a verl policy-loss mode (docs/integrations.md), not a Python path;
-    # verl's trainer module needs verl's optional ray/transfer-queue stack.
-    from entflow.methods import list_methods
-
-    # `entflow.tasks` names an entry point group (pyproject.toml), not a module
-    modes = {f"entflow.{m}" for m in list_methods()} | {"entflow.tasks"}
-    return sorted(d for d in found if d not in modes and not d.startswith("entflow.integrations.verl.trainer"))
-
-
-DOCUMENTED = _documented()
-OLD_NAMES = [
-    (mod, name)
-    for mod, names in SNAPSHOT.items()
-    for name in names
-    if (mod, name) != ("entflow.integrations.verl", "EntflowTrainer")  # needs verl's ray stack
-]
+SNAPSHOT = load_snapshot()
+DOCUMENTED = documented()
+SNAPSHOT_NAMES = [(module, name) for module, names in SNAPSHOT.items() for name in names]
+CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
+UPDATE = "the public API changed: say so in CHANGELOG.md, run `python tests/support/public_api.py --write`"
 
 
 def test_the_docs_name_some_public_api():
-    assert len(DOCUMENTED) >= 30, DOCUMENTED  # the regexes above still find the docs' names
+    assert len(DOCUMENTED) >= 30, DOCUMENTED  # the regexes still find the docs' names
 
 
 @pytest.mark.parametrize("dotted", DOCUMENTED)
 def test_documented_name_imports(dotted):
-    _resolve(dotted)
+    resolve(dotted)
 
 
-@pytest.mark.parametrize(("module", "name"), OLD_NAMES, ids=[f"{m}.{n}" for m, n in OLD_NAMES])
-def test_old_path_still_imports(module, name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        mod = importlib.import_module(module)
-        assert getattr(mod, name) is not None
-
-
-def test_top_level_all_is_complete():
+def test_top_level_api_is_the_snapshot():
     import entflow as ef
 
-    for name in ef.__all__:
-        assert hasattr(ef, name), name
+    assert sorted(ef.__all__) == SNAPSHOT["entflow"], UPDATE
 
 
-# a name that moved, its old module, and its new home: the old path warns and gives the same object
-MOVED = [
-    ("entflow.objective", "policy_loss", "entflow.methods.objective"),
-    ("entflow.requirements", "required_token_stats", "entflow.methods.needs"),
-    ("entflow.models", "load_model", "entflow.hf.models"),
-    ("entflow.data", "load_data", "entflow.hf.data"),
-    ("entflow.rewards", "math_verify_reward", "entflow.hf.rewards"),
-    ("entflow.realtrain", "train_real", "entflow.hf.setup"),
-    ("entflow.evaluation", "pass_at_k", "entflow.hf.evaluate"),
-    ("entflow.methods.rewards", "WReinforce", "entflow.methods.reward_advantages"),
-    ("entflow.lab.trainer", "train", "entflow.lab.setup"),
-    ("entflow.lab.rundir", "JsonlWriter", "entflow.trainer.rundir"),
-    ("entflow.lab.policy", "encode_prompts", "entflow.trainer.tokens"),
-    ("entflow.lab.config", "TrainConfig", "entflow.lab.config.LabConfig"),
-]
+def test_every_documented_module_is_in_the_snapshot():
+    assert set(documented_modules()) <= set(SNAPSHOT), UPDATE
 
 
-@pytest.mark.parametrize(("old", "name", "new"), MOVED, ids=[f"{o}.{n}" for o, n, _ in MOVED])
-def test_moved_name_warns_and_is_the_same_object(old, name, new):
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=name):
-        obj = getattr(module, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert obj is _resolve(new if new.endswith("LabConfig") else f"{new}.{name}")
+@pytest.mark.parametrize(("module", "name"), SNAPSHOT_NAMES, ids=[f"{m}.{n}" for m, n in SNAPSHOT_NAMES])
+def test_snapshot_name_imports(module, name):
+    assert missing({module: [name]}) == [], UPDATE
+
+
+def test_a_removed_or_renamed_name_is_reported():
+    """The check itself: a renamed name, a deleted module and a dropped 0.1 path are reported."""
+    planted = {
+        "entflow.methods.objective": ["policy_loss", "policy_loss_v1"],
+        "entflow.objective": ["policy_loss"],
+        "entflow.lab.setup": ["lab_setup"],
+    }
+    assert missing(planted) == ["entflow.methods.objective.policy_loss_v1", "entflow.objective"]
+    assert "policy_loss" in public_names("entflow.methods.objective")
+    assert "annotations" not in public_names("entflow.methods.objective")  # imported, not defined
+
+
+def changelog_moves() -> list[tuple[str, list[str]]]:
+    """``(old path, [new paths])`` of each row of CHANGELOG.md's 0.2.0 table of moves."""
+    section = CHANGELOG.split("### Moved: 0.1 path → 0.2 path", 1)[1].split("\n### ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) == 4 and cells[1].strip().startswith("`entflow"):
+            rows.append((re.findall(r"`(entflow[\w.]*)`", cells[1])[0], re.findall(r"`(entflow[\w.]*)`", cells[2])))
+    return rows
+
+
+MOVES = changelog_moves()
+
+
+def test_the_changelog_lists_the_moves():
+    olds = {old for old, _ in MOVES}
+    assert len(MOVES) >= 50, MOVES
+    assert {"entflow.objective", "entflow.evaluation.pass_at_k", "entflow.lab.rundir"} <= olds
+
+
+@pytest.mark.parametrize(("old", "new"), MOVES, ids=[old for old, _ in MOVES])
+def test_a_moved_path_is_gone_and_its_new_path_imports(old, new):
+    with pytest.raises((ModuleNotFoundError, AttributeError)):
+        resolve(old)
+    for path in new:
+        resolve(path)
+
+
+def test_the_version_is_one_number_with_a_changelog_section():
+    import entflow as ef
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == ef.__version__
+    assert f"\n## {ef.__version__}\n" in CHANGELOG

@@ -14,7 +14,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> the module it lives in
 _HOMES: dict[str, str] = {

@@ -225,32 +225,3 @@ def test_cli_analyze_bad_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     assert main(["analyze", str(tmp_path / "nope")]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("name", "home"),
-    [
-        ("AUDIT_ESTIMATORS", "runs"),
-        ("read_jsonl", "runs"),
-        ("t_interval", "stats"),
-        ("aggregate_seeds", "stats"),
-        ("band", "stats"),
-        ("audit_table", "stats"),
-        ("audit_ranking", "stats"),
-        ("SUMMARY_COLUMNS", "tables"),
-        ("METHOD_KEYS", "plots"),
-        ("CSS", "render"),
-    ],
-)
-def test_moved_names_still_import_from_report_with_a_warning(name: str, home: str):
-    """A name report.py no longer holds is forwarded to its new module, with a DeprecationWarning
-    naming the new path (names report.py itself imports, e.g. ``load_metrics``, are plain attributes)."""
-    import importlib
-
-    import entflow.analysis.report as report_mod
-
-    with pytest.warns(DeprecationWarning, match=rf"entflow\.analysis\.{home}\.{name}"):
-        obj = getattr(report_mod, name)
-    assert obj is getattr(importlib.import_module(f"entflow.analysis.{home}"), name)
-    with pytest.raises(AttributeError, match="no attribute"):
-        report_mod.no_such_name  # noqa: B018

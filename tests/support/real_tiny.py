@@ -1,4 +1,4 @@
-"""A tiny in-process "real" model for the tests of entflow.hf.models / data / evaluation / realtrain:
+"""A tiny in-process "real" model for the tests of entflow.hf (models, data, evaluate, setup):
 a byte-level BPE tokenizer trained here on a few lines, with a ChatML chat template and
 ``<|im_end|>`` as the end of a turn, and a ~0.2 M-parameter Llama. Nothing is downloaded."""
 

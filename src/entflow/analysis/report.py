@@ -11,7 +11,7 @@ the terminal tables. The parts live in their own modules:
 * :mod:`entflow.analysis.plots` — matplotlib figures.
 
 Only ``config.yaml``, ``metrics.jsonl`` (and ``timing.jsonl`` for the wall time) of each run are
-read. Names that moved to those modules still import from here (deprecated).
+read.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from entflow._moved import forward
 from entflow.analysis.diagnostics import (
     AnalysisError,
     detect_stage_transition,
@@ -404,17 +403,6 @@ def _write_all_plots(summaries: Sequence[dict[str, Any]], dirs: Sequence[Path], 
     # first: the pass@k curves (warm start and every method's final policy), when runs measured them
     coverage = [(group_label(s), load_coverage(d)) for s, d in zip(summaries, dirs, strict=True)]
     return write_passk_plot(coverage, plot_dir) + plots
-
-
-# names that moved to the modules above (docs/architecture.md §6)
-__getattr__ = forward(
-    "entflow.analysis.report",
-    "entflow.analysis.runs",
-    "entflow.analysis.stats",
-    "entflow.analysis.tables",
-    "entflow.analysis.render",
-    "entflow.analysis.plots",
-)
 
 
 def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: bool = False) -> Path:

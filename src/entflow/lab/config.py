@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from entflow._moved import forward
 from entflow.errors import ConfigError, EntflowError
 from entflow.trainer import config as trainer_config
 
@@ -44,23 +43,3 @@ def build_config(
     """A validated :class:`LabConfig` from a dict (e.g. YAML) plus ``key=value`` overrides
     (:func:`entflow.trainer.config.build_config` with the lab's class)."""
     return trainer_config.build_config(base, overrides, cls=cls)
-
-
-_forward = forward("entflow.lab.config", "entflow.trainer.config")
-
-
-def __getattr__(name: str) -> Any:
-    # 0.1.0's entflow.lab.config.TrainConfig was the lab's config (docs/architecture.md §6)
-    return _lab_config() if name == "TrainConfig" else _forward(name)
-
-
-def _lab_config() -> type[LabConfig]:
-    import warnings
-
-    warnings.warn(
-        "entflow.lab.config.TrainConfig is now entflow.lab.config.LabConfig (the generic one is "
-        "entflow.trainer.config.TrainConfig)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return LabConfig

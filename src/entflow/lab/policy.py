@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from entflow._moved import forward
 from entflow.errors import ParameterError
 from entflow.trainer.progress import quiet_transformers
 from entflow.trainer.tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
@@ -143,7 +142,3 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, tokenizer
-
-
-# names that moved to entflow.trainer.tokens (docs/architecture.md §6)
-__getattr__ = forward("entflow.lab.policy", "entflow.trainer.tokens")

@@ -49,9 +49,6 @@ class LabTask(trainer_task.Task):
         raise NotImplementedError
 
 
-Task = LabTask  # the 0.1.0 name of the lab's base class
-
-
 # --------------------------------------------------------------------------------------------
 # expression parsing / evaluation (exact integers, no eval)
 

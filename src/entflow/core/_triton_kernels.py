@@ -12,7 +12,7 @@ rescaled when it grows (α = exp(m_old − m_new), δ = m_old − m_new):
 with e_b = exp(z_b − m), d_b = z_b − m, accumulated in float32. Then log Z' = m + log Z (saved
 for the backward), entropy = log Z − A/Z, Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ².
 The backward streams the row once more: log π = z − lse, π = exp(log π) and the closed-form
-gradient π (c0 + c1 log π + π (c2 + c3 log π)) + g_logp δ_bk (see ``token_stats._backward_chunk``).
+gradient π (c0 + c1 log π + π (c2 + c3 log π)) + g_logp δ_bk (see ``stats_common.gradient_coefficients``).
 
 A −inf logit contributes e = 0 and is kept out of every product (no 0·(−inf)). Masked rows
 (``row_mask`` = 0) read nothing: their loop is empty in the forward and their loads are masked

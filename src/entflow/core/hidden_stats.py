@@ -22,7 +22,7 @@ After the last tile, with ``log Z`` (``lse = m + log Z``): entropy = log Z − A
 as :mod:`entflow.core.token_stats` computes them from logits).
 
 Backward: the tiles are recomputed (one more matmul each) and turned into the closed-form gradient
-w.r.t. the logits of ``token_stats._backward_chunk``, π (c0 + c1 log π + π (c2 + c3 log π)) +
+w.r.t. the logits of ``stats_common.gradient_coefficients``, π (c0 + c1 log π + π (c2 + c3 log π)) +
 g_logp δ_bk (divided by τ), from the saved ``lse`` and statistics; then
 ``∇h += G W_c``, ``∇W_c += Gᵀ h`` and ``∇b_c += Σ_rows G`` (float32 accumulation). All four
 statistics are differentiable, as in ``token_stats``.
@@ -34,16 +34,28 @@ Triton installed; the matmuls are torch's either way).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable
 
 import torch
 
 from entflow.core.checks import check_finite
-from entflow.core.token_stats import _LOG_FLOOR, STAT_NAMES, TokenStats, _parse_stats
+from entflow.core.stats_common import (
+    BACKENDS,
+    LOG_FLOOR,
+    STAT_NAMES,
+    check_backend,
+    check_positive_int,
+    check_token_ids,
+    compute_dtype,
+    gradient_coefficients,
+    parse_stats,
+    use_triton,
+)
+from entflow.core.token_stats import TokenStats
 from entflow.errors import NonFiniteError, ParameterError, ShapeError
 
-BACKENDS = ("auto", "torch", "triton")
+__all__ = ["BACKENDS", "DEFAULT_CHUNK_ROWS", "DEFAULT_CHUNK_VOCAB", "token_stats_from_hidden"]
+
 _OWNER = "token_stats_from_hidden"
 
 # Default tile (chunk_rows=None, chunk_vocab=None), measured on the 2-core CPU at D = 896,
@@ -53,14 +65,6 @@ _OWNER = "token_stats_from_hidden"
 # chunk, so the weight is read once per pass; a float32 tile is then 32 MiB.
 DEFAULT_CHUNK_ROWS = 1024
 DEFAULT_CHUNK_VOCAB = 8192
-
-
-def _triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def _compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
-    return torch.float64 if all(d == torch.float64 for d in dtypes) else torch.float32
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +106,7 @@ def _fold_tile_torch(tile: torch.Tensor, e: torch.Tensor, st: _State, local: tor
     inside = (local >= 0) & (local < c)
     dk = d.gather(-1, local.clamp(0, c - 1).unsqueeze(-1)).squeeze(-1)
     st.zk = torch.where(inside, dk + m_ref, st.zk)
-    d.clamp_(min=_LOG_FLOOR)  # exp(d) = 0 below it; keeps 0·(−inf) out of the products
+    d.clamp_(min=LOG_FLOOR)  # exp(d) = 0 below it; keeps 0·(−inf) out of the products
     torch.exp(d, out=e)
     z_t = e.sum(-1)
     if st.a is not None or st.c is not None:
@@ -120,29 +124,13 @@ def _fold_tile_torch(tile: torch.Tensor, e: torch.Tensor, st: _State, local: tor
 
 def _coefficients(grads, saved, inv_temp):
     """Per-row coefficients (each ``[R]`` or None) of the logits gradient, times ``inv_temp``:
-    G = π (c0 + c1 log π + π (c2 + c3 log π)) + g δ_bk (``token_stats._backward_chunk``)."""
-    g_logp, g_h, g_s2, g_s2l = grads
-    h, s2, s2l = saved
-    ref = next(t for t in grads if t is not None)
-    c0 = torch.zeros_like(ref)
-    c1 = c2 = c3 = None
-    if g_logp is not None:
-        c0 = c0 - g_logp
-    if g_h is not None:
-        c0 = c0 - g_h * h
-        c1 = -g_h
-    if g_s2 is not None:
-        c0 = c0 - 2 * g_s2 * s2
-        c2 = 2 * g_s2
-    if g_s2l is not None:
-        c0 = c0 - g_s2l * (2 * s2l + s2)
-        c2 = g_s2l if c2 is None else c2 + g_s2l
-        c3 = 2 * g_s2l
+    G = π (c0 + c1 log π + π (c2 + c3 log π)) + g δ_bk
+    (:func:`~entflow.core.stats_common.gradient_coefficients`), and g = g_logp."""
 
     def scale(c):
         return None if c is None else c * inv_temp
 
-    return scale(c0), scale(c1), scale(c2), scale(c3), scale(g_logp)
+    return (*(scale(c) for c in gradient_coefficients(grads, saved)), scale(grads[0]))
 
 
 @torch.no_grad()
@@ -156,7 +144,7 @@ def _grad_tile_torch(tile, lse, coefs, local, inv_temp, p, tmp) -> torch.Tensor:
         return c.unsqueeze(-1)
 
     lp = torch.add(lse.neg().unsqueeze(-1), tile, alpha=inv_temp, out=tile)  # log π
-    lp.clamp_(min=_LOG_FLOOR)
+    lp.clamp_(min=LOG_FLOOR)
     torch.exp(lp, out=p)
     if c2 is not None:  # tmp = π (c2 + c3 log π)
         if c3 is not None:
@@ -207,7 +195,7 @@ class _HiddenStats(torch.autograd.Function):
     def forward(ctx, h2, weight, bias, ids, inv_temp, want, rows, cols, backend):  # h2 [N, D], weight [V, D]
         ctx.set_materialize_grads(False)
         fold, _ = _tile_fns(backend)
-        cdt = _compute_dtype(h2.dtype, weight.dtype)
+        cdt = compute_dtype(h2.dtype, weight.dtype)
         n, v = h2.shape[0], weight.shape[0]
         kw = {"dtype": cdt, "device": h2.device}
         want_h, want_p2 = want[1], want[2] or want[3]
@@ -256,7 +244,7 @@ class _HiddenStats(torch.autograd.Function):
             zeros = [torch.zeros_like(t) if need else None for t, need in pairs]
             return (*zeros, None, None, None, None, None, None)
         _, grad_tile = _tile_fns(ctx.backend)
-        cdt = _compute_dtype(h2.dtype, weight.dtype)
+        cdt = compute_dtype(h2.dtype, weight.dtype)
         n, v, dim = h2.shape[0], weight.shape[0], h2.shape[1]
         kw = {"dtype": cdt, "device": h2.device}
         grads = [None if g is None else g.to(cdt) for g in grads]
@@ -323,11 +311,6 @@ class _HiddenStats(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 
 
-def _positive_int(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ParameterError(_OWNER, name, f"must be a positive int or None, got {value!r}")
-
-
 def _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_rows, chunk_vocab, backend):
     if not isinstance(hidden, torch.Tensor) or hidden.dim() < 1 or not torch.is_floating_point(hidden):
         shown = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
@@ -351,23 +334,16 @@ def _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_
         raise ShapeError("row_mask", f"{tuple(token_ids.shape)} (token_ids.shape)", tuple(row_mask.shape))
     if not temperature > 0:
         raise ParameterError(_OWNER, "temperature", f"must be > 0, got {temperature}")
-    _positive_int("chunk_rows", chunk_rows)
-    _positive_int("chunk_vocab", chunk_vocab)
-    if backend not in BACKENDS:
-        raise ParameterError(_OWNER, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+    check_positive_int(_OWNER, "chunk_rows", chunk_rows)
+    check_positive_int(_OWNER, "chunk_vocab", chunk_vocab)
+    check_backend(_OWNER, backend)
 
 
 def _check_values(hidden, weight, bias, ids, want_logp) -> None:
     """docs/design.md §13: ids in range; hidden and weight finite; bias may hold −inf (a masked
     vocabulary entry) but no NaN/+inf, at least one finite entry, and none at a sampled token."""
     v = weight.shape[0]
-    if ids.numel():
-        if v == 0:
-            raise ShapeError("weight", "a non-empty vocabulary axis (V ≥ 1)", tuple(weight.shape))
-        lo, hi = torch.aminmax(ids)
-        lo, hi = int(lo), int(hi)
-        if lo < 0 or hi >= v:
-            raise ShapeError("token_ids", f"values in [0, {v})", f"range [{lo}, {hi}]")
+    check_token_ids(ids, v, "weight", tuple(weight.shape))
     check_finite("hidden", hidden)
     check_finite("weight", weight)
     if bias is None or bias.numel() == 0:
@@ -383,15 +359,6 @@ def _check_values(hidden, weight, bias, ids, want_logp) -> None:
         n = int((bd[ids] == float("-inf")).sum())
         if n:
             raise ShapeError("token_ids", "tokens whose bias is finite", f"{n} sampled token(s) with bias -inf")
-
-
-def _use_triton(hidden: torch.Tensor, weight: torch.Tensor, backend: str) -> bool:
-    fp32 = _compute_dtype(hidden.dtype, weight.dtype) == torch.float32
-    if backend == "triton":
-        if not fp32:
-            raise ParameterError(_OWNER, "backend", "'triton' computes in float32; got float64 hidden and weight")
-        return True
-    return backend == "auto" and fp32 and hidden.is_cuda and _triton_available()
 
 
 def token_stats_from_hidden(
@@ -438,7 +405,7 @@ def token_stats_from_hidden(
         :class:`TokenStats` of ``[...]`` tensors (float32; float64 for float64 inputs), ``None``
         for the statistics not requested; differentiable w.r.t. ``hidden``, ``weight``, ``bias``.
     """
-    want = _parse_stats(stats)
+    want = parse_stats(stats, _OWNER)
     _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_rows, chunk_vocab, backend)
     lead, d = token_ids.shape, hidden.shape[-1]
     ids = token_ids.reshape(-1).long()
@@ -453,7 +420,9 @@ def token_stats_from_hidden(
         h2 = h2.contiguous()
     rows = DEFAULT_CHUNK_ROWS if chunk_rows is None else chunk_rows
     cols = DEFAULT_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
-    backend = "triton" if _use_triton(hidden, weight, backend) else "torch"
+    fits = compute_dtype(hidden.dtype, weight.dtype) == torch.float32
+    why_not = "'triton' computes in float32; got float64 hidden and weight"
+    backend = "triton" if use_triton(backend, fits, hidden.is_cuda, _OWNER, why_not) else "torch"
     outs = _HiddenStats.apply(h2, weight, bias, ids.contiguous(), 1.0 / temperature, want, rows, cols, backend)
     if validate and ids.numel():
         _check_overflow(outs)

@@ -18,7 +18,8 @@ pass), takes **one** ``exp`` per logit, ``e = exp(u)``, and reads every statisti
 fused reductions (``Σe``, ``Σe·u``, ``Σe²``, ``Σe²·u``, the products as batched dot products):
 with ``Z = Σe``, ``log π = u − log Z``, ``H = log Z − Σe·u / Z``, ``Σπ² = Σe² / Z²`` and
 ``Σπ² log π = Σe²·u / Z² − log Z · Σπ²``. The backward is the closed form of
-:func:`_row_grads`, again one ``exp`` per logit, using the per-row constants saved by the forward.
+:func:`~entflow.core.stats_common.gradient_coefficients`, again one ``exp`` per logit, using the
+per-row constants saved by the forward.
 
 On CUDA the fused Triton kernel of :mod:`entflow.core.triton_token_stats` is used when Triton
 is installed (``backend="auto"``); the torch path is the fallback.
@@ -31,10 +32,29 @@ from typing import NamedTuple
 
 import torch
 
+from entflow.core.stats_common import (
+    BACKENDS,
+    LOG_FLOOR,
+    STAT_NAMES,
+    check_backend,
+    check_positive_int,
+    check_token_ids,
+    compute_dtype,
+    gradient_coefficients,
+    parse_stats,
+    use_triton,
+)
 from entflow.errors import NonFiniteError, ParameterError, ShapeError
 
-STAT_NAMES = ("logp", "entropy", "sum_p2", "sum_p2_logp")
-BACKENDS = ("auto", "torch", "triton")
+__all__ = [
+    "AUTO_CHUNK_ELEMENTS",
+    "BACKENDS",
+    "STAT_NAMES",
+    "TokenStats",
+    "auto_chunk_size",
+    "entropy_from_logits",
+    "token_stats",
+]
 
 # Automatic chunk size (``chunk_size=None``): rows per chunk so that one [chunk, V] float32
 # buffer holds about this many elements (32 MiB on the CPU: 55 rows at V = 151,936). Measured on
@@ -42,9 +62,6 @@ BACKENDS = ("auto", "torch", "triton")
 # fastest on an idle machine, but every chunk is ~7 parallel regions, and on a loaded machine
 # their barriers dominate; ~64 rows is within 1.3× of the best when idle and the best when loaded.
 AUTO_CHUNK_ELEMENTS = {"cpu": 1 << 23, "other": 1 << 24}
-# a shifted, scaled logit below this has exp(·) = 0 in float32 and float64 alike; −inf logits
-# are clamped to it so that 0 · (−inf) never appears (π log π → 0, as its limit)
-_LOG_FLOOR = -1.0e4
 
 
 class TokenStats(NamedTuple):
@@ -55,10 +72,6 @@ class TokenStats(NamedTuple):
     entropy: torch.Tensor | None
     sum_p2: torch.Tensor | None
     sum_p2_logp: torch.Tensor | None
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def auto_chunk_size(vocab: int, device: torch.device | str = "cpu") -> int:
@@ -116,10 +129,10 @@ def _rows(x3: torch.Tensor, start: int, stop: int) -> torch.Tensor:
 def _shifted(rows: torch.Tensor, out: torch.Tensor, inv_temp: float, shift: torch.Tensor, clamp: bool) -> None:
     """One pass: ``out = rows · inv_temp − shift`` ([R, V] float32/64 from any input dtype).
 
-    ``shift`` is ``[R, 1]``; −inf logits are clamped to ``_LOG_FLOOR`` when ``clamp`` is set."""
+    ``shift`` is ``[R, 1]``; −inf logits are clamped to ``LOG_FLOOR`` when ``clamp`` is set."""
     torch.add(shift.neg(), rows, alpha=inv_temp, out=out)
     if clamp:
-        out.clamp_(min=_LOG_FLOOR)
+        out.clamp_(min=LOG_FLOOR)
 
 
 @torch.no_grad()
@@ -157,29 +170,13 @@ def _forward_chunk(rows, ids, inv_temp, want, clamp, u, e):
 def _backward_chunk(rows, ids, lse, saved, grads, inv_temp, clamp, lp, pi, tmp):
     """Gradient w.r.t. the raw logits ``rows`` [R, V] of ``Σ g·stats`` (π = softmax(rows·inv_temp)).
 
-    Closed form, per token b (H = entropy, S2 = Σπ², S2L = Σπ² log π; docs/design.md §3):
-    ∂logp/∂z_b = δ_bk − π_b ;  ∂H/∂z_b = −π_b (log π_b + H) ;
-    ∂S2/∂z_b = 2π_b (π_b − S2) ;  ∂S2L/∂z_b = π_b (2π_b log π_b + π_b − 2·S2L − S2),
-    collected as π_b · (c0 + c1 log π_b + π_b (c2 + c3 log π_b)) + g_logp δ_bk and multiplied by
-    inv_temp (∂z/∂x). ``log π = z − lse`` is one pass (``lse`` saved by the forward), ``π`` one exp.
+    Closed form (:func:`~entflow.core.stats_common.gradient_coefficients`, docs/design.md §3):
+    π_b · (c0 + c1 log π_b + π_b (c2 + c3 log π_b)) + g_logp δ_bk, multiplied by inv_temp (∂z/∂x).
+    ``log π = z − lse`` is one pass (``lse`` saved by the forward), ``π`` one exp.
     Returns the ``[R, V]`` gradient, written into ``pi``.
     """
-    g_logp, g_h, g_s2, g_s2l = grads
-    h, s2, s2l = saved
-    c0 = torch.zeros(rows.shape[0], dtype=lp.dtype, device=lp.device)
-    c1 = c2 = c3 = None
-    if g_logp is not None:
-        c0 -= g_logp
-    if g_h is not None:
-        c0 -= g_h * h
-        c1 = -g_h
-    if g_s2 is not None:
-        c0 -= 2 * g_s2 * s2
-        c2 = 2 * g_s2
-    if g_s2l is not None:
-        c0 -= g_s2l * (2 * s2l + s2)
-        c2 = g_s2l if c2 is None else c2 + g_s2l
-        c3 = 2 * g_s2l
+    g_logp = grads[0]
+    c0, c1, c2, c3 = gradient_coefficients(grads, saved)
 
     def col(c: torch.Tensor) -> torch.Tensor:  # a per-row coefficient times inv_temp, as [R, 1]
         return (c * inv_temp).unsqueeze(-1)
@@ -211,7 +208,7 @@ class _TokenStatsTorch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x3, ids, inv_temp, chunk, want, clamp):  # x3 [B, T, V], ids [B·T]
-        cdt = _compute_dtype(x3.dtype)
+        cdt = compute_dtype(x3.dtype)
         n, v = ids.shape[0], x3.shape[-1]
         kw = {"dtype": cdt, "device": x3.device}
         have = (want[0], want[1], want[2] or want[3], want[3])  # Σπ² log π's gradient needs Σπ²
@@ -243,7 +240,7 @@ class _TokenStatsTorch(torch.autograd.Function):
         if all(g is None for g in grads) or n == 0:
             grad.zero_()
             return grad, None, None, None, None, None
-        cdt = _compute_dtype(x3.dtype)
+        cdt = compute_dtype(x3.dtype)
         grads = [None if g is None else g.to(cdt) for g in grads]
         flat = grad.view(-1, v)
         k = max(min(ctx.chunk, n), 1)
@@ -295,20 +292,6 @@ def _check_logits(x: torch.Tensor, ids: torch.Tensor | None) -> bool:
     return True
 
 
-def _use_triton(x: torch.Tensor, backend: str) -> bool:
-    if backend == "torch" or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        if backend == "triton":
-            raise ParameterError("token_stats", "backend", f"'triton' needs float32/bf16/fp16 logits, got {x.dtype}")
-        return False
-    if backend == "triton":
-        return True
-    if not x.is_cuda:
-        return False
-    from entflow.core import triton_token_stats
-
-    return triton_token_stats.available()
-
-
 def token_stats(
     logits: torch.Tensor,
     token_ids: torch.Tensor,
@@ -346,15 +329,13 @@ def token_stats(
         :class:`TokenStats` of ``[...]`` float32 tensors (float64 for float64 logits), ``None``
         for statistics not requested; differentiable w.r.t. ``logits``.
     """
-    want = _parse_stats(stats)
+    want = parse_stats(stats, "token_stats")
     if logits.dim() < 1 or tuple(token_ids.shape) != tuple(logits.shape[:-1]):
         raise ShapeError("token_ids", f"{tuple(logits.shape[:-1])} (logits.shape[:-1])", tuple(token_ids.shape))
     if not temperature > 0:
         raise ParameterError("token_stats", "temperature", f"must be > 0, got {temperature}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ParameterError("token_stats", "chunk_size", f"must be a positive int or None, got {chunk_size!r}")
-    if backend not in BACKENDS:
-        raise ParameterError("token_stats", "backend", f"must be one of {BACKENDS}, got {backend!r}")
+    check_positive_int("token_stats", "chunk_size", chunk_size)
+    check_backend("token_stats", backend)
     if row_mask is not None and tuple(row_mask.shape) != tuple(token_ids.shape):
         raise ShapeError("row_mask", f"{tuple(token_ids.shape)} (token_ids.shape)", tuple(row_mask.shape))
     if not torch.is_floating_point(logits):
@@ -363,16 +344,12 @@ def token_stats(
     ids = token_ids.reshape(-1).long()
     clamp = True  # without validation a −inf may be present: clamp (one cheap pass per chunk)
     if validate:
-        if ids.numel() and v == 0:
-            raise ShapeError("logits", "a non-empty vocabulary axis", tuple(logits.shape))
-        if ids.numel():
-            lo, hi = torch.aminmax(ids)
-            lo, hi = int(lo), int(hi)
-            if lo < 0 or hi >= v:
-                raise ShapeError("token_ids", f"values in [0, {v})", f"range [{lo}, {hi}]")
+        check_token_ids(ids, v, "logits", tuple(logits.shape))
         clamp = _check_logits(logits, token_ids.long() if want[0] else None)
     x3 = _as_3d(logits)
-    if _use_triton(logits, backend):
+    fits = logits.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    why_not = f"'triton' needs float32/bf16/fp16 logits, got {logits.dtype}"
+    if use_triton(backend, fits, logits.is_cuda, "token_stats", why_not):
         from entflow.core import triton_token_stats
 
         mask = None if row_mask is None else row_mask.reshape(-1)
@@ -385,16 +362,6 @@ def token_stats(
             outs = tuple(torch.where(keep, o, torch.zeros((), dtype=o.dtype, device=o.device)) for o in outs)
     it = iter(outs)
     return TokenStats(*(next(it).reshape(lead) if w else None for w in want))
-
-
-def _parse_stats(stats: Iterable[str]) -> tuple[bool, bool, bool, bool]:
-    if isinstance(stats, str):
-        stats = (stats,)
-    names = tuple(stats)
-    unknown = [s for s in names if s not in STAT_NAMES]
-    if unknown or not names:
-        raise ParameterError("token_stats", "stats", f"must be a non-empty subset of {STAT_NAMES}, got {names!r}")
-    return tuple(s in names for s in STAT_NAMES)  # type: ignore[return-value]
 
 
 def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:

@@ -63,9 +63,9 @@ def _variants(device: torch.device) -> list[tuple[str, dict | str]]:
 
 
 def _triton_skip_reason(device: torch.device) -> str | None:
-    from entflow.core.hidden_stats import _triton_available
+    from entflow.core.triton_token_stats import available
 
-    if not _triton_available():
+    if not available():
         return "triton not installed"
     if device.type != "cuda":
         return f"the Triton tile kernels need a CUDA device (this is {device.type})"

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from entflow.lab.config import build_config
-from entflow.lab.setup import resolve_policy, train
+from entflow.lab.setup import resolve_policy, train_lab
 from entflow.trainer.rundir import read_jsonl
 
 PHASES = ("rollout", "reward", "update", "audit")
@@ -42,7 +42,7 @@ def main() -> None:
         cfg = build_config(base, args.overrides)
         cfg.policy_path = str(resolve_policy(cfg))  # warm start outside the timing
         t0 = time.perf_counter()
-        run_dir = train(cfg)
+        run_dir = train_lab(cfg)
         wall = time.perf_counter() - t0
         rows = read_jsonl(run_dir / "timing.jsonl")
 

@@ -28,13 +28,13 @@ time.perf_counter = time.process_time  # CPU seconds: the machine is shared
 import entflow
 from entflow.lab.config import build_config
 from entflow.trainer.rundir import read_jsonl
-from entflow.lab.setup import train
+from entflow.lab.setup import train_lab
 steps, policy, overrides = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 with tempfile.TemporaryDirectory() as out:
     base = {"out_dir": out, "steps": steps, "threads": 1, "progress": False, "eval_every": 0}
     cfg = build_config(base, overrides)
     cfg.policy_path = policy
-    rows = read_jsonl(train(cfg) / "timing.jsonl")
+    rows = read_jsonl(train_lab(cfg) / "timing.jsonl")
 med = {p: statistics.median(r[f"time/{p}_s"] for r in rows) for p in ("rollout", "reward", "update", "audit")}
 med["eval"] = statistics.median(r["time/eval_s"] for r in rows if "time/eval_s" in r)  # the last step validates
 print(json.dumps({"entflow": entflow.__file__, **med}))

@@ -16,8 +16,9 @@ import dataclasses
 
 from entflow.lab.config import build_config
 from entflow.lab.pretrain import evaluate
-from entflow.lab.setup import lab_setup, train, validate_policy
+from entflow.lab.setup import lab_setup, validate_policy
 from entflow.trainer.config import load_yaml
+from entflow.trainer.loop import train
 from entflow.trainer.rollout import step_seed
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
-from entflow.lab.setup import coverage_splits, train
+from entflow.lab.setup import coverage_splits, train_lab
 from entflow.trainer.rundir import read_jsonl
 
 ROUTES_PARAMS = {"validation_size": 6, "hard_size": 5}
@@ -57,8 +57,8 @@ def routes_runs(tmp_path_factory, micro_policy) -> tuple[Path, Path]:
     out = tmp_path_factory.mktemp("coverage")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(CountdownRoutesTask, "reward", length_reward)
-        on = train(micro_config(out, micro_policy, name="on", coverage_n=8))
-        off = train(micro_config(out, micro_policy, name="off"))
+        on = train_lab(micro_config(out, micro_policy, name="on", coverage_n=8))
+        off = train_lab(micro_config(out, micro_policy, name="off"))
     return on, off
 
 
@@ -129,7 +129,7 @@ def test_no_hard_split_no_hard_metric(tmp_path, micro_policy):
     """countdown has no hard_set(): no val/hard_acc, and coverage covers the validation split only."""
     cfg = micro_config(tmp_path, micro_policy, task="countdown", task_params={"validation_size": 8}, coverage_n=4)
     cfg.steps = 1
-    run = train(cfg)
+    run = train_lab(cfg)
     assert not any("val/hard_acc" in r for r in read_jsonl(run / "metrics.jsonl"))
     data = json.loads((run / "coverage.json").read_text())
     assert set(data["warm"]["splits"]) == set(data["final"]["splits"]) == {"val"}
@@ -179,16 +179,16 @@ def test_warm_coverage_is_cached_per_warm_start_and_seed(tmp_path, micro_policy,
     cache = tmp_path / "cache"
     policy = shutil.copytree(micro_policy, cache / "countdown-micro")
     monkeypatch.setenv("ENTFLOW_CACHE", str(cache))
-    a = train(micro_config(tmp_path / "runs", str(policy), name="a", coverage_n=8))
+    a = train_lab(micro_config(tmp_path / "runs", str(policy), name="a", coverage_n=8))
     assert calls == [0, 0] and len(list(Path(policy).glob("coverage-*.json"))) == 1
-    b = train(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8))
+    b = train_lab(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8))
     assert calls == [0, 0, 0]  # only b's final policy was evaluated
-    train(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8), resume=True)
+    train_lab(micro_config(tmp_path / "runs", str(policy), name="b", coverage_n=8), resume=True)
     assert calls == [0, 0, 0]  # resuming a finished run evaluates nothing again
     assert (a / "coverage.json").read_bytes() == (b / "coverage.json").read_bytes()
     assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
-    train(micro_config(tmp_path / "runs", str(policy), name="c", coverage_n=8, seed=1))
+    train_lab(micro_config(tmp_path / "runs", str(policy), name="c", coverage_n=8, seed=1))
     assert calls == [0, 0, 0, 1, 1] and len(list(Path(policy).glob("coverage-*.json"))) == 2
     monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "elsewhere"))  # the policy is now a user's folder
-    train(micro_config(tmp_path / "runs", str(policy), name="d", coverage_n=8, seed=2))
+    train_lab(micro_config(tmp_path / "runs", str(policy), name="d", coverage_n=8, seed=2))
     assert calls[-2:] == [2, 2] and len(list(Path(policy).glob("coverage-*.json"))) == 2

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from entflow.lab.config import build_config
-from entflow.lab.setup import train
+from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
 from support.lab_micro import TASK_PARAMS  # the micro_policy fixture is in conftest
 
@@ -36,12 +36,12 @@ def column(run_dir, key: str) -> list[float]:
 
 def test_schedules_see_zero_based_steps(tmp_path, micro_policy):
     # stage schedule over S = 3 steps, 0-based s: λ = clamp(2s/(S−1) − 1, 0, 1) = 0, 0, 1
-    run = train(
+    run = train_lab(
         micro(tmp_path, micro_policy, name="stage", method="pos_adv_reweight", method_params={"schedule": "stage"})
     )
     assert column(run, "pos_adv/weight") == [0.0, 0.0, 1.0]
     # epoch schedule, E = 3 epochs over S = 3 steps: λ = (e − 1)/(E − 1) = 0, 0.5, 1
-    run = train(
+    run = train_lab(
         micro(
             tmp_path,
             micro_policy,
@@ -52,7 +52,7 @@ def test_schedules_see_zero_based_steps(tmp_path, micro_policy):
     )
     assert column(run, "pos_adv/weight") == [0.0, 0.5, 1.0]
     # position shaping on for exactly one step starting at 0-based step 1 = the second rollout step
-    run = train(
+    run = train_lab(
         micro(tmp_path, micro_policy, name="pos", method="position_shaping", method_params={"start": 1, "duration": 1})
     )
     assert column(run, "position_shaping/active") == [0.0, 1.0, 0.0]
@@ -60,8 +60,8 @@ def test_schedules_see_zero_based_steps(tmp_path, micro_policy):
 
 def test_resume_with_more_steps_keeps_schedules_anchored(tmp_path, micro_policy):
     kw = {"name": "r", "method": "pos_adv_reweight", "method_params": {"schedule": "stage"}}
-    train(micro(tmp_path, micro_policy, steps=3, **kw))
-    run = train(micro(tmp_path, micro_policy, steps=6, **kw), resume=True)
+    train_lab(micro(tmp_path, micro_policy, steps=3, **kw))
+    run = train_lab(micro(tmp_path, micro_policy, steps=6, **kw), resume=True)
     # anchored to the 3 planned steps: 0, 0, 1, then it stays at its final value (without the
     # anchor, steps 4–6 would read total_steps = 6 and give 0.2, 0.6, 1.0)
     assert column(run, "pos_adv/weight") == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
@@ -69,18 +69,18 @@ def test_resume_with_more_steps_keeps_schedules_anchored(tmp_path, micro_policy)
     from entflow.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
-        train(micro(tmp_path, micro_policy, steps=7, schedule_steps=7, **kw), resume=True)
+        train_lab(micro(tmp_path, micro_policy, steps=7, schedule_steps=7, **kw), resume=True)
     assert e.value.key == "schedule_steps"
 
 
 def test_strict_on_policy_forces_one_gradient_step(tmp_path, micro_policy):
     cfg = micro(tmp_path, micro_policy, name="s", strict_on_policy=True, ppo_epochs=3, mini_batches=4, steps=2)
     assert (cfg.ppo_epochs, cfg.mini_batches) == (1, 1)
-    run = train(cfg)
+    run = train_lab(cfg)
     assert column(run, "update/optimizer_steps") == [1.0, 1.0]
     # r ≡ 1 on the single step: nothing is clipped at either bound
     assert column(run, "clip/frac_high") == [0.0, 0.0] and column(run, "clip/frac_low") == [0.0, 0.0]
-    loose = train(micro(tmp_path, micro_policy, name="l", ppo_epochs=2, mini_batches=2, steps=1))
+    loose = train_lab(micro(tmp_path, micro_policy, name="l", ppo_epochs=2, mini_batches=2, steps=1))
     assert column(loose, "update/optimizer_steps") == [4.0]
 
 
@@ -89,7 +89,7 @@ def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, 
     from entflow.cli.main import main
 
     params = {"validation_size": 5, "max_target": 40}
-    run = train(micro(tmp_path, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))
+    run = train_lab(micro(tmp_path, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))
     _, task, temp = lab_eval_settings(run)
     assert task.validation_size == 5 and task.max_target == 40 and temp == 0.7
     assert all(p.answer.target <= 40 for p in task.validation_set())
@@ -101,7 +101,9 @@ def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, 
 
 
 def test_validation_steps_log_diagnostics_and_whole_groups(tmp_path, micro_policy):
-    run = train(micro(tmp_path, micro_policy, name="d", steps=2, eval_every=2, samples_logged=2, prompts_per_step=3))
+    run = train_lab(
+        micro(tmp_path, micro_policy, name="d", steps=2, eval_every=2, samples_logged=2, prompts_per_step=3)
+    )
     rows = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl")}
     diag = [k for k in rows[2] if k.startswith("diag/")]
     assert not any(k.startswith("diag/") for k in rows[1])  # only on validation steps

@@ -1,7 +1,8 @@
 """The public API as data: the names the docs show, the modules they live in, and the 0.2 snapshot.
 
 ``public_names_v0_2.json`` maps ``"entflow"`` to the top-level ``__all__`` and every documented
-module (a module whose path or file the README, ``docs/*.md`` or ``examples/`` name) to its public names: its
+module (a module whose path or file the README, ``docs/*.md``, ``examples/`` or CHANGELOG.md's new
+paths name) to its public names: its
 ``__all__`` when it has one, else every function, class and UPPER_CASE constant it defines at top
 level (read with ``ast``, so an imported helper is not counted). A deliberate change of the public
 API rewrites it (and says so in CHANGELOG.md)::
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "entflow"
 FILE_PATH = r"`((?:core|methods|analysis|trainer|lab|hf|integrations|doctor)/[\w/]+)\.py`"
 SNAPSHOT_PATH = Path(__file__).with_name("public_names_v0_2.json")
+CHANGELOG = ROOT / "CHANGELOG.md"
+CHANGELOG_TABLES = ("### Moved: 0.1 path → 0.2 path", "### Renamed: one name, one thing")
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.py"))]
 # `entflow.tasks` names an entry point group (pyproject.toml), not a module
 NOT_PATHS = {"entflow.tasks"}
@@ -81,10 +84,24 @@ def documented(files: list[Path] = DOC_FILES) -> list[str]:
     return sorted(d for d in found if d not in skip and not d.startswith(NEEDS_VERL_STACK))
 
 
+def changelog_moves(changelog: Path = CHANGELOG) -> list[tuple[str, list[str]]]:
+    """``(old path, [new paths])`` of each row of CHANGELOG.md's 0.2.0 tables of moves and renames."""
+    text = changelog.read_text()
+    rows = []
+    lines = [line for t in CHANGELOG_TABLES for line in text.split(t, 1)[1].split("\n### ", 1)[0].splitlines()]
+    for line in lines:
+        cells = line.split("|")
+        if len(cells) == 4 and cells[1].strip().startswith("`entflow"):
+            rows.append((re.findall(r"`(entflow[\w.]*)`", cells[1])[0], re.findall(r"`(entflow[\w.]*)`", cells[2])))
+    return rows
+
+
 def documented_modules(files: list[Path] = DOC_FILES) -> list[str]:
-    """The modules of the documented names, and every public module the docs name by its file
-    (`` `core/token_stats.py` ``, as docs/architecture.md's map does); the CLI's are not an API."""
+    """The modules of the documented names and of the new paths CHANGELOG.md points to, and every
+    public module the docs name by its file (`` `core/token_stats.py` ``, as docs/architecture.md's
+    map does); the CLI's are not an API."""
     modules = {module_of(d) for d in documented(files)}
+    modules |= {module_of(new) for _, paths in changelog_moves() for new in paths}
     for path in files:
         for rel in re.findall(FILE_PATH, path.read_text()):
             if (SRC / f"{rel}.py").exists() and not any(part.startswith("_") for part in rel.split("/")):

@@ -16,7 +16,7 @@ import torch
 
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
-from entflow.lab.setup import train
+from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
 
 MICRO_PRETRAIN = {
@@ -60,7 +60,7 @@ def test_run_directory_contents_and_metric_names(tmp_path, micro_policy):
     names = ["grpo", "steer", "opefo", "clip_higher+steer", "adaptive_entropy"]
     for method in names:
         cfg = micro_config(tmp_path, micro_policy, method=method, steps=3)
-        run_dir = train(cfg)
+        run_dir = train_lab(cfg)
         files = {p.name for p in run_dir.iterdir()}
         assert {"config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoints"} <= files
         assert any(f.startswith("events.out.tfevents") for f in files)
@@ -104,7 +104,7 @@ def test_run_directory_contents_and_metric_names(tmp_path, micro_policy):
 def test_resume_is_bit_identical(tmp_path, micro_policy):
     # the entropy bonus guarantees a gradient even when a micro policy's groups all tie
     kw = {"name": "r", "method": "adaptive_entropy", "method_params": {"target": 10.0, "delta": 0.01}}
-    full = train(micro_config(tmp_path / "a", micro_policy, **kw))
+    full = train_lab(micro_config(tmp_path / "a", micro_policy, **kw))
 
     class StopError(Exception):
         pass
@@ -115,9 +115,9 @@ def test_resume_is_bit_identical(tmp_path, micro_policy):
 
     cfg = micro_config(tmp_path / "b", micro_policy, **kw)
     with pytest.raises(StopError):
-        train(cfg, on_step=stop_at_2)
+        train_lab(cfg, on_step=stop_at_2)
     assert [r["step"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [0, 1, 2]
-    resumed = train(micro_config(tmp_path / "b", micro_policy, **kw), resume=True)
+    resumed = train_lab(micro_config(tmp_path / "b", micro_policy, **kw), resume=True)
     assert (full / "metrics.jsonl").read_text() == (resumed / "metrics.jsonl").read_text()
     wa, wb = final_weights(full), final_weights(resumed)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -198,7 +198,7 @@ def test_degenerate_batches_are_counted_and_give_zero_gradient(tmp_path, micro_p
 
     monkeypatch.setattr(tasks.CountdownTask, "reward", lambda self, problem, response: 1.0)
     cfg = micro_config(tmp_path, micro_policy, steps=2, optimizer="sgd", audit=False)
-    run_dir = train(cfg)
+    run_dir = train_lab(cfg)
     rows = read_jsonl(run_dir / "metrics.jsonl")
     for r in rows[1:]:
         assert r["batch/degenerate_group_frac"] == 1.0
@@ -212,12 +212,12 @@ def test_degenerate_batches_are_counted_and_give_zero_gradient(tmp_path, micro_p
 
 def test_resume_refuses_a_changed_config(tmp_path, micro_policy):
     cfg = micro_config(tmp_path, micro_policy, name="c", steps=2)
-    train(cfg)
+    train_lab(cfg)
     with pytest.raises(ConfigError) as e:
-        train(micro_config(tmp_path, micro_policy, name="c", steps=3, lr=1e-2), resume=True)
+        train_lab(micro_config(tmp_path, micro_policy, name="c", steps=3, lr=1e-2), resume=True)
     assert e.value.key == "lr" and "lr" in str(e.value)
     # extending a finished run is allowed: steps may change on resume
-    run_dir = train(micro_config(tmp_path, micro_policy, name="c", steps=3), resume=True)
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="c", steps=3), resume=True)
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
@@ -226,15 +226,15 @@ def test_resume_a_run_written_before_a_config_key_existed(tmp_path, micro_policy
     the key has its default, and is refused when the key is set otherwise."""
     import yaml
 
-    run_dir = train(micro_config(tmp_path, micro_policy, name="old", steps=2))
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="old", steps=2))
     path = run_dir / "config.yaml"
     written = yaml.safe_load(path.read_text())
     del written["hidden_stats"]
     path.write_text(yaml.safe_dump(written))
     with pytest.raises(ConfigError) as e:
-        train(micro_config(tmp_path, micro_policy, name="old", steps=3, hidden_stats=True), resume=True)
+        train_lab(micro_config(tmp_path, micro_policy, name="old", steps=3, hidden_stats=True), resume=True)
     assert e.value.key == "hidden_stats"
-    run_dir = train(micro_config(tmp_path, micro_policy, name="old", steps=3), resume=True)
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="old", steps=3), resume=True)
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
@@ -254,7 +254,7 @@ def test_overrides_parse_numbers_and_method_params(tmp_path):
 def test_eval_command_reports_avg_and_pass_at_k(tmp_path, micro_policy, capsys):
     from entflow.cli.main import main
 
-    run_dir = train(micro_config(tmp_path, micro_policy, name="e", steps=1))
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="e", steps=1))
     assert main(["eval", str(run_dir), "--k", "4"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():

@@ -73,7 +73,10 @@ class SamplingConfig:
 
 
 @dataclass
-class Generation:
+class EvalSamples:
+    """What an evaluation sampled: the decoded responses, their lengths and summed entropies, and
+    the wall time (the rows of :class:`entflow.trainer.rollout.Generation`, reduced to numbers)."""
+
     texts: list[str]  # [N]
     lengths: list[int]  # [N] response tokens, eos included
     entropy: list[float]  # [N] summed token entropy over the response (nan if unknown)
@@ -88,7 +91,7 @@ def generate_batched(
     sampling: SamplingConfig,
     greedy: bool = False,
     on_batch: Callable[[int], None] | None = None,
-) -> Generation:
+) -> EvalSamples:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), batched by
     ``sampling.batch_size`` rows, left-padded, KV cache; reproducible from ``sampling.seed``
     (:func:`entflow.trainer.evaluate.generate_in_batches`, the one generation path)."""
@@ -110,7 +113,7 @@ def generate_batched(
     texts = [t for gen in runs for t in gen.texts]
     lengths = [int(v) for gen in runs for v in gen.mask.sum(-1).cpu()]
     entropy = [float(v) for gen in runs for v in gen.entropy.sum(-1).cpu()]
-    return Generation(texts, lengths, entropy, time.perf_counter() - t0)
+    return EvalSamples(texts, lengths, entropy, time.perf_counter() - t0)
 
 
 def _vllm_usable() -> bool:
@@ -121,7 +124,7 @@ def _vllm_usable() -> bool:
 
 def _generate_vllm(
     model_path: str, prompts: Sequence[str], n: int, sampling: SamplingConfig, greedy: bool
-) -> Generation:
+) -> EvalSamples:
     """vLLM rollouts (GPU only; untested in this project: no GPU). Token entropy is not
     available from vLLM's top-logprobs, so it is reported as NaN."""
     from vllm import LLM, SamplingParams
@@ -142,7 +145,7 @@ def _generate_vllm(
         for c in o.outputs * (n if greedy else 1):
             texts.append(c.text)
             lengths.append(len(c.token_ids))
-    return Generation(texts, lengths, [math.nan] * len(texts), time.perf_counter() - t0)
+    return EvalSamples(texts, lengths, [math.nan] * len(texts), time.perf_counter() - t0)
 
 
 @dataclass

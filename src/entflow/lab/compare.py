@@ -81,10 +81,10 @@ def compare_configs(
 
 
 def _train_worker(cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
-    from entflow.lab.setup import train
+    from entflow.lab.setup import train_lab
 
     cfg = LabConfig(**cfg_dict)
-    return str(train(cfg, resume=resume, overwrite=overwrite))
+    return str(train_lab(cfg, resume=resume, overwrite=overwrite))
 
 
 def run_compare(
@@ -101,12 +101,12 @@ def run_compare(
         cfg.progress = False
     payloads = [dataclasses.asdict(c) for c in configs]
     if jobs <= 1:
-        from entflow.lab.setup import train
+        from entflow.lab.setup import train_lab
 
         bar = _CompareProgress(configs) if progress else None
         dirs = []
         for c in configs:
-            dirs.append(train(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None))
+            dirs.append(train_lab(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None))
         if bar:
             bar.close()
         return dirs

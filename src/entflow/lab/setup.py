@@ -118,7 +118,7 @@ def _cache_folder_of(policy_path: Path) -> Path | None:
     return path if path.is_dir() and path.is_relative_to(default_cache_dir().resolve()) else None
 
 
-def train(
+def train_lab(
     cfg: LabConfig,
     resume: bool = False,
     overwrite: bool = False,

@@ -159,3 +159,26 @@ def test_no_module_only_forwards_names():
 def test_a_forwarding_module_is_found(tmp_path, source, forwards):
     (tmp_path / "planted.py").write_text(source)
     assert only_forwards(tmp_path / "planted.py") is forwards
+
+
+def private_imports(path: Path) -> list[str]:
+    """``module.name`` of every ``from entflow.module import _name`` in ``path``."""
+    return [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("entflow")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+
+
+def test_core_imports_no_private_name_across_files():
+    """What two files of core share lives in a public module (core/stats_common.py), not behind a
+    ``_private`` name of one of them."""
+    found = {str(p.relative_to(SRC)): private_imports(p) for p in sorted((SRC / "core").rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_a_private_import_is_found(tmp_path):
+    (tmp_path / "planted.py").write_text("from entflow.core.token_stats import _LOG_FLOOR, STAT_NAMES\n")
+    assert private_imports(tmp_path / "planted.py") == ["entflow.core.token_stats._LOG_FLOOR"]

@@ -79,3 +79,23 @@ class LogError(EntflowError, ValueError):
         self.path, self.key = str(path), key
         where = f"{self.path} [{key}]" if key else self.path
         super().__init__(f"{where}: {message}")
+
+
+class PathError(EntflowError, ValueError):
+    """A path given on the command line is missing, or is a file where a folder is needed (or the
+    reverse). Names the flag and the path."""
+
+    def __init__(self, flag: str, path: object, message: str):
+        self.flag, self.path = flag, str(path)
+        super().__init__(f"{flag} {self.path}: {message}")
+
+
+class MissingExtraError(EntflowError, ImportError):
+    """A command needs an optional dependency group (an extra) that is not installed."""
+
+    def __init__(self, extra: str, missing: list[str], what: str = ""):
+        self.extra, self.missing, self.what = extra, list(missing), what
+        super().__init__(
+            f"{what + ' ' if what else ''}needs the [{extra}] extra ({', '.join(missing)} not installed): "
+            f"pip install 'entflow[{extra}]'"
+        )

@@ -33,7 +33,7 @@ def recorder(monkeypatch):
     def fake_facts(run_dir, summary):
         group, seed = str(run_dir).split("/")
         s = int(seed)
-        retention = RETENTION[group] * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
+        retention = RETENTION.get(group, 0.4) * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
         return {"entropy_retention": retention, "dH_clipped_low_mean": -s}
 
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)
@@ -120,3 +120,22 @@ def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path
     row = next(r for r in data["claims"] if r["id"] == "003-collapse")
     assert row["verdict"] != "not run" and row["n"] == 3
     assert not any("registered on seeds" in (r.get("reason") or "") for r in data["claims"])
+
+
+def test_seeds_override_the_registered_seeds_of_any_set_of_claims(tmp_path, recorder, capsys):
+    """Claims registered on different seeds run together on --seeds (without it: refused, naming --seeds)."""
+    from entflow.lab import reproduce as rep
+
+    ids = ["sweep-clip-cov", "exploration-klcov"]
+    registered = {c.id: tuple(c.seeds) for c in rep.CLAIMS if c.id in ids}
+    assert len(set(registered.values())) == 2  # the case of the bug: two different registrations
+    assert main(["reproduce", "--claims", ",".join(ids), f"out_dir={tmp_path}"]) == 2
+    assert "give --seeds" in capsys.readouterr().err and recorder == []
+    args = ["reproduce", "--claims", ",".join(ids), "--seeds", "1,2,3", f"out_dir={tmp_path}"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert {s for _, s in recorder} == {1, 2, 3}
+    data = json.loads((tmp_path / "reproduce" / "claims.json").read_text())
+    assert data["seeds"] == [1, 2, 3]
+    assert [r["id"] for r in data["claims"]] == ["exploration-klcov", "sweep-clip-cov"]
+    assert all(r["seeds_as_registered"] is False for r in data["claims"])
+    assert sorted(recorder) == sorted((g, s) for g in {g for g, _ in recorder} for s in (1, 2, 3))

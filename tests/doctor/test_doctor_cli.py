@@ -50,3 +50,15 @@ def test_json_of_a_non_finite_error_is_valid_json():
     assert r.status == "FAIL"  # a NaN error never passes
     text = json.dumps(r.to_dict(), allow_nan=False)
     assert json.loads(text)["error"] == "nan"
+
+
+def test_each_check_is_printed_once(monkeypatch, capsys):
+    """The table is the one place a check's line appears (progress is a transient status line)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["doctor", "--quick", "--only", "token_stats", "--device", "cpu"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    names = [c.name for c in run_checks(device="cpu", quick=True, only=["token_stats"])]
+    assert names
+    for name in names:
+        assert text.count(name) == 1, (name, text)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from entflow.errors import PathError
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,9 +20,51 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def base_config(args: argparse.Namespace) -> dict[str, Any]:
+    return read_config("--config", args.config) if args.config else {}
+
+
+def existing_path(flag: str, value: str | Path, kind: str = "any") -> Path:
+    """``value`` as a Path that exists (``kind``: "file", "dir" or "any"), else :class:`PathError`
+    naming ``flag`` and the path."""
+    path = Path(value)
+    if not path.exists():
+        raise PathError(flag, path, "no such file or directory")
+    if kind == "file" and not path.is_file():
+        raise PathError(flag, path, "is a directory, expected a file")
+    if kind == "dir" and not path.is_dir():
+        raise PathError(flag, path, "is a file, expected a directory")
+    return path
+
+
+def output_dir(flag: str, value: str | Path) -> Path:
+    """``value`` as a Path to write a folder into: absent or a directory, else :class:`PathError`."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise PathError(flag, path, "exists and is not a directory")
+    for parent in path.parents:  # the first existing ancestor must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise PathError(flag, path, f"{parent} is a file, not a directory")
+            break
+    return path
+
+
+def read_config(flag: str, value: str | Path) -> dict[str, Any]:
+    """The YAML mapping in the file ``value`` given by ``flag``; a missing, unreadable or malformed
+    file raises :class:`PathError` naming the flag."""
+    import yaml
+
     from entflow.trainer.config import load_yaml
 
-    return load_yaml(args.config) if args.config else {}
+    path = existing_path(flag, value, kind="file")
+    try:
+        return load_yaml(path)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise PathError(flag, path, f"not valid YAML{line}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise PathError(flag, path, f"cannot be read ({type(e).__name__})") from e
 
 
 def config_keys_help() -> str:

@@ -94,15 +94,19 @@ def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from entflow.cli._common import output_dir
+
     console = Console()
     paths = [Path(r) for r in args.runs]
+    if args.out is not None:  # before any work: an existing file there is refused in one line
+        output_dir("--out", args.out)
     if all((p / "metrics.jsonl").is_file() for p in paths):
         return _run_dirs(paths, args, console)
     for i, p in enumerate(paths):
         if args.out is None:
-            out = log_out_dir(p)
+            out = output_dir("--out (default)", log_out_dir(p))
         else:
-            out = Path(args.out) if len(paths) == 1 else Path(args.out) / f"{i}-{p.name}"
+            out = output_dir("--out", Path(args.out) if len(paths) == 1 else Path(args.out) / f"{i}-{p.name}")
         analyze_one(p, out, args, console)
     return 0
 

@@ -47,14 +47,14 @@ def run(args: argparse.Namespace) -> int:
     from entflow.doctor import run_checks
 
     only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
-    err = Console(stderr=True)
     t0 = time.perf_counter()
+    # progress on one transient status line (a terminal only): each check is printed once, in the table
+    with Console(stderr=True).status("entflow doctor: running checks") as status:
 
-    def progress(r) -> None:
-        if not args.json:
-            err.print(f"  {r.status:4} {escape(r.name)} ({r.seconds:.1f}s)", highlight=False)
+        def progress(r) -> None:
+            status.update(f"entflow doctor: {escape(r.name)} {r.status} ({r.seconds:.1f}s), next check")
 
-    results = run_checks(device=args.device, quick=args.quick, only=only, on_result=progress)
+        results = run_checks(device=args.device, quick=args.quick, only=only, on_result=progress)
     failed = [r for r in results if not r.ok]
     total = time.perf_counter() - t0
     if args.json:

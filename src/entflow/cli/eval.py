@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", help="a run directory or a saved policy directory (lab); omit with --model")
     p.add_argument("--task", help="task (default: the run's)")
     p.add_argument("--k", type=int, default=8, help="samples per prompt [8]")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's, else 1)")
     from entflow.hf.evaluate import add_arguments as add_real_model_arguments
 
@@ -26,11 +26,13 @@ def run(args: argparse.Namespace) -> int:
         return run_cli(args)
     from pathlib import Path
 
+    from entflow.cli._common import existing_path
     from entflow.errors import ConfigError
 
     if args.path is None:
         raise ConfigError("path", "give a run directory, or --model NAME_OR_PATH --data TASK_OR_FILE")
-    return eval_lab_policy(Path(args.path), args.task, args.k, args.seed, args.temperature)
+    path = existing_path("PATH", args.path, kind="dir")
+    return eval_lab_policy(Path(path), args.task, args.k, args.seed, args.temperature)
 
 
 def lab_eval_settings(path, task_name: str | None = None, temperature: float | None = None):

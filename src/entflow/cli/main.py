@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-from entflow.errors import EntflowError
+from entflow.cli.extras import command_extra, extra_of_module, require_extra
+from entflow.errors import EntflowError, MissingExtraError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -28,10 +29,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (exit 2), pointing at ``--help``."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``entflow`` parser; with ``only`` (a subcommand name) the other subcommands are listed
     with their help line but their modules are not imported and their arguments not added."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="entflow",
         description="Entropy-aware RL with verifiable rewards: methods, diagnostics and a CPU lab.",
     )
@@ -52,10 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    extra = command_extra(args.command, args)
     try:
+        if extra is not None:  # before any work: one line naming the extra to install
+            require_extra(extra)
         return int(importlib.import_module(args._module).run(args) or 0)
     except EntflowError as e:
         print(f"entflow {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # an optional module reached later (a TensorBoard log, a resumed real run)
+        needed = extra_of_module(e.name, prefer=extra)
+        if needed is None:
+            raise
+        print(f"entflow {args.command}: error: {MissingExtraError(needed, [e.name or '?'])}", file=sys.stderr)
         return 2
 
 

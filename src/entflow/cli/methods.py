@@ -4,6 +4,7 @@ parameters; ``entflow methods NAME`` shows one in full."""
 from __future__ import annotations
 
 import argparse
+import re
 
 HOOKS = ("clip_bounds", "shape_advantages", "token_weights", "token_loss", "loss_terms", "update")
 HOOK_WHERE = {
@@ -24,11 +25,41 @@ def _default(v: object) -> str:
     return repr(v)
 
 
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`<]*?)\s*(?:<[^>]*>)?`")  # :class:`~a.b.C` / :func:`text <target>`
+_ITEM = re.compile(r"^([-*]|\d+\.)\s|^``")  # a list item, or a line that opens with a literal (a case)
+
+
+def _plain(line: str) -> str:
+    line = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), line)
+    line = line.replace("``", "").replace("**", "")
+    line = re.sub(r"(?<![\w`])`([^`]+)`(?!\w)", r"\1", line)
+    return line[:-2] + ":" if line.endswith("::") else line
+
+
+def rst_to_text(doc: str) -> str:
+    """A reStructuredText docstring as plain terminal text: roles, ``literals``, **strong** and
+    `interpreted` marks dropped (``:class:`~a.B``` → ``B``); each paragraph, list item or case
+    (a line opening with a literal) on one line, which the terminal wraps; ``::`` → ``:``;
+    indented literal blocks kept as written."""
+    out: list[str] = []
+    for line in doc.splitlines():
+        stripped = line.strip()
+        literal = (
+            line.startswith("    ") and bool(out) and (not out[-1] or out[-1].endswith("::") or out[-1][:1] == " ")
+        )
+        if not stripped or literal or _ITEM.match(stripped) or not out or not out[-1] or out[-1][:1] == " ":
+            out.append(line.rstrip() if literal else stripped)
+        else:
+            out[-1] += " " + stripped
+    return "\n".join(_plain(ln) for ln in out)
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import inspect
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from entflow.methods.base import Method, iter_registered, method_class
@@ -41,14 +72,14 @@ def run(args: argparse.Namespace) -> int:
             table.add_column(col, overflow="fold")
         for cls in iter_registered():
             params = ", ".join(f"{f.name}={_default(f.default)}" for f in dataclasses.fields(cls)) or "—"
-            table.add_row(cls.name, cls.formula, cls.paper, params)
+            table.add_row(cls.name, escape(rst_to_text(cls.formula)), escape(rst_to_text(cls.paper)), escape(params))
         console.print(table)
         return 0
 
     cls = method_class(args.name)  # raises UnknownMethodError listing the known names
-    console.print(f"[bold]{cls.name}[/bold] — {cls.formula}")
-    console.print(f"paper: {cls.paper}\n")
-    console.print(inspect.cleandoc(cls.__doc__ or ""))
+    console.print(f"[bold]{cls.name}[/bold] — {escape(rst_to_text(cls.formula))}")
+    console.print(f"paper: {escape(rst_to_text(cls.paper))}\n")
+    console.print(rst_to_text(inspect.cleandoc(cls.__doc__ or "")), markup=False, highlight=False)
     table = Table(title="parameters", show_lines=False)
     for col in ("name", "default", "allowed", "help"):
         table.add_column(col, overflow="fold")

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from entflow.cli._common import read_config
     from entflow.errors import ConfigError
     from entflow.lab.audit import AuditConfig
     from entflow.lab.claims import DESIGN_SEEDS, preset_base
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     # each setting's base: its preset with the full run's steps; --config replaces the demo's preset
     bases = {name: setting.base() for name, setting in SETTINGS.items()}
     if args.config:
+        read_config("--config", args.config)  # a missing or malformed file: one line naming the flag
         bases["demo"] = preset_base(args.config) | {"steps": SETTINGS["demo"].steps}
     if args.claims is not None and args.runs is not None:
         raise ConfigError("claims", "give either --claims or --runs, not both")
@@ -68,8 +70,11 @@ def run(args: argparse.Namespace) -> int:
     selected = select_claims(claims)  # unknown ids fail here, before anything is trained
     # default: the selected claims' pre-registered seeds; without --claims the registry's confirmation
     # seeds (0–4), and a claim registered on others is not run; --quick takes the first three
-    default = _default_seeds(selected if claims else ())[: 3 if args.quick else None]
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else default
+    # --seeds overrides them for any set of claims (so claims registered on different seeds run together)
+    if args.seeds is not None:
+        seeds = parse_seeds(args.seeds)
+    else:
+        seeds = _default_seeds(selected if claims else ())[: 3 if args.quick else None]
     if design := sorted(set(seeds) & DESIGN_SEEDS):
         raise ConfigError("seeds", f"design seeds {design} are never used for verdicts (docs/regime.md)")
     if len(seeds) < 3 and not args.quick:

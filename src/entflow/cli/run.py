@@ -45,10 +45,11 @@ def demo_base(preset: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from entflow.cli._common import read_config
     from entflow.cli.compare import compare_and_report
-    from entflow.trainer.config import load_yaml, parse_override
+    from entflow.trainer.config import parse_override
 
-    base = load_yaml(args.config) if args.config else demo_base(args.preset)
+    base = read_config("--config", args.config) if args.config else demo_base(args.preset)
     default_name = "demo" if args.preset == "exploration" else args.preset
     name = args.name or default_name
     for text in args.overrides:  # `entflow run seed=1` gets its own folder (demo-s1) unless --name is given

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from entflow.cli._common import add_config_arguments, base_config, config_keys_help
+from entflow.cli._common import add_config_arguments, base_config, config_keys_help, existing_path, read_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,14 +24,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from entflow.trainer.config import build_config, load_yaml
+    from entflow.errors import PathError
+    from entflow.trainer.config import build_config
     from entflow.trainer.loop import train
 
     if args.resume:
-        run_dir = Path(args.resume)
-        base = load_yaml(run_dir / "config.yaml")
+        run_dir = existing_path("--resume", args.resume, kind="dir")
+        if not (run_dir / "config.yaml").is_file():
+            raise PathError("--resume", run_dir, "is not a run directory (no config.yaml)")
+        base = read_config("--resume", run_dir / "config.yaml")
         base["out_dir"], base["name"] = str(run_dir.parent), run_dir.name
     else:
         base = base_config(args)

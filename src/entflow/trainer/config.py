@@ -151,6 +151,23 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
+
+
+def type_in_words(hint: Any) -> str:
+    """A type annotation as a user reads it: ``float | None`` → "a number or null"."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        words = [type_in_words(t) for t in typing.get_args(hint) if t is not type(None)]
+        null = type(None) in typing.get_args(hint)
+        return " or ".join(words + (["null"] if null else []))
+    base = origin or hint
+    if base is list or base is tuple:
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return "a list" + (f" of {type_in_words(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "")
+    return _TYPE_WORDS.get(base, getattr(base, "__name__", str(base)))
+
+
 def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
     """Coerce/verify ``value`` against the annotation of field ``key`` of ``cls``."""
     hint = typing.get_type_hints(cls)[key]
@@ -159,7 +176,7 @@ def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
     if value is None:
         if type(None) in allowed:
             return None
-        raise ConfigError(key, f"must not be null (expected {hint})")
+        raise ConfigError(key, f"must not be null (expected {type_in_words(hint)})")
     for t in allowed:
         base = typing.get_origin(t) or t
         if base is float and isinstance(value, int) and not isinstance(value, bool):
@@ -168,7 +185,7 @@ def _check_type(key: str, value: Any, cls: type = TrainConfig) -> Any:
             return value
         if base in (int, float, str, dict, list) and isinstance(value, base) and not isinstance(value, bool):
             return value
-    raise ConfigError(key, f"expected {hint}, got {type(value).__name__} {value!r}")
+    raise ConfigError(key, f"expected {type_in_words(hint)}, got {type(value).__name__} {value!r}")
 
 
 def parse_override(text: str) -> tuple[str, Any]:

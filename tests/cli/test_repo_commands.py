@@ -1,5 +1,6 @@
 """The README opens with the two commands, and CI runs exactly the second one, then the TRL tests
-against the oldest supported TRL release (``.ci/trl-range``, issue 20)."""
+against the oldest supported TRL release (``.ci/trl-range``) and the built wheel's install profiles
+(``.ci/wheel``)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,44 @@ def test_readme_opens_with_demo_and_test_commands():
     assert demo.endswith("entflow run") and "pytest" in tests
 
 
-def test_ci_runs_exactly_the_readme_test_command():
+def ci_steps() -> list[str]:
+    """``.ci/run``'s steps: one per line, after its ``set`` and ``cd`` lines."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    ci = [ln for ln in lines if ln and not ln.startswith(("#", "set ", "cd "))]
-    assert ci == [readme_commands()[1], "bash .ci/trl-range"]
+    return [ln for ln in lines if ln and not ln.startswith(("#", "set ", "cd "))]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    """The first step is the README's test command, made fatal on failure (bash's ``set -e`` does not
+    stop at a failing command inside an ``a && b`` list that is not the script's last line)."""
+    steps = ci_steps()
+    assert steps[0] == readme_commands()[1] + " || exit 1"
+    assert "bash .ci/trl-range" in steps and "bash .ci/wheel" in steps
+    for step in steps:  # every other step is a plain command, which `set -e` stops at
+        assert step == steps[0] or " && " not in step, step
+    assert "set -euo pipefail" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_run_stops_at_the_first_failing_step(tmp_path):
+    """.ci/run's own text with its steps stubbed: a failure anywhere (the first command of the README
+    chain included) exits non-zero, and no later step runs."""
+    import subprocess
+
+    text = (ROOT / ".ci" / "run").read_text().replace('cd "$(dirname "$0")/.."', f"cd {tmp_path}")
+    steps = ci_steps()
+    first = steps[0].split(" && ")[0]  # python3.11 -m venv .venv
+    for i in range(len(steps)):
+        script = text
+        for j, step in enumerate(steps):
+            if j == 0:  # keep the README line's && chain; fail (or stub) its first command, stub the rest
+                stub = steps[0].replace(first, "false" if i == 0 else "echo ran-0", 1)
+                for cmd in steps[0].split(" && ")[1:]:
+                    stub = stub.replace(cmd.removesuffix(" || exit 1"), "echo chain", 1)
+                script = script.replace(step, stub)
+            else:
+                script = script.replace(step, "false" if i == j else f"echo ran-{j}")
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+        assert res.returncode != 0, (i, script)
+        assert not any(f"ran-{j}" in res.stdout for j in range(i + 1, len(steps))), (i, res.stdout)
 
 
 def test_the_trl_range_script_tests_the_lower_bound_of_the_pin():

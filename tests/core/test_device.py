@@ -50,6 +50,7 @@ def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tenso
         "sum_p2_logp": (pi**2 * logpi).sum(-1),
         "rewards": torch.randint(0, 2, (n,), generator=g).to(D),
         "group_index": torch.arange(n) // 4,
+        "reward_baselines": torch.rand(n, generator=g, dtype=D),  # remax's greedy rewards
     }
 
 

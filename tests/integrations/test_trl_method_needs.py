@@ -119,3 +119,8 @@ def test_siren_with_a_top_p_nucleus_is_refused_naming_top_p(tmp_path, method):
 def test_aepo_is_refused_for_its_temperature_samples(tmp_path):
     with pytest.raises(ConfigError, match=r"entflow_method.*own temperature"):
         EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aepo")
+
+
+def test_remax_is_refused_for_its_greedy_rollout(tmp_path):
+    with pytest.raises(ConfigError, match=r"entflow_method.*remax.*greedy response"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="remax")

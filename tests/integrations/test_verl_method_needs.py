@@ -21,6 +21,8 @@ from entflow.methods.base import get_method
         (dict(loss_mode="entflow.siren"), r"siren\(top_p=0\.8\).*full logits.*params\.top_p=1"),
         (dict(loss_mode="entflow", method="clip_higher+siren", params={"top_p": 0.5}), r"siren\(top_p=0\.5\)"),
         (dict(loss_mode="entflow.aepo"), r"aepo.*own temperature"),
+        (dict(loss_mode="entflow.remax"), r"remax.*greedy response.*adv_estimator=remax"),
+        (dict(loss_mode="entflow.optimal_token_baseline"), r"optimal_token_baseline.*Σπ².*calculate_sum_pi_squared"),
     ],
 )
 def test_methods_verl_cannot_feed_are_refused(kw, why):

@@ -19,7 +19,7 @@ from entflow.core.estimators import ESTIMATORS
 from entflow.errors import MissingInputError, UnknownMethodError
 from entflow.methods.base import method_class
 from entflow.methods.needs import MethodNeeds, needs_of, required_token_stats
-from support.methods_ref import make_batch
+from support.methods_ref import D, make_batch
 from support.throwaway_methods import RolloutEntropyShaper, StrictOnPolicyMethod, registered
 
 REQUIRED = {"opefo_target": {"target": 0.5}}  # no default for this parameter
@@ -101,6 +101,26 @@ EXPECTED: dict[str, dict] = {
     "aepo": dict(  # temperature controller; the trainer draws its REINFORCE samples
         temperature_samples=("aepo",), controllers=("aepo",), stateful=("aepo",)
     ),
+    # verl 0.9.1's advantage estimators (methods/verl_advantages.py): each builds A from the rewards
+    **{
+        n: dict(advantage_fields=("rewards", "group_index"), shapers=(n,), replaces_advantages=True)
+        for n in ("rloo", "reinforce_plus_plus_baseline", "opo", "gpg_advantage", "grpo_passk", "gdpo")
+    },
+    "reinforce_plus_plus": dict(  # no group baseline: the batch's whitening only
+        advantage_fields=("rewards",), shapers=("reinforce_plus_plus",), replaces_advantages=True
+    ),
+    "remax": dict(  # the greedy response's reward as baseline, drawn by the host
+        advantage_fields=("rewards", "reward_baselines"),
+        shapers=("remax",),
+        replaces_advantages=True,
+        greedy_baseline=("remax",),
+    ),
+    "optimal_token_baseline": dict(  # w_t = 1 − 2π_t + Σπ² of the rollout policy
+        advantage_fields=("rewards", "group_index", "old_logp", "sum_p2"),
+        rollout_stats=("old_logp", "sum_p2"),
+        shapers=("optimal_token_baseline",),
+        replaces_advantages=True,
+    ),
 }
 
 
@@ -162,6 +182,7 @@ def test_a_composition_needs_the_union_of_its_parts():
         ("grpo", ("steer", "opefo"), True, ("logp", "entropy")),
         ("grpo", ESTIMATORS, False, ("logp", "entropy", "sum_p2", "sum_p2_logp")),  # the audit
         (ef.get_method("steer", estimator="tabular"), (), False, ("logp", "entropy", "sum_p2", "sum_p2_logp")),
+        ("optimal_token_baseline", (), False, ("logp", "sum_p2")),  # Σπ² of the rollout, not Σπ² log π
     ],
 )
 def test_token_stats(method, estimators, entropy, stats):
@@ -200,7 +221,7 @@ def _perturbed(batch: ef.TokenBatch, fields, gen) -> ef.TokenBatch:
         if f == "rewards":
             new[f] = 1.0 - x
         elif f == "group_index":
-            new[f] = torch.arange(x.numel())  # every response its own group
+            new[f] = torch.arange(x.numel()) // 2  # pairs (grpo_passk needs ≥ 2 per group)
         else:
             new[f] = (x.detach() - 0.5 * torch.rand(x.shape, generator=gen, dtype=x.dtype)).clamp(max=-1e-3)
             if "entropy" in f:
@@ -239,10 +260,12 @@ SHAPERS = [n for n in sorted(EXPECTED) if EXPECTED[n].get("shapers")]
 @pytest.mark.parametrize("name", SHAPERS)
 def test_advantage_shapers_read_only_the_declared_fields(name, gen):
     batch = make_batch(gen, n=8, t=12, group=4)
+    extra = {"sum_p2": batch.old_logp.exp() ** 2 + 0.1, "reward_baselines": torch.rand(8, generator=gen, dtype=D)}
+    batch = dataclasses.replace(batch, **extra)
     declared = needs_of(build(name)).advantage_fields
     adv = batch.token_advantages().detach()
     base = build(name).shape_advantages(adv, batch)
-    for f in (*PER_TOKEN, "rewards", "group_index"):
+    for f in (*PER_TOKEN, "sum_p2", "rewards", "group_index", "reward_baselines"):
         if f not in declared:
             assert torch.equal(build(name).shape_advantages(adv, _perturbed(batch, [f], gen)), base), f
     if declared:

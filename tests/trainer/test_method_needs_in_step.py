@@ -204,3 +204,39 @@ def test_other_methods_draw_no_extra_samples(setup, monkeypatch, method):
     assert rec.generations == [(4, 4, 0.9)]
     ((roll_u, full_u, adv_u),) = rec.updates
     assert roll_u.rewards.shape[0] == 16 and adv_u.shape == full_u.mask.shape
+
+
+# --------------------------------------------------------------------------------------------
+# verl's estimators: optimal_token_baseline reads the rollout's Σπ²; remax is refused
+# --------------------------------------------------------------------------------------------
+
+
+def test_optimal_token_baseline_gets_the_rollout_sum_p2(setup, monkeypatch):
+    task, tok, model = setup
+    before = copy.deepcopy(model)
+    seen: list[ef.TokenBatch] = []
+    real = step_mod.compute_advantages
+
+    def spy(batch, method, **kw):
+        seen.append(batch)
+        return real(batch, method, **kw)
+
+    monkeypatch.setattr(step_mod, "compute_advantages", spy)
+    cfg = make_cfg("optimal_token_baseline")
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    _, roll, _ = step_mod.train_step(model, tok, task, ef.get_method("optimal_token_baseline"), opt, cfg, step=1)
+    (full,) = seen
+    assert full.sum_p2 is not None and full.sum_p2_logp is None  # Σπ² only, not the tabular pair
+    with torch.no_grad():  # Σπ² of the rollout policy at the sampling temperature, from an independent forward
+        logits = full_forward_logits(before, roll.prompt_ids, roll.prompt_mask, roll.response_ids)
+        want = (torch.softmax(logits.double() / cfg.temperature, -1) ** 2).sum(-1)
+    m = full.mask.bool()
+    assert torch.allclose(full.sum_p2.double()[m], want[m], rtol=1e-4, atol=1e-5)
+
+
+def test_remax_is_refused_by_the_generic_trainer():
+    from entflow.errors import ConfigError
+    from entflow.trainer.loop import _start_state
+
+    with pytest.raises(ConfigError, match=r"method.*remax.*greedy response"):
+        _start_state(None, make_cfg("remax"), resume=False)

@@ -16,7 +16,9 @@ class TokenBatch:
 
     Per-token tensors are ``[N, T]``; ``mask`` is 1 on response tokens that count.
     ``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``; ``rewards`` and
-    ``group_index`` are ``[N]`` (needed by sequence-level advantage shaping).
+    ``group_index`` are ``[N]`` (needed by sequence-level advantage shaping);
+    ``reward_baselines`` ``[N]`` is the reward of a greedy response to each row's prompt (ReMax's
+    baseline, drawn by the host).
     ``logp`` carries the gradient during an update; every other field is read detached,
     except ``entropy``, which the entropy bonus differentiates.
 
@@ -37,6 +39,7 @@ class TokenBatch:
     sum_p2_logp: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     group_index: torch.Tensor | None = None
+    reward_baselines: torch.Tensor | None = None
     step: int = 0
     total_steps: int | None = None
     validate: bool = True
@@ -66,7 +69,7 @@ class TokenBatch:
             if tuple(self.advantages.shape) not in ((n,), shape):
                 raise ShapeError("advantages", f"[N] = ({n},) or [N, T] = {shape}", tuple(self.advantages.shape))
             check_finite("advantages", self.advantages, None if self.advantages.dim() == 1 else m)
-        for name in ("rewards", "group_index"):
+        for name in ("rewards", "group_index", "reward_baselines"):
             x = getattr(self, name)
             if x is not None:
                 check_shape(name, x, (n,), f"[N] = ({n},)")

@@ -15,6 +15,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     sign,
     siren,
     steer,
+    verl_advantages,
 )
 from entflow.methods.base import (
     Composite,

@@ -67,6 +67,9 @@ class MethodNeeds:
             temperature each step (AEPO, arXiv 2510.08141 §4): a part with
             ``draws_temperature_samples = True`` gives ``temperature``, ``n_prompts(P)`` and
             ``reinforce_advantages(batch)``; the trainer appends the kept rows to the update batch.
+        greedy_baseline: parts that need the reward of a greedy response to each prompt as
+            ``reward_baselines`` (ReMax, arXiv 2310.10505): a part with
+            ``draws_greedy_baseline = True``; a host that cannot draw that rollout refuses it.
     State:
         controllers: parts whose ``update`` advances state once per rollout step (they read the
             step's metrics, incl. the rollout entropy).
@@ -89,6 +92,7 @@ class MethodNeeds:
     strict_on_policy: bool = False
     entropy_top_p: float | None = None
     temperature_samples: tuple[str, ...] = ()
+    greedy_baseline: tuple[str, ...] = ()
     controllers: tuple[str, ...] = ()
     stateful: tuple[str, ...] = ()
     stochastic: tuple[str, ...] = ()
@@ -107,6 +111,8 @@ class MethodNeeds:
             wanted.add("entropy")
         if self.tabular:
             wanted.update(TABULAR_STATS)
+        if "sum_p2" in self.rollout_stats:  # a shaper reads the rollout policy's Σπ² (optimal_token_baseline)
+            wanted.add("sum_p2")
         return tuple(s for s in STAT_NAMES if s in wanted)
 
     @property
@@ -186,6 +192,7 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
         strict_on_policy=any(p.strict_on_policy for p in parts),
         entropy_top_p=_entropy_top_p(m.name, parts),
         temperature_samples=samplers,
+        greedy_baseline=tuple(p.name for p in parts if getattr(p, "draws_greedy_baseline", False)),
         controllers=controllers,
         stateful=tuple(p.name for p in parts if p.state_fields or p.overrides("state_dict")),
         stochastic=tuple(p.name for p in parts if isinstance(p, Stochastic)),

@@ -123,6 +123,13 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
     """The method, optimizer and frozen reference model, restored from the last checkpoint on
     resume (after which the config must match the run's, see :func:`_check_resumable`)."""
     method = get_method(cfg.method, **cfg.method_params)
+    if needs_of(method).greedy_baseline:  # ReMax: a greedy rollout per prompt, which train_step does not draw
+        raise ConfigError(
+            "method",
+            f"{cfg.method}: {', '.join(needs_of(method).greedy_baseline)} takes the reward of a greedy response to "
+            "each prompt as its baseline (arXiv 2310.10505), an extra rollout this trainer does not draw; "
+            "use rloo or grpo, or verl's own adv_estimator=remax",
+        )
     ref_model = None
     if needs_of(method).ref_logp:
         ref_model = parts.load_reference()

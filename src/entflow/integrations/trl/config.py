@@ -186,6 +186,13 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"{m} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which TRL does not "
             "draw; without them it is plain GRPO. Use the lab / the generic trainer",
         )
+    if needs.greedy_baseline:
+        raise ConfigError(
+            "entflow_method",
+            f"{m}: {', '.join(needs.greedy_baseline)} takes the reward of a greedy response to each prompt as its "
+            "baseline (ReMax, arXiv 2310.10505), an extra rollout that TRL does not draw. Use verl's own "
+            "adv_estimator=remax, or another estimator (rloo, grpo)",
+        )
     kl = _part(method, "kl_ref")
     ref_only = needs.ref_logp and kl is None  # e.g. archer: TRL's beta only loads the reference
     if ref_only and args.beta not in (0.0, REFERENCE_ONLY_BETA):

@@ -150,7 +150,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
             self._ef_capture = False
 
         old_entropy = self._ef_captured_entropy
-        if needs.tabular:
+        if needs.tabular or "sum_p2" in needs.rollout_stats:  # Σπ²: tabular estimator, optimal_token_baseline
             stats = self._ef_rollout_token_stats(out)
             out["old_per_token_logps"] = stats.logp
             old_entropy = stats.entropy

@@ -177,6 +177,17 @@ def verl_blockers(method: Method) -> list[str]:
                 f"{p.name} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which "
                 "verl does not draw; without them it is plain GRPO"
             )
+        if needs.greedy_baseline:
+            reasons.append(
+                f"{p.name} takes the reward of a greedy response to each prompt as its baseline (arXiv 2310.10505), "
+                "which verl's trainer draws only for its own adv_estimator=remax; use algorithm.adv_estimator=remax"
+            )
+        if "sum_p2" in needs.rollout_stats:
+            reasons.append(
+                f"{p.name} reads the rollout policy's Σπ² per token, which the entflow plugin does not pass to "
+                "compute_advantages; use verl's own algorithm.adv_estimator=optimal_token_baseline with "
+                "actor.calculate_sum_pi_squared=True"
+            )
     return reasons
 
 

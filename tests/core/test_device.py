@@ -27,7 +27,7 @@ METHODS = [(n, BUILD.get(n, {})) for n in ef.list_methods()] + [
 ]
 STOCHASTIC = {"clip_cov", "rand_pos_clip", "quadrant"}
 # methods whose weights switch at a data-dependent threshold: rounding may move a token across it
-THRESHOLDED = {"clip_cov", "kl_cov", "forking_tokens", "rand_pos_clip", "quadrant", "steer-binary"}
+THRESHOLDED = {"clip_cov", "kl_cov", "forking_tokens", "rand_pos_clip", "quadrant", "steer-binary", "erc"}
 
 
 def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tensor]:

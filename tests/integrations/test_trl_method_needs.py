@@ -124,3 +124,8 @@ def test_aepo_is_refused_for_its_temperature_samples(tmp_path):
 def test_remax_is_refused_for_its_greedy_rollout(tmp_path):
     with pytest.raises(ConfigError, match=r"entflow_method.*remax.*greedy response"):
         EntflowGRPOConfig(**args_for(tmp_path), entflow_method="remax")
+
+
+def test_aer_is_refused_for_its_per_group_loss(tmp_path):
+    with pytest.raises(ConfigError, match=r"entflow_method.*aer reads group_index in the loss"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aer")

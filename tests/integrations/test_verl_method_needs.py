@@ -22,6 +22,7 @@ from entflow.methods.base import get_method
         (dict(loss_mode="entflow", method="clip_higher+siren", params={"top_p": 0.5}), r"siren\(top_p=0\.5\)"),
         (dict(loss_mode="entflow.aepo"), r"aepo.*own temperature"),
         (dict(loss_mode="entflow.remax"), r"remax.*greedy response.*adv_estimator=remax"),
+        (dict(loss_mode="entflow.aer"), r"aer reads group_index in the loss"),
         (dict(loss_mode="entflow.optimal_token_baseline"), r"optimal_token_baseline.*Σπ².*calculate_sum_pi_squared"),
     ],
 )

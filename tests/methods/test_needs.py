@@ -115,6 +115,22 @@ EXPECTED: dict[str, dict] = {
         replaces_advantages=True,
         greedy_baseline=("remax",),
     ),
+    # the objectives aimed at pass@k (methods/passk.py, methods/exploration.py)
+    **{
+        n: dict(advantage_fields=("rewards", "group_index"), shapers=(n,), replaces_advantages=True)
+        for n in ("passk_training", "pkpo")
+    },
+    "erc": dict(  # H_θ/H_old per token: the current entropy (read detached) and the rollout's
+        entropy_grad=True, reads_entropy=True, loss_fields=("entropy", "old_entropy")
+    ),
+    "aer": dict(  # −α(1 − acc_g)·H with grad; group accuracies from compute_advantages, looked up by id
+        entropy_grad=True,
+        loss_fields=("entropy", "group_index"),
+        advantage_fields=("rewards", "group_index"),
+        shapers=("aer",),
+        controllers=("aer",),
+        stateful=("aer",),
+    ),
     "optimal_token_baseline": dict(  # w_t = 1 − 2π_t + Σπ² of the rollout policy
         advantage_fields=("rewards", "group_index", "old_logp", "sum_p2"),
         rollout_stats=("old_logp", "sum_p2"),
@@ -147,6 +163,7 @@ def test_needs_of_every_registered_method(name):
         ("position_shaping", {"start": 3}, dict(reads_step=True)),
         ("siren", {"top_p": 1.0}, dict(entropy_top_p=None)),  # the nucleus is the vocabulary: the full entropy
         ("siren", {"top_p": 0.3}, dict(entropy_top_p=0.3)),
+        ("pkpo", {"k_end": 1}, dict(reads_step=True)),  # k annealed over training
     ],
 )
 def test_parameters_that_change_the_needs(name, params, changed):
@@ -254,7 +271,10 @@ def test_batch_statistics_read_only_the_declared_fields(name, gen):
         assert not _same(_statistics(name, _perturbed(batch, declared, gen)), base)
 
 
-SHAPERS = [n for n in sorted(EXPECTED) if EXPECTED[n].get("shapers")]
+# aer's shaping leaves A unchanged and records each group's accuracy for its loss term:
+# tests/methods/test_exploration.py checks what it reads
+SHAPERS = [n for n in sorted(EXPECTED) if EXPECTED[n].get("shapers") and n != "aer"]
+SHAPER_PARAMS = {"passk_training": {"k": 2}, "pkpo": {"k": 2}}  # the perturbed groups are pairs
 
 
 @pytest.mark.parametrize("name", SHAPERS)
@@ -262,14 +282,15 @@ def test_advantage_shapers_read_only_the_declared_fields(name, gen):
     batch = make_batch(gen, n=8, t=12, group=4)
     extra = {"sum_p2": batch.old_logp.exp() ** 2 + 0.1, "reward_baselines": torch.rand(8, generator=gen, dtype=D)}
     batch = dataclasses.replace(batch, **extra)
-    declared = needs_of(build(name)).advantage_fields
+    params = SHAPER_PARAMS.get(name, {})
+    declared = needs_of(build(name, **params)).advantage_fields
     adv = batch.token_advantages().detach()
-    base = build(name).shape_advantages(adv, batch)
+    base = build(name, **params).shape_advantages(adv, batch)
     for f in (*PER_TOKEN, "sum_p2", "rewards", "group_index", "reward_baselines"):
         if f not in declared:
-            assert torch.equal(build(name).shape_advantages(adv, _perturbed(batch, [f], gen)), base), f
+            assert torch.equal(build(name, **params).shape_advantages(adv, _perturbed(batch, [f], gen)), base), f
     if declared:
-        assert not torch.equal(build(name).shape_advantages(adv, _perturbed(batch, declared, gen)), base)
+        assert not torch.equal(build(name, **params).shape_advantages(adv, _perturbed(batch, declared, gen)), base)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ def flow_sums(dH: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torc
 
 def balance(s_pos: torch.Tensor, s_neg: torch.Tensor) -> torch.Tensor:
     """λ* = (S− − S+) / max(S− + S+, 1e-12) (OPEFO Eq. 9), a 0-d tensor."""
-    return (s_neg - s_pos) / (s_neg + s_pos).clamp(min=1e-12)
+    total = s_neg + s_pos
+    # where: in float16 the 1e-12 floor underflows to 0, and an all-zero flow would give 0/0
+    return torch.where(total > 0, (s_neg - s_pos) / total.clamp(min=1e-12), torch.zeros_like(total))
 
 
 def flow_balance(dH: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -72,6 +72,12 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "siren": ("siren", {}, {}),
     "entropic": ("entropic", {}, {}),
     "aepo": ("aepo", {}, {}),
+    # the objectives aimed at pass@k (docs/methods.md), at their defaults: k = 4 of the regime's
+    # groups of 16 for the two pass@k advantages (the papers' k ≪ n settings)
+    "passk_training": ("passk_training", {"k": 4}, {}),
+    "pkpo": ("pkpo", {"k": 4}, {}),
+    "erc": ("erc", {}, {}),
+    "aer": ("aer", {}, {}),
     # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
     # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
     "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),

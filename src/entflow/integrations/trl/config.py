@@ -186,6 +186,13 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"{m} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which TRL does not "
             "draw; without them it is plain GRPO. Use the lab / the generic trainer",
         )
+    per_group = [f for f in ("rewards", "group_index") if f in needs.loss_fields]
+    if per_group:
+        raise ConfigError(
+            "entflow_method",
+            f"{m} reads {' and '.join(per_group)} in the loss, which TRL's micro-batches do not carry. "
+            "Use the lab / the generic trainer",
+        )
     if needs.greedy_baseline:
         raise ConfigError(
             "entflow_method",

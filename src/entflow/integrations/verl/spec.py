@@ -177,6 +177,11 @@ def verl_blockers(method: Method) -> list[str]:
                 f"{p.name} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which "
                 "verl does not draw; without them it is plain GRPO"
             )
+        per_group = [f for f in ("rewards", "group_index") if f in needs.loss_fields]
+        if per_group:
+            reasons.append(
+                f"{p.name} reads {' and '.join(per_group)} in the loss, which verl's micro-batches do not carry"
+            )
         if needs.greedy_baseline:
             reasons.append(
                 f"{p.name} takes the reward of a greedy response to each prompt as its baseline (arXiv 2310.10505), "

@@ -30,6 +30,8 @@ from collections.abc import Callable
 import torch
 
 import entflow as ef
+from entflow.core.topk import topk_logprobs
+from entflow.methods.needs import needs_of
 
 CLOCK = time.process_time
 PARAMS = {"opefo_target": {"target": 1.0}, "quadrant": {"preset": "uplift"}, "pos_adv_reweight": {}}
@@ -49,6 +51,8 @@ KIND = {
     "sapo": "per-token loss",
     "ce_gppo": "per-token loss",
     "archer": "per-token loss + loss term (ref_logp)",
+    "simko": "per-token loss (+ top-K log-probs from the logits)",
+    "aer": "loss term (entropy with grad)",
 }
 
 
@@ -100,6 +104,8 @@ def rollout_fields(n: int, t: int, group: int, gen: torch.Generator) -> dict:
         mask=mask,
         rewards=torch.randint(0, 2, (n,), generator=gen).float(),
         group_index=torch.arange(n) // group,
+        reward_baselines=torch.rand(n, generator=gen),  # remax: a greedy response's reward
+        sum_p2=torch.rand(n, t, generator=gen),  # optimal_token_baseline: the rollout's Σπ²
         step=3,
         total_steps=10,
     )
@@ -120,16 +126,20 @@ def case_tensors(n: int, t: int, rounds: int) -> dict[str, float]:
     steps = {}
     for name in method_names():
         method = build(name)
+        k = needs_of(method).topk
+        base_topk = None if k is None else -torch.rand(n, t, k, generator=gen).cumsum(-1)
 
-        def step(method: ef.Method = method) -> None:
+        def step(method: ef.Method = method, base_topk: torch.Tensor | None = base_topk) -> None:
             logp = base_logp.clone().requires_grad_(True)
             entropy = old_entropy.clone().requires_grad_(True)
+            topk = None if base_topk is None else base_topk.clone().requires_grad_(True)
             b = ef.TokenBatch(logp, old_logp, None, f["mask"], entropy=entropy, old_entropy=old_entropy,
                               ref_logp=ref_logp, rewards=f["rewards"], group_index=f["group_index"],
+                              reward_baselines=f["reward_baselines"], sum_p2=f["sum_p2"],
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(logp, old_logp, adv, f["mask"], entropy=entropy, old_entropy=old_entropy,
-                              ref_logp=ref_logp, group_index=f["group_index"],
+                              ref_logp=ref_logp, group_index=f["group_index"], topk_logp=topk,
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 
@@ -165,9 +175,10 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
     ids = torch.randint(0, vocab, (n, t + 1), generator=gen)
     f = rollout_fields(n, t, 8, gen)
 
-    def stats(model: torch.nn.Module) -> ef.TokenStats:
+    def stats(model: torch.nn.Module, topk: int | None = None) -> ef.TokenStats:
         logits = model(input_ids=ids[:, :-1]).logits
-        return ef.token_stats(logits, ids[:, 1:])
+        out = ef.token_stats(logits, ids[:, 1:])
+        return out if topk is None else out._replace(topk_logp=topk_logprobs(logits, topk))  # simko
 
     with torch.no_grad():
         old = stats(policy)
@@ -182,13 +193,14 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
                     rl = stats(ref).logp
             else:
                 rl = ref_logp
-            s = stats(policy)
+            s = stats(policy, needs_of(method).topk)
             b = ef.TokenBatch(s.logp, old_logp, None, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
                               ref_logp=rl, rewards=f["rewards"], group_index=f["group_index"],
+                              reward_baselines=f["reward_baselines"], sum_p2=f["sum_p2"],
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(s.logp, old_logp, adv, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
-                              ref_logp=rl, group_index=f["group_index"],
+                              ref_logp=rl, group_index=f["group_index"], topk_logp=s.topk_logp,
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 

@@ -27,7 +27,7 @@ METHODS = [(n, BUILD.get(n, {})) for n in ef.list_methods()] + [
 ]
 STOCHASTIC = {"clip_cov", "rand_pos_clip", "quadrant"}
 # methods whose weights switch at a data-dependent threshold: rounding may move a token across it
-THRESHOLDED = {"clip_cov", "kl_cov", "forking_tokens", "rand_pos_clip", "quadrant", "steer-binary", "erc"}
+THRESHOLDED = {"clip_cov", "kl_cov", "forking_tokens", "rand_pos_clip", "quadrant", "steer-binary", "erc", "simko"}
 
 
 def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -51,6 +51,7 @@ def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tenso
         "rewards": torch.randint(0, 2, (n,), generator=g).to(D),
         "group_index": torch.arange(n) // 4,
         "reward_baselines": torch.rand(n, generator=g, dtype=D),  # remax's greedy rewards
+        "topk_logp": logpi.sort(-1, descending=True).values[..., :3],  # simko's candidates
     }
 
 

@@ -101,6 +101,7 @@ def fast_batch(gen: torch.Generator) -> ef.TokenBatch:
         rewards=b.rewards,
         group_index=b.group_index * 7 + 3,
         reward_baselines=b.rewards.flip(0),  # remax's greedy rewards
+        topk_logp=-torch.rand(8, 7, 3, generator=gen, dtype=torch.float64).cumsum(-1),  # simko's candidates
         step=2,
         total_steps=10,
         validate=False,
@@ -140,6 +141,7 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
             ref_logp=b.ref_logp,
             sum_p2=b.sum_p2,
             sum_p2_logp=b.sum_p2_logp,
+            topk_logp=b.topk_logp,
             group_index=b.group_index,
             step=2,
             total_steps=10,
@@ -159,6 +161,7 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
                 ref_logp=batch.ref_logp[s],
                 sum_p2=batch.sum_p2[s],
                 sum_p2_logp=batch.sum_p2_logp[s],
+                topk_logp=batch.topk_logp[s],
                 group_index=batch.group_index[s],
                 step=2,
                 total_steps=10,

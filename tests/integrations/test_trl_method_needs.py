@@ -129,3 +129,8 @@ def test_remax_is_refused_for_its_greedy_rollout(tmp_path):
 def test_aer_is_refused_for_its_per_group_loss(tmp_path):
     with pytest.raises(ConfigError, match=r"entflow_method.*aer reads group_index in the loss"):
         EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aer")
+
+
+def test_simko_is_refused_for_its_top_k_candidates(tmp_path):
+    with pytest.raises(ConfigError, match=r"entflow_method.*simko reads the log-probs of the top-3 candidates"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="simko")

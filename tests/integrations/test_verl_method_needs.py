@@ -23,6 +23,7 @@ from entflow.methods.base import get_method
         (dict(loss_mode="entflow.aepo"), r"aepo.*own temperature"),
         (dict(loss_mode="entflow.remax"), r"remax.*greedy response.*adv_estimator=remax"),
         (dict(loss_mode="entflow.aer"), r"aer reads group_index in the loss"),
+        (dict(loss_mode="entflow.simko"), r"simko reads the log-probs of the top-3 candidates.*logits"),
         (dict(loss_mode="entflow.optimal_token_baseline"), r"optimal_token_baseline.*Σπ².*calculate_sum_pi_squared"),
     ],
 )

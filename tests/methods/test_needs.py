@@ -120,6 +120,9 @@ EXPECTED: dict[str, dict] = {
         n: dict(advantage_fields=("rewards", "group_index"), shapers=(n,), replaces_advantages=True)
         for n in ("passk_training", "pkpo")
     },
+    "simko": dict(  # top-K log-probs with grad (a token statistic), H read detached for the quantile
+        reads_entropy=True, loss_fields=("topk_logp",), topk=3
+    ),
     "erc": dict(  # H_θ/H_old per token: the current entropy (read detached) and the rollout's
         entropy_grad=True, reads_entropy=True, loss_fields=("entropy", "old_entropy")
     ),
@@ -164,6 +167,7 @@ def test_needs_of_every_registered_method(name):
         ("siren", {"top_p": 1.0}, dict(entropy_top_p=None)),  # the nucleus is the vocabulary: the full entropy
         ("siren", {"top_p": 0.3}, dict(entropy_top_p=0.3)),
         ("pkpo", {"k_end": 1}, dict(reads_step=True)),  # k annealed over training
+        ("simko", {"top_k": 5}, dict(topk=5)),
     ],
 )
 def test_parameters_that_change_the_needs(name, params, changed):

@@ -240,3 +240,20 @@ def test_remax_is_refused_by_the_generic_trainer():
 
     with pytest.raises(ConfigError, match=r"method.*remax.*greedy response"):
         _start_state(None, make_cfg("remax"), resume=False)
+
+
+def test_simko_step_gives_the_loss_the_top_k_log_probs(setup, monkeypatch):
+    task, tok, model = setup
+    before = copy.deepcopy(model)
+    spy = Spy(monkeypatch)
+    cfg = make_cfg("simko")
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    metrics, roll, _ = step_mod.train_step(model, tok, task, ef.get_method("simko"), opt, cfg, step=1)
+    ((idx, batch),) = spy.calls
+    assert batch.topk_logp is not None and batch.topk_logp.requires_grad and batch.topk_logp.shape[-1] == 3
+    with torch.no_grad():
+        logits = full_forward_logits(before, **roll.select(idx))
+        want = torch.log_softmax(logits.double() / cfg.temperature, -1).sort(-1, descending=True).values[..., :3]
+    m = batch.mask.bool()
+    assert torch.allclose(batch.topk_logp.detach().double()[m], want[m], rtol=1e-5, atol=1e-5)
+    assert "simko/high_entropy_frac" in metrics and 0 < metrics["simko/high_entropy_frac"] < 1

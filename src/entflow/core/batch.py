@@ -18,7 +18,8 @@ class TokenBatch:
     ``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``; ``rewards`` and
     ``group_index`` are ``[N]`` (needed by sequence-level advantage shaping);
     ``reward_baselines`` ``[N]`` is the reward of a greedy response to each row's prompt (ReMax's
-    baseline, drawn by the host).
+    baseline, drawn by the host); ``topk_logp`` ``[N, T, K]`` holds the current policy's
+    log-probabilities of each position's K most probable tokens, with grad (SimKO).
     ``logp`` carries the gradient during an update; every other field is read detached,
     except ``entropy``, which the entropy bonus differentiates.
 
@@ -37,6 +38,7 @@ class TokenBatch:
     ref_logp: torch.Tensor | None = None
     sum_p2: torch.Tensor | None = None
     sum_p2_logp: torch.Tensor | None = None
+    topk_logp: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     group_index: torch.Tensor | None = None
     reward_baselines: torch.Tensor | None = None
@@ -65,6 +67,10 @@ class TokenBatch:
             if x is not None:
                 check_shape(name, x, shape, f"[N, T] = {shape} (as logp)")
                 check_finite(name, x, m)
+        if self.topk_logp is not None:
+            if self.topk_logp.dim() != 3 or tuple(self.topk_logp.shape[:2]) != shape:
+                raise ShapeError("topk_logp", f"[N, T, K] with [N, T] = {shape} (as logp)", tuple(self.topk_logp.shape))
+            check_finite("topk_logp", self.topk_logp, m.unsqueeze(-1).expand_as(self.topk_logp))
         if self.advantages is not None:
             if tuple(self.advantages.shape) not in ((n,), shape):
                 raise ShapeError("advantages", f"[N] = ({n},) or [N, T] = {shape}", tuple(self.advantages.shape))

@@ -76,6 +76,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # groups of 16 for the two pass@k advantages (the papers' k ≪ n settings)
     "passk_training": ("passk_training", {"k": 4}, {}),
     "pkpo": ("pkpo", {"k": 4}, {}),
+    "simko": ("simko", {}, {}),
     "erc": ("erc", {}, {}),
     "aer": ("aer", {}, {}),
     # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;

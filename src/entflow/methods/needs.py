@@ -67,6 +67,10 @@ class MethodNeeds:
             temperature each step (AEPO, arXiv 2510.08141 §4): a part with
             ``draws_temperature_samples = True`` gives ``temperature``, ``n_prompts(P)`` and
             ``reinforce_advantages(batch)``; the trainer appends the kept rows to the update batch.
+        topk: the loss reads ``topk_logp`` ``[N, T, K]``, the current policy's log-probabilities of
+            each position's K most probable tokens with grad (SimKO, arXiv 2510.14807), K the
+            largest ``token_topk`` attribute of the parts; the update forward computes them from
+            its logits (``core.topk.topk_logprobs``). ``None``: not needed.
         greedy_baseline: parts that need the reward of a greedy response to each prompt as
             ``reward_baselines`` (ReMax, arXiv 2310.10505): a part with
             ``draws_greedy_baseline = True``; a host that cannot draw that rollout refuses it.
@@ -93,6 +97,7 @@ class MethodNeeds:
     entropy_top_p: float | None = None
     temperature_samples: tuple[str, ...] = ()
     greedy_baseline: tuple[str, ...] = ()
+    topk: int | None = None
     controllers: tuple[str, ...] = ()
     stateful: tuple[str, ...] = ()
     stochastic: tuple[str, ...] = ()
@@ -193,6 +198,7 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
         entropy_top_p=_entropy_top_p(m.name, parts),
         temperature_samples=samplers,
         greedy_baseline=tuple(p.name for p in parts if getattr(p, "draws_greedy_baseline", False)),
+        topk=max((int(p.token_topk) for p in parts if getattr(p, "token_topk", None)), default=None),
         controllers=controllers,
         stateful=tuple(p.name for p in parts if p.state_fields or p.overrides("state_dict")),
         stochastic=tuple(p.name for p in parts if isinstance(p, Stochastic)),

@@ -1,5 +1,6 @@
-"""Pass@k objectives that set the advantages (docs/methods.md, "Objectives aimed at pass@k"):
-Pass@k Training (Chen et al., arXiv 2508.10751) and PKPO (Walder & Karkhanis, arXiv 2505.15201).
+"""Pass@k objectives (docs/methods.md, "Objectives aimed at pass@k"): two that set the advantages,
+Pass@k Training (Chen et al., arXiv 2508.10751) and PKPO (Walder & Karkhanis, arXiv 2505.15201),
+and SimKO's per-token loss (Peng et al., arXiv 2510.14807), at the end of the file.
 
 Both read a group's rewards as a set of n samples and ask what a subset of k of them achieves:
 its maximum (pass@k for 0/1 rewards, max@k otherwise). Over the C(n, k) subsets of a group, with
@@ -27,9 +28,10 @@ import torch
 
 from entflow.core.advantages import group_advantages
 from entflow.core.batch import TokenBatch
+from entflow.core.ppo import ppo_clip_loss
 from entflow.errors import ParameterError
-from entflow.methods._util import ReportsShaping, group_inverse, require_all
-from entflow.methods.base import Method, integer, optional, param, register
+from entflow.methods._util import ReportsShaping, group_inverse, require_all, valid_mean
+from entflow.methods.base import LossContext, Method, integer, interval, optional, param, register
 
 STD_EPS = 1e-6  # docs/design.md §1: a division by a std is by (std + 1e-6), as GRPO's
 
@@ -188,3 +190,69 @@ class PKPO(ReportsShaping, Method):
         a = group_advantages(st.s, batch.group_index, scale="group", eps=STD_EPS, validate=False)
         self._report(k=float(k), transformed_reward_mean=st.s.mean())
         return (a.unsqueeze(-1) * batch.valid.to(a.dtype)).to(adv.dtype)
+
+
+@register
+@dataclass(repr=False)
+class SimKO(Method):
+    """SimKO (Peng et al., arXiv 2510.14807 §4): at a response's high-entropy tokens (H above the
+    ``tau`` quantile of its valid tokens' entropies), a positive-advantage response spreads part α
+    of its gradient over the K most probable candidates, and a negative-advantage response whose
+    sampled token is the top-1 candidate is pushed down λ times harder. Per token,
+
+    ``r̃ = (1 − αw)·r + (αw/K)·sg(r)·Σ_{b∈top-K} π_θ(b)/sg(π_θ(b))`` (A > 0; value r, gradient
+    (1 − αw)·r·∇log π(y) + (αw/K)·r·Σ_b ∇log π(b)), ``Ã = λ·A`` where A < 0, w = 1 and y is the
+    top-1 candidate; then PPO-clip ``max(−Ã·r̃, −Ã·clip(r̃, 1 − ε_low, 1 + ε_high))``. It replaces
+    the per-token loss. Reads ``topk_logp`` (``MethodNeeds.topk``) and H detached."""
+
+    name = "simko"
+    formula = (
+        "w = 1[H_t > Q_τ(H of the response)]; A>0: r̃ = (1−αw)·r + (αw/K)·sg(r)·Σ_{b∈topK} π(b)/sg π(b); "
+        "A<0, w=1, y = top-1: Ã = λA; ℓ = max(−Ã·r̃, −Ã·clip(r̃, 1−ε_low, 1+ε_high))"
+    )
+    paper = "Peng et al. 2025, arXiv 2510.14807 §4 (SimKO); official code"
+    needs = ("topk_logp",)
+    reads_entropy = True
+
+    top_k: int = param(3, integer(1), "K candidates whose probabilities correct responses raise")
+    alpha: float = param(0.01, interval(0, 1), "share α of the gradient spread over the top-K (mix_topk_coef)")
+    lam: float = param(1.1, interval(0), "λ: the stronger push on a wrong response's top-1 token")
+    tau: float = param(0.8, interval(0, 1, lo_open=True, hi_open=True), "entropy quantile τ within a response")
+
+    @property
+    def token_topk(self) -> int:
+        return self.top_k
+
+    def token_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        b = ctx.batch
+        top = b.require("topk_logp", self.name)
+        if top.shape[-1] < self.top_k:
+            raise ParameterError(self.name, "top_k", f"is {self.top_k} but the batch has {top.shape[-1]} candidates")
+        top = top[..., : self.top_k]
+        valid = ctx.valid
+        H = b.entropy_for_reading(self.name).to(top.dtype)
+        w = (H > _response_quantile(H, valid, self.tau)) & valid  # arXiv 2510.14807 §4: high-entropy tokens
+        r = torch.exp(b.logp.masked_fill(~valid, 0) - b.old_logp.detach().masked_fill(~valid, 0))
+        spread = torch.exp(top - top.detach()).sum(-1) / self.top_k  # value 1, gradient mean_b ∇log π(b)
+        a_w = self.alpha * w.to(r.dtype)
+        r_tilde = torch.where(ctx.adv > 0, (1 - a_w) * r + a_w * r.detach() * spread, r)
+        top1 = b.logp.detach() >= top[..., 0].detach() - 1e-6  # the sampled token is the top-1 candidate
+        push = (ctx.adv < 0) & w & top1
+        adv = torch.where(push, self.lam * ctx.adv, ctx.adv)
+        ctx.metrics["simko/high_entropy_frac"] = valid_mean(w.to(r.dtype), valid)
+        ctx.metrics["simko/pushed_frac"] = valid_mean(push.to(r.dtype), valid)
+        return ppo_clip_loss(adv, r_tilde, ctx.clip_low, ctx.clip_high, ctx.dual_clip)
+
+
+def _response_quantile(H: torch.Tensor, valid: torch.Tensor, q: float) -> torch.Tensor:
+    """The ``q`` quantile (linear interpolation, as ``torch.quantile``) of each response's valid-token
+    values ``[N, T]`` → ``[N, 1]``; an empty response gets +inf (nothing selected). Sort-based, no sync."""
+    n_valid = valid.sum(-1, keepdim=True)
+    x = torch.where(valid, H, torch.full_like(H, torch.inf)).sort(-1).values  # valid values first
+    pos = (n_valid - 1).clamp(min=0).to(H.dtype) * q
+    lo = pos.floor().long()
+    hi = (lo + 1).clamp(max=(n_valid - 1).clamp(min=0))
+    x_lo, x_hi = x.gather(-1, lo), x.gather(-1, hi)
+    frac = pos - lo.to(H.dtype)
+    out = torch.where(hi > lo, x_lo + frac * (x_hi - x_lo), x_lo)
+    return torch.where(n_valid > 0, out, torch.full_like(out, torch.inf))

@@ -26,6 +26,7 @@ from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
+from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 
@@ -271,6 +272,7 @@ def response_token_stats(
     stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
     entropy_top_p: float | None = None,
     hidden_stats: bool = False,
+    topk: int | None = None,
 ) -> TokenStats:
     """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
@@ -289,7 +291,15 @@ def response_token_stats(
     ``entropy_top_p`` (< 1, ``MethodNeeds.entropy_top_p``): ``entropy`` is the entropy of the top-p
     nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
     2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
+
+    ``topk`` (``MethodNeeds.topk``, SimKO): also ``topk_logp`` ``[N, T, topk]``, the log-probs of
+    each position's ``topk`` most probable tokens with grad (:func:`~entflow.core.topk.topk_logprobs`),
+    from the logits (so not from hidden states).
     """
+    if topk is not None:
+        logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+        out = response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
+        return out._replace(topk_logp=topk_logprobs(logits, topk, temperature))
     if hidden_stats and (entropy_top_p is None or "entropy" not in stats):  # top-p entropy needs the logits
         reason = hidden_head_reason(model)
         if reason is None:
@@ -300,6 +310,19 @@ def response_token_stats(
             return token_stats_from_hidden(hidden, head.weight, response_ids, head.bias, temperature, stats=stats)
         warnings.warn(f"hidden_stats: token statistics from full logits because {reason}", stacklevel=2)
     logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    return response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
+
+
+def response_token_stats_from_logits(
+    logits: torch.Tensor,
+    response_ids: torch.Tensor,
+    temperature: float,
+    chunk_size: int | None,
+    stats: tuple[str, ...],
+    entropy_top_p: float | None = None,
+) -> TokenStats:
+    """:func:`response_token_stats` given the response positions' logits (the top-p entropy in place
+    of the full one when ``entropy_top_p`` is set)."""
     if entropy_top_p is None or "entropy" not in stats:
         return token_stats(logits, response_ids, temperature=temperature, chunk_size=chunk_size, stats=stats)
     rest = tuple(s for s in stats if s != "entropy")

@@ -142,7 +142,8 @@ def _rows(x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
 
 def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: TokenStats) -> TokenBatch:
     """Rows ``idx`` of the rollout batch ``full`` with the current policy's ``logp`` (and entropy,
-    where a method differentiates it) in ``cur`` and the advantages ``adv[idx]``."""
+    where a method differentiates it; the top-K log-probs where a method reads them) in ``cur`` and
+    the advantages ``adv[idx]``."""
     return TokenBatch(
         logp=cur.logp,
         old_logp=full.old_logp[idx],
@@ -153,6 +154,7 @@ def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: Toke
         ref_logp=_rows(full.ref_logp, idx),
         sum_p2=_rows(full.sum_p2, idx),
         sum_p2_logp=_rows(full.sum_p2_logp, idx),
+        topk_logp=cur.topk_logp,
         rewards=full.rewards[idx],
         group_index=full.group_index[idx],
         step=full.step,
@@ -304,6 +306,7 @@ def policy_update(
                 stats=cur_stats,
                 entropy_top_p=needs.entropy_top_p,  # SIREN: the loss differentiates the top-p entropy
                 hidden_stats=cfg.hidden_stats,  # from the last hidden state, no [N, T, V] logits
+                topk=needs.topk,  # SimKO: the top-K candidates' log-probs, from the logits
             )
             out = policy_loss(
                 mini_batch(full, adv, idx, cur), method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg

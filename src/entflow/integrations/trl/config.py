@@ -186,6 +186,13 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"{m} trains on extra responses sampled at its own temperature (arXiv 2510.08141), which TRL does not "
             "draw; without them it is plain GRPO. Use the lab / the generic trainer",
         )
+    if needs.topk is not None:
+        raise ConfigError(
+            "entflow_method",
+            f"{m} reads the log-probs of the top-{needs.topk} candidates at each token (arXiv 2510.14807), "
+            "which need the logits, but TRL's loss sees only the sampled tokens' log-probs. "
+            "Use the lab / the generic trainer",
+        )
     per_group = [f for f in ("rewards", "group_index") if f in needs.loss_fields]
     if per_group:
         raise ConfigError(

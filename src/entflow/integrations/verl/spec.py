@@ -182,6 +182,11 @@ def verl_blockers(method: Method) -> list[str]:
             reasons.append(
                 f"{p.name} reads {' and '.join(per_group)} in the loss, which verl's micro-batches do not carry"
             )
+        if needs.topk is not None:
+            reasons.append(
+                f"{p.name} reads the log-probs of the top-{needs.topk} candidates at each token (arXiv 2510.14807), "
+                "which need the logits, but verl's actor gives the loss only the sampled tokens' log-probs"
+            )
         if needs.greedy_baseline:
             reasons.append(
                 f"{p.name} takes the reward of a greedy response to each prompt as its baseline (arXiv 2310.10505), "

@@ -431,7 +431,13 @@ def test_registry_mode_without_entflow_trainer_validates_for_token_level_methods
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gtpo", "ppl_shaping", "entropy_advantage", "w_reinforce", "edge_grpo"])
+SHAPED = ["gtpo", "ppl_shaping", "entropy_advantage", "w_reinforce", "edge_grpo"]
+# verl's own estimators and the pass@k advantages, run by the entflow trainer's driver
+SET_BY_ENTFLOW = ["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg_advantage",
+                  "grpo_passk", "gdpo", "passk_training", "pkpo"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SHAPED + SET_BY_ENTFLOW)
 def test_shaping_from_verls_grpo_advantages_equals_compute_advantages(name):
     g = torch.Generator().manual_seed(8)
     N, T = 8, 6

@@ -11,8 +11,9 @@ one response (except grpo_passk, which verl refuses for it and so do we), a grou
 are all tied, and continuous rewards. ``norm_adv_by_std_in_grpo=False`` for the two estimators that
 read it (grpo_passk through ``config``, gdpo as an argument). ReMax's greedy rollout is drawn by
 verl's trainer, not its estimator: the estimator is given the baseline rewards
-(``reward_baselines``), and so is ours; the refusal of hosts that cannot draw it is tested in
-tests/methods/test_verl_advantages_hosts.py.
+(``reward_baselines``), and so is ours; the refusal of the hosts that cannot draw it is tested in
+tests/trainer/test_method_needs_in_step.py, tests/integrations/test_trl_method_needs.py and
+tests/integrations/test_verl_method_needs.py.
 """
 
 from __future__ import annotations

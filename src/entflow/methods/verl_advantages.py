@@ -4,7 +4,7 @@
 Each one is an advantage replacer (``replaces_advantages``): ``compute_advantages(batch, m)``
 builds A from ``batch.rewards`` (one outcome reward per response, which verl places on the last
 response token) and the groups, discarding the GRPO base, exactly as verl's
-``core_algos.get_adv_estimator_fn(name)`` does on the same inputs (tests/methods/test_verl_advantages.py
+``core_algos.get_adv_estimator_fn(name)`` does on the same inputs (tests/integrations/test_verl_advantages.py
 compares them in float64). Parameters carry verl's names and defaults. Everything is computed in
 float64 with fixed-size per-group buffers (N slots for at most N groups): no host synchronisation
 on the fast path. Where verl treats a group of one response specially we do the same (its

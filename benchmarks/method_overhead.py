@@ -175,14 +175,14 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
     ids = torch.randint(0, vocab, (n, t + 1), generator=gen)
     f = rollout_fields(n, t, 8, gen)
 
-    def stats(model: torch.nn.Module, topk: int | None = None) -> ef.TokenStats:
+    def stats(model: torch.nn.Module, topk: int | None = None) -> tuple[ef.TokenStats, torch.Tensor | None]:
         logits = model(input_ids=ids[:, :-1]).logits
         out = ef.token_stats(logits, ids[:, 1:])
-        return out if topk is None else out._replace(topk_logp=topk_logprobs(logits, topk))  # simko
+        return out, None if topk is None else topk_logprobs(logits, topk)  # simko: the top-K log-probs
 
     with torch.no_grad():
-        old = stats(policy)
-        ref_logp = stats(ref).logp
+        old = stats(policy)[0]
+        ref_logp = stats(ref)[0].logp
     old_logp, old_entropy = old.logp.detach(), old.entropy.detach()
 
     def make_step(method: ef.Method, ref_forward: bool = False) -> Callable[[], None]:
@@ -190,17 +190,17 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
             policy.zero_grad(set_to_none=True)
             if ref_forward:
                 with torch.no_grad():
-                    rl = stats(ref).logp
+                    rl = stats(ref)[0].logp
             else:
                 rl = ref_logp
-            s = stats(policy, needs_of(method).topk)
+            s, topk = stats(policy, needs_of(method).topk)
             b = ef.TokenBatch(s.logp, old_logp, None, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
                               ref_logp=rl, rewards=f["rewards"], group_index=f["group_index"],
                               reward_baselines=f["reward_baselines"], sum_p2=f["sum_p2"],
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(s.logp, old_logp, adv, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
-                              ref_logp=rl, group_index=f["group_index"], topk_logp=s.topk_logp,
+                              ref_logp=rl, group_index=f["group_index"], topk_logp=topk,
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 

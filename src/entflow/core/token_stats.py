@@ -72,7 +72,6 @@ class TokenStats(NamedTuple):
     entropy: torch.Tensor | None
     sum_p2: torch.Tensor | None
     sum_p2_logp: torch.Tensor | None
-    topk_logp: torch.Tensor | None = None  # [..., K]: the K most probable tokens' log-probs (core/topk.py)
 
 
 def auto_chunk_size(vocab: int, device: torch.device | str = "cpu") -> int:

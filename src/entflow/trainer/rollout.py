@@ -272,7 +272,6 @@ def response_token_stats(
     stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
     entropy_top_p: float | None = None,
     hidden_stats: bool = False,
-    topk: int | None = None,
 ) -> TokenStats:
     """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
@@ -291,15 +290,7 @@ def response_token_stats(
     ``entropy_top_p`` (< 1, ``MethodNeeds.entropy_top_p``): ``entropy`` is the entropy of the top-p
     nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
     2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
-
-    ``topk`` (``MethodNeeds.topk``, SimKO): also ``topk_logp`` ``[N, T, topk]``, the log-probs of
-    each position's ``topk`` most probable tokens with grad (:func:`~entflow.core.topk.topk_logprobs`),
-    from the logits (so not from hidden states).
     """
-    if topk is not None:
-        logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
-        out = response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
-        return out._replace(topk_logp=topk_logprobs(logits, topk, temperature))
     if hidden_stats and (entropy_top_p is None or "entropy" not in stats):  # top-p entropy needs the logits
         reason = hidden_head_reason(model)
         if reason is None:
@@ -311,6 +302,25 @@ def response_token_stats(
         warnings.warn(f"hidden_stats: token statistics from full logits because {reason}", stacklevel=2)
     logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
     return response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
+
+
+def response_topk_stats(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    temperature: float,
+    topk: int,
+    chunk_size: int | None = None,
+    stats: tuple[str, ...] = ("logp", "entropy"),
+    entropy_top_p: float | None = None,
+) -> tuple[TokenStats, torch.Tensor]:
+    """:func:`response_token_stats` and, from the same logits, the log-probs of each position's
+    ``topk`` most probable tokens ``[N, T, topk]`` with grad (:func:`~entflow.core.topk.topk_logprobs`;
+    ``MethodNeeds.topk``, SimKO). Always from the logits (never from hidden states)."""
+    logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    out = response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
+    return out, topk_logprobs(logits, topk, temperature)
 
 
 def response_token_stats_from_logits(

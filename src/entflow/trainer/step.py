@@ -34,7 +34,7 @@ from entflow.methods.objective import compute_advantages, policy_loss
 from entflow.trainer.audit import audit_entropy_change
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.diagnostics import rollout_diagnostics
-from entflow.trainer.rollout import Rollout, response_token_stats, sample_rollout, step_seed
+from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats, sample_rollout, step_seed
 
 
 def method_step(step: int) -> int:
@@ -142,8 +142,7 @@ def _rows(x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
 
 def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: TokenStats) -> TokenBatch:
     """Rows ``idx`` of the rollout batch ``full`` with the current policy's ``logp`` (and entropy,
-    where a method differentiates it; the top-K log-probs where a method reads them) in ``cur`` and
-    the advantages ``adv[idx]``."""
+    where a method differentiates it) in ``cur`` and the advantages ``adv[idx]``."""
     return TokenBatch(
         logp=cur.logp,
         old_logp=full.old_logp[idx],
@@ -154,7 +153,6 @@ def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: Toke
         ref_logp=_rows(full.ref_logp, idx),
         sum_p2=_rows(full.sum_p2, idx),
         sum_p2_logp=_rows(full.sum_p2_logp, idx),
-        topk_logp=cur.topk_logp,
         rewards=full.rewards[idx],
         group_index=full.group_index[idx],
         step=full.step,
@@ -298,19 +296,17 @@ def policy_update(
     for epoch in range(epochs):
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(chunks):
-            cur = response_token_stats(
-                model,
-                **roll.select(idx),
-                temperature=cfg.temperature,
-                chunk_size=cfg.chunk_size,
-                stats=cur_stats,
-                entropy_top_p=needs.entropy_top_p,  # SIREN: the loss differentiates the top-p entropy
-                hidden_stats=cfg.hidden_stats,  # from the last hidden state, no [N, T, V] logits
-                topk=needs.topk,  # SimKO: the top-K candidates' log-probs, from the logits
-            )
-            out = policy_loss(
-                mini_batch(full, adv, idx, cur), method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg
-            )
+            kw = dict(temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats)
+            # SIREN: the loss differentiates the top-p entropy
+            kw["entropy_top_p"] = needs.entropy_top_p
+            topk = None
+            if needs.topk is None:  # hidden_stats: from the last hidden state, no [N, T, V] logits
+                cur = response_token_stats(model, **roll.select(idx), **kw, hidden_stats=cfg.hidden_stats)
+            else:  # SimKO: the top-K candidates' log-probs too, from the same logits
+                cur, topk = response_topk_stats(model, **roll.select(idx), **kw, topk=needs.topk)
+            batch = mini_batch(full, adv, idx, cur)
+            batch.topk_logp = topk
+            out = policy_loss(batch, method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             if cfg.grad_clip is not None:

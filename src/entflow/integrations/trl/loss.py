@@ -196,11 +196,7 @@ def _rollout_rows(
 
 
 def _cat(rows: list[TokenStats]) -> TokenStats:
-    def cat(f: str) -> torch.Tensor | None:
-        parts = [getattr(r, f) for r in rows]
-        return None if parts[0] is None else torch.cat(parts)
-
-    return TokenStats(*(cat(f) for f in TokenStats._fields))
+    return TokenStats(*(torch.cat([getattr(r, f) for r in rows]) for f in TokenStats._fields))
 
 
 def rollout_token_stats_from_hidden(

@@ -180,7 +180,7 @@ def predict_entropy_law(entropy: Any, acc: Any, fit_frac: float = 0.15) -> LawPr
 
 
 def naive_forecasts(steps: Any, acc: Any, n_fit: int, at_step: float) -> dict[str, float]:
-    """The two naive forecasts an early prediction must beat (issue 21 point 5), from the first
+    """The two naive forecasts an early prediction must beat (paper 003 App. B.3), from the first
     ``n_fit`` points (``steps`` / ``acc`` ``[K]``, training order): ``last_value`` carries the last
     fitted accuracy forward; ``linear`` extrapolates the least-squares line in steps to ``at_step``."""
     S, R = _vec(steps, "steps")[:n_fit], _vec(acc, "acc")[:n_fit]

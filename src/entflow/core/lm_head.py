@@ -1,4 +1,4 @@
-"""When a causal LM's logits are exactly ``hidden @ W.T + b`` (docs/design.md §3, issue 24).
+"""When a causal LM's logits are exactly ``hidden @ W.T + b`` (docs/design.md §3).
 
 :func:`~entflow.core.hidden_stats.token_stats_from_hidden` computes the token statistics from the
 last hidden state and the output projection without the ``[N, V]`` logits. That is only the

@@ -3,7 +3,8 @@ the LM head's weight, and their gradients w.r.t. hidden, weight and bias) on a d
 
 Every variant (dtype × torch tiles / Triton tiles) is compared with float64 autograd through the
 explicit logits ``hidden @ weight.T + bias`` of the very same (already rounded) inputs, so the
-error measured is the computation's own. Formulas: docs/design.md §3; the tiling: issue 24.
+error measured is the computation's own. Formulas: docs/design.md §3; the tiling: docs/benchmarks.md
+(token_stats_from_hidden).
 """
 
 from __future__ import annotations

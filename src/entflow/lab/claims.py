@@ -1,6 +1,6 @@
 """The claim registry of ``entflow reproduce``: load and validate ``claims.yaml`` (package data),
-and the named metric functions a claim's ``metric`` refers to (issue 21 point 7;
-docs/reproduction.md, "Pre-registration").
+and the named metric functions a claim's ``metric`` refers to
+(docs/reproduction.md, "Pre-registration").
 
 A claim is measured once per seed from that seed's *run facts* (``{run: {fact: number}}``, see
 :func:`entflow.lab.reproduce.run_facts`) and judged from the 95 % Student-t interval of the
@@ -52,12 +52,12 @@ FACTS = frozenset(
         "target_rel_err",
         "dH_clipped_low_mean",
         "dH_clipped_high_mean",
-        # issue 21: coverage.json (coverage_n = 256) and the hard split's val/hard_acc
+        # coverage.json (coverage_n = 256) and the hard split's val/hard_acc
         "val_pass_at_256_final",
         "val_pass_at_256_warm",
         "hard_pass_at_256_final",
         "hard_acc_best_window",
-        # issue 21 point 5: |law error| − |naive forecast error| for the final accuracy, fitted on
+        # early prediction (paper 003 App. B.3): |law error| − |naive forecast error| for the final accuracy, fitted on
         # the first 15 / 30 / 50 % of the evaluations
         *(f"predict_{pct}_law_minus_{naive}" for pct in (15, 30, 50) for naive in ("last_value", "linear")),
     }

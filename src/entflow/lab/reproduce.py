@@ -52,7 +52,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
     # ~1.5 nats and GRPO takes it to ~0.5): with the design default 0.2 (docs/design.md §6) neither would ever act here
     "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
-    # λ_min 0.7, paper 000 App. D's setting throughout (0.1.0 ran the library default 0.8: issue 21 point 3)
+    # λ_min 0.7, paper 000 App. D's setting throughout (0.1.0 ran the default 0.8: docs/reproduction.md)
     "steer": ("steer", {"lambda_min": 0.7}, {}),
     "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
     "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
@@ -63,7 +63,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "ppl_shaping": ("ppl_shaping", {}, {}),
     "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
     "adaptive_entropy": ("adaptive_entropy", {"target": 0.8, "delta": 0.01, "c_max": 0.3}, {}),
-    # the field's methods since the five papers (issue 23; docs/methods.md), at their papers' defaults
+    # the field's methods since the five papers (docs/methods.md), at their papers' defaults
     "cispo": ("cispo", {}, {}),
     "gspo": ("gspo", {}, {}),
     "sapo": ("sapo", {}, {}),
@@ -96,7 +96,7 @@ SETTINGS = load_settings()
 # (the full run's steps are each setting's, from the registry: demo 80, regime 120)
 COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
 
-# pass@256 with n = 256 samples per problem (issue 21 point 2), the pre-registered coverage size
+# pass@256 with n = 256 samples per problem (docs/reproduction.md), the pre-registered coverage size
 COVERAGE_N = 256
 COVERAGE_FACTS = frozenset({"val_pass_at_256_final", "val_pass_at_256_warm", "hard_pass_at_256_final"})
 

@@ -40,7 +40,7 @@ def validate_policy(model, tokenizer, task, cfg: LabConfig, step: int) -> dict[s
         seed=step_seed(cfg.seed + 1, step),
     )
     out = {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
-    if hasattr(task, "hard_set"):  # avg@k on the harder held-out split (issue 21); own seed, own RNG fork
+    if hasattr(task, "hard_set"):  # avg@k on the harder held-out split (docs/regime.md); own seed, own RNG fork
         hard = evaluate(
             model,
             tokenizer,

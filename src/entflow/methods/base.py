@@ -314,7 +314,7 @@ class Stochastic:
         if "generator" not in state:
             raise ParameterError(self.name, "generator", "missing from the state dict being loaded")
         saved = state["generator"]
-        if isinstance(saved, torch.Tensor):  # format before issue 7: one CPU generator's state
+        if isinstance(saved, torch.Tensor):  # an older format: one CPU generator's state
             saved = {"per_call": {"device": "cpu", "state": saved}}
         gens: dict[str, torch.Generator] = {}
         for k, entry in saved.items():

@@ -128,3 +128,10 @@ def test_every_doc_page_is_on_the_site():
     top_level = {p.relative_to(ROOT / "docs").as_posix() for p in DOCS if "results" not in p.parts}
     assert top_level - on_site == set()
     assert all((ROOT / "docs" / p).is_file() for p in on_site)
+
+
+def test_ci_builds_the_docs_strictly():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "bash .ci/docs" in ci
+    script = (ROOT / ".ci" / "docs").read_text()
+    assert 'mkdocs" build --strict' in script or "mkdocs build --strict" in script

@@ -15,7 +15,8 @@ import entflow
 
 SRC = Path(entflow.__file__).parent
 
-# package -> the entflow packages it may import (besides itself and entflow.errors)
+# package -> the entflow packages it may import (besides itself and the low-level top-level modules
+# every layer may import: entflow.errors, entflow.files)
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "methods": {"core"},
@@ -28,8 +29,10 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "methods", "analysis", "trainer", "lab", "hf", "integrations", "doctor"},
 }
 PACKAGES = set(ALLOWED)
-# top-level modules: the package root re-exports core and methods (0.2 deleted the 0.1 shims)
-TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set()}
+# top-level modules: the package root re-exports core and methods (0.2 deleted the 0.1 shims);
+# errors and files are the low-level modules every layer may import
+TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set(), "files": set()}
+LOW_LEVEL = {"errors", "files"}
 
 
 def entflow_imports(path: Path) -> list[tuple[int, str]]:
@@ -59,9 +62,9 @@ def violations(src: Path) -> list[str]:
     for path in sorted(src.rglob("*.py")):
         home = where(path, src)
         if home in PACKAGES:
-            allowed = ALLOWED[home] | {home, "errors"}
+            allowed = ALLOWED[home] | {home} | LOW_LEVEL
         elif home in TOP_LEVEL:
-            allowed = TOP_LEVEL[home] | {home, "errors"}
+            allowed = TOP_LEVEL[home] | {home} | LOW_LEVEL
         else:
             found.append(f"{path.relative_to(src)} is a top-level module outside the layout")
             continue

@@ -99,3 +99,30 @@ class MissingExtraError(EntflowError, ImportError):
             f"{what + ' ' if what else ''}needs the [{extra}] extra ({', '.join(missing)} not installed): "
             f"pip install 'entflow[{extra}]'"
         )
+
+
+class AnalysisError(EntflowError, ValueError):
+    """The data given to an analysis cannot define the requested quantity (too few points, mismatched
+    lengths, non-finite values …). Names the field."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class RunDirError(EntflowError, ValueError):
+    """A run directory is missing a file or holds a malformed one. Names the path."""
+
+    def __init__(self, path: object, message: str):
+        from pathlib import Path
+
+        self.path = Path(str(path))
+        super().__init__(f"{path}: {message}")
+
+
+class ExpressionError(EntflowError, ValueError):
+    """An arithmetic expression (a lab task's answer) cannot be parsed; names the token seen."""
+
+
+class RewardTimeoutError(EntflowError, TimeoutError):
+    """A reward function ran past its time limit."""

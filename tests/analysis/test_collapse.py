@@ -11,15 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from entflow.analysis.collapse import (
-    MIN_POINTS,
-    SCHEMA,
-    analyze_series,
-    fit_law,
-    fit_mirror,
-)
-from entflow.analysis.diagnostics import AnalysisError, ema
+from entflow.analysis.collapse import SCHEMA, analyze_series
+from entflow.analysis.curves import ema
+from entflow.analysis.law import MIN_POINTS, fit_law, fit_mirror
 from entflow.analysis.tables import collapse_table
+from entflow.errors import AnalysisError
 from entflow.methods import get_method
 
 

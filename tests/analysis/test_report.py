@@ -14,9 +14,9 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from entflow.analysis.diagnostics import fit_entropy_law
+from entflow.analysis.law import fit_entropy_law
 from entflow.analysis.report import print_summary, summarize_run, write_report
-from entflow.analysis.runs import RunDirError
+from entflow.errors import RunDirError
 from support.run_dirs import N_STEPS, VAL_STEPS, entropy_at, make_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -70,7 +70,11 @@ def test_summarize_run_exact_values(tmp_path: Path):
     fit = fit_entropy_law([entropy_at(k, 0.0) for k in VAL_STEPS], [0.4, 0.55, 0.5, 0.52])
     assert s["law_a"] == pytest.approx(fit.a) and s["law_b"] == pytest.approx(fit.b)
     assert s["law_ceiling"] == pytest.approx(fit.ceiling)
-    assert math.isnan(s["law_predict_rmse"])  # 4 evaluations: too few for the 15 % early fit
+    # 4 evaluations: the early fit takes 3 (the minimum, entflow.analysis.law) and predicts the 4th
+    early = fit_entropy_law([entropy_at(k, 0.0) for k in VAL_STEPS[:3]], [0.4, 0.55, 0.5])
+    error = float(early.predict([entropy_at(VAL_STEPS[3], 0.0)])[0]) - 0.52
+    assert s["law_predict_error"] == pytest.approx(error, abs=1e-12)
+    assert s["law_predict_rmse"] == pytest.approx(abs(error), abs=1e-12)
     # rising → plateau: slope over (10, 20, 30) is 0.005/step, over (20, 30, 40) it is negative
     assert s["plateau_step"] == 20
 
@@ -100,6 +104,7 @@ def test_summary_law_early_prediction(tmp_path: Path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     s = summarize_run(run)
     assert s["law_predict_rmse"] == pytest.approx(0.01, abs=1e-9)
+    assert s["law_predict_error"] == pytest.approx(-0.01, abs=1e-9)
     assert s["law_r2"] > 0.9
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from entflow.analysis.report import summarize_run
-from entflow.analysis.runs import RunDirError, law_points, load_config, load_metrics, read_jsonl, wall_time
+from entflow.analysis.runs import law_points, load_config, load_metrics, read_jsonl, wall_time
+from entflow.errors import RunDirError
 from support.run_dirs import N_STEPS, make_run
 
 
@@ -91,7 +92,7 @@ def test_read_jsonl_is_lenient_and_in_file_order(tmp_path: Path):
 
 
 def test_load_coverage_reads_a_mapping_and_names_a_bad_file(tmp_path):
-    from entflow.analysis.runs import RunDirError, load_coverage
+    from entflow.analysis.runs import load_coverage
 
     assert load_coverage(tmp_path) == {}  # no coverage evaluation
     (tmp_path / "coverage.json").write_text('{"n": 256, "final": {}}')

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from entflow.analysis.report import summarize_run
-from entflow.analysis.stats import audit_ranking, audit_table, band, entropy_retention, t_interval, windowed_best
+from entflow.analysis.stats import audit_ranking, audit_table, band, t_interval, windowed_best
 from support.run_dirs import make_run
 
 
@@ -51,16 +51,6 @@ def test_audit_ranking_across_runs():
     assert [r["rank"] for r in ranking] == [1, 2, 3, None]
     assert ranking[1]["spearman"] == pytest.approx(0.5) and ranking[1]["pearson"] == pytest.approx(0.4)
     assert ranking[0]["n_runs"] == 1 and ranking[1]["n_runs"] == 2
-
-
-def test_entropy_retention_is_final_over_initial_window_means():
-    # 20 values: first 5 % = 1 value, last 20 % = 4 values
-    h = np.array([2.0] + [1.5] * 15 + [0.4, 0.6, 0.5, 0.5])
-    assert entropy_retention(h) == (2.0, pytest.approx(0.5), pytest.approx(0.25))
-    # 3 values: each window holds at least one value (floor(0.15) = 0 → 1, floor(0.6) = 0 → 1)
-    assert entropy_retention(np.array([2.0, 1.0, 0.5])) == (2.0, 0.5, 0.25)
-    assert all(math.isnan(v) for v in entropy_retention(np.array([])))
-    assert math.isnan(entropy_retention(np.array([0.0, 1.0]))[2])  # initial 0: no ratio
 
 
 def test_band_is_the_t_interval_on_the_steps_every_run_logged():

@@ -30,6 +30,7 @@ TOP_LEVEL_NAMES = load_snapshot()["entflow"]
 ANALYZE_MODULES = [
     "entflow",
     "entflow.errors",
+    "entflow.files",
     "entflow.cli.main",
     "entflow.cli.analyze",
     *(
@@ -43,7 +44,12 @@ ANALYZE_MODULES = [
             "report",
             "logs",
             "collapse",
-            "diagnostics",
+            "law",
+            "arrays",
+            "curves",
+            "diversity",
+            "calibration",
+            "token_profiles",
             "correlation",
         )
     ),

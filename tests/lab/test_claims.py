@@ -14,8 +14,9 @@ import yaml
 from scipy import stats
 
 from entflow.errors import ConfigError
+from entflow.files import json_safe
 from entflow.lab.claims import DESIGN_SEEDS, FACTS, _facts_read, load_claims, registry_path
-from entflow.lab.reproduce import CLAIMS, RUNS, _clean, evaluate_claims, runs_needed, select_claims
+from entflow.lab.reproduce import CLAIMS, RUNS, evaluate_claims, runs_needed, select_claims
 
 # the rules of the in-code claim list of 0.1.0 (id -> (rule, bound)), which the registry replaced
 RULES_0_1_0 = {
@@ -184,8 +185,8 @@ def test_not_run_for_pending_claims_and_untrained_runs():
     assert low["ci_high"] == pytest.approx(-0.11 + stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3), rel=1e-10)
     assert rows["park-clip-high"]["verdict"] == "inconclusive"
     assert rows["exploration"]["reason"].startswith("runs not trained: ")  # measurable since issue 21
-    json.dumps(_clean(rows["park-clip-low-random"]), allow_nan=False)  # NaN → null in claims.json
-    assert _clean(rows["park-clip-low-random"])["mean"] is None
+    json.dumps(json_safe(rows["park-clip-low-random"]), allow_nan=False)  # NaN → null in claims.json
+    assert json_safe(rows["park-clip-low-random"])["mean"] is None
 
 
 def _any_of(deltas: dict[tuple[str, str], list[float]]):

@@ -5,26 +5,27 @@ and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) 
 arrays only (no file, no trainer) and returns a :class:`CollapseAnalysis`:
 
 * **law fit** — paper 003 §2.4 Eq. 6: ``R = −a·exp(H) + b`` (ordinary least squares in (a, b),
-  :func:`entflow.analysis.diagnostics.fit_entropy_law`), with 95 % t-intervals on a, b and the
+  :func:`entflow.analysis.law.fit_law`), with 95 % t-intervals on a, b and the
   ceiling ``−a + b`` from the OLS covariance ``s²·(XᵀX)⁻¹``, ``X = [−e^H, 1]``, ``s² = RSS/(n − 2)``;
 * **mirror form** — ``R = q·exp(−β·H)`` (docs/reproduction.md: it fits the lab's ``grpo_law`` better),
   nonlinear least squares (``scipy.optimize.curve_fit``), ceiling ``q`` at H = 0; the form used for
   prediction is the one with the smaller **held-out** RMSE: both are fitted on the first 70 % of
   the points (training order) and scored on the last 30 %;
-* **early prediction** — paper 003 App. B.3: fit on the first ``early_frac`` (15 %) of the points,
+* **early prediction** — paper 003 App. B.3 (:func:`entflow.analysis.law.early_prediction`, whose
+  minimum-point rule every early prediction shares): fit on the first ``early_frac`` (15 %) of the points,
   predict R at the last point from its entropy, with a prediction interval (delta method:
   ``ŷ ± t·sqrt(gᵀ·Cov·g + s²)``, g = ∂f/∂θ at the final H; exact for the linear law), next to two
   naive baselines from the same points: the last value carried forward and a straight line in the
   step extrapolated to the final step;
 * **entropy** — retention = mean of the last 20 % of the entropies / mean of the first 5 % (each at
-  least one value; the same convention as ``entflow.analysis.report``), and the first step where the
+  least one value; :func:`entflow.analysis.law.entropy_retention`, as the report), and the first step where the
   EMA of entropy (paper 002 App. D.3, β = 0.6) fell below half its start;
 * **verdict** — ``collapsed`` (retention < threshold and the reward has stalled: its late slope is
   at most ``stall_ratio`` × its early slope), ``collapsing`` (retention < threshold, reward still
   rising), ``rising`` (retention > 1/threshold), else ``healthy``; with the evidence as sentences,
   and a suggestion of an entflow method and setting (docs/methods.md).
 
-R is the validation metric when at least :data:`MIN_POINTS` validation points are given (paper 003
+R is the validation metric when at least :data:`~entflow.analysis.law.MIN_POINTS` validation points are given (paper 003
 fits validation accuracy), else the training reward.
 """
 
@@ -35,158 +36,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
-from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law, naive_forecasts
+from entflow.analysis.arrays import finite_vector
+from entflow.analysis.curves import ema
+from entflow.analysis.law import (
+    MIN_POINTS,
+    FormFit,
+    early_prediction,
+    entropy_retention,
+    fit_law,
+    fit_mirror,
+    law_with_intervals,
+)
+from entflow.errors import AnalysisError
+from entflow.files import json_safe
 
-__all__ = [
-    "HELDOUT_FRAC",
-    "MIN_POINTS",
-    "SCHEMA",
-    "CollapseAnalysis",
-    "FormFit",
-    "analyze_series",
-    "fit_law",
-    "fit_mirror",
-]
+__all__ = ["HELDOUT_FRAC", "SCHEMA", "SUGGESTIONS", "CollapseAnalysis", "analyze_series"]
 
 SCHEMA = "entflow.analysis/1"
-MIN_POINTS = 4  # two parameters, and two degrees of freedom left for the intervals
 HELDOUT_FRAC = 0.30  # model choice: fit on the first 70 % of the points, score on the last 30 %
-INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20  # entropy retention, as entflow.analysis.report
-
-
-@dataclass(frozen=True)
-class FormFit:
-    """One fitted form of R(H): ``law`` (R = −a·e^H + b) or ``mirror`` (R = q·e^(−βH)).
-
-    ``params`` maps the parameter names (``a, b`` or ``q, beta``) to values, ``cov`` is their
-    ``[2, 2]`` covariance, ``s2`` the residual variance RSS/(n − 2) and ``ci`` the ``level``
-    t-intervals of each parameter and of ``ceiling`` (R at H = 0: −a + b, or q).
-    """
-
-    model: str
-    params: dict[str, float]
-    cov: np.ndarray
-    s2: float
-    r2: float
-    n: int
-    level: float
-    ceiling: float
-    ci: dict[str, tuple[float, float]]
-
-    def predict(self, entropy: Any) -> np.ndarray:
-        """R of the form at each entropy ``[m]`` → ``[m]``."""
-        H = np.asarray(entropy, dtype=np.float64)
-        p = self.params
-        if self.model == "law":
-            return -p["a"] * np.exp(H) + p["b"]  # paper 003 §2.4 Eq. 6: R = −a·exp(H) + b
-        return p["q"] * np.exp(-p["beta"] * H)  # docs/reproduction.md: R ≈ q·e^(−βH)
-
-    def gradient(self, entropy: float) -> np.ndarray:
-        """∂R/∂θ at one entropy → ``[2]`` (θ = (a, b) or (q, β))."""
-        p = self.params
-        if self.model == "law":
-            return np.array([-math.exp(entropy), 1.0])
-        e = math.exp(-p["beta"] * entropy)
-        return np.array([e, -p["q"] * entropy * e])
-
-    def interval(self, entropy: float) -> tuple[float, float]:
-        """``level`` prediction interval of a new R at ``entropy``: ŷ ± t·sqrt(gᵀ·Cov·g + s²)."""
-        y = float(self.predict(np.array([entropy]))[0])
-        g = self.gradient(entropy)
-        se = math.sqrt(max(float(g @ self.cov @ g) + self.s2, 0.0))
-        t = _t(self.level, self.n)
-        return y - t * se, y + t * se
-
-
-def _t(level: float, n: int) -> float:
-    """Two-sided Student t quantile with n − 2 degrees of freedom."""
-    return float(stats.t.ppf(0.5 + level / 2, n - 2))
-
-
-def _r2(R: np.ndarray, fitted: np.ndarray) -> float:
-    ss_tot = float(np.sum((R - R.mean()) ** 2))
-    return 1.0 - float(np.sum((R - fitted) ** 2)) / ss_tot if ss_tot > 0 else math.nan
-
-
-def _ci(value: float, var: float, t: float) -> tuple[float, float]:
-    se = math.sqrt(max(var, 0.0))
-    return value - t * se, value + t * se
-
-
-def fit_law(entropy: Any, acc: Any, level: float = 0.95) -> FormFit:
-    """Paper 003's law ``R = −a·exp(H) + b`` with t-intervals on a, b and the ceiling −a + b.
-
-    Args:
-        entropy: ``[n]`` policy entropy H at each point.
-        acc: ``[n]`` performance R at the same points.
-        level: confidence level of the intervals.
-
-    The point estimate is :func:`entflow.analysis.diagnostics.fit_entropy_law` (OLS with regressor
-    e^H); the covariance of (a, b) is ``s²·(XᵀX)⁻¹`` with ``X = [−e^H, 1]`` and ``s² = RSS/(n − 2)``.
-
-    Raises:
-        AnalysisError: fewer than :data:`MIN_POINTS` points, or all entropies equal.
-    """
-    H, R = np.asarray(entropy, dtype=np.float64), np.asarray(acc, dtype=np.float64)
-    if H.size < MIN_POINTS:
-        raise AnalysisError("entropy", f"the law fit needs >= {MIN_POINTS} points, got {H.size}")
-    return _law(H, R, level)
-
-
-def _law(H: np.ndarray, R: np.ndarray, level: float) -> FormFit:
-    """:func:`fit_law` on n >= 3 points (one degree of freedom: the early prediction's minimum)."""
-    law = fit_entropy_law(H, R)
-    X = np.stack([-np.exp(H), np.ones_like(H)], axis=1)
-    resid = R - X @ np.array([law.a, law.b])
-    s2 = float(resid @ resid) / (H.size - 2)
-    cov = s2 * np.linalg.inv(X.T @ X)
-    t = _t(level, H.size)
-    c = np.array([-1.0, 1.0])  # ceiling = −a + b
-    ci = {
-        "a": _ci(law.a, cov[0, 0], t),
-        "b": _ci(law.b, cov[1, 1], t),
-        "ceiling": _ci(law.ceiling, float(c @ cov @ c), t),
-    }
-    return FormFit("law", {"a": law.a, "b": law.b}, cov, s2, law.r2, int(H.size), level, law.ceiling, ci)
-
-
-def fit_mirror(entropy: Any, acc: Any, level: float = 0.95) -> FormFit | None:
-    """The mirror form ``R = q·exp(−β·H)`` by nonlinear least squares; None if it does not converge.
-
-    Started from the log-linear fit ``log R = log q − β·H`` on the points with R > 0 (or q = mean R,
-    β = 0 when fewer than two are positive). ``cov`` is scipy's ``pcov`` (scaled by s² = RSS/(n − 2)).
-
-    Raises:
-        AnalysisError: fewer than :data:`MIN_POINTS` points.
-    """
-    H, R = np.asarray(entropy, dtype=np.float64), np.asarray(acc, dtype=np.float64)
-    if H.size < MIN_POINTS:
-        raise AnalysisError("entropy", f"the mirror fit needs >= {MIN_POINTS} points, got {H.size}")
-    pos = R > 0
-    if pos.sum() >= 2 and np.ptp(H[pos]) > 0:
-        slope, icpt = np.polyfit(H[pos], np.log(R[pos]), 1)
-        p0 = [math.exp(icpt), -slope]
-    else:
-        p0 = [float(R.mean()) or 1.0, 0.0]
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            (q, beta), pcov = optimize.curve_fit(lambda h, q, beta: q * np.exp(-beta * h), H, R, p0=p0, maxfev=2000)
-    except (RuntimeError, ValueError, optimize.OptimizeWarning):
-        return None
-    if not (np.all(np.isfinite(pcov)) and math.isfinite(q) and math.isfinite(beta)):
-        return None
-    fitted = q * np.exp(-beta * H)
-    s2 = float(np.sum((R - fitted) ** 2)) / (H.size - 2)
-    t = _t(level, H.size)
-    ci = {
-        "q": _ci(float(q), pcov[0, 0], t),
-        "beta": _ci(float(beta), pcov[1, 1], t),
-        "ceiling": _ci(float(q), pcov[0, 0], t),
-    }
-    params = {"q": float(q), "beta": float(beta)}
-    return FormFit("mirror", params, np.asarray(pcov), s2, _r2(R, fitted), int(H.size), level, float(q), ci)
 
 
 def _fit_form(model: str, H: np.ndarray, R: np.ndarray, level: float) -> FormFit | None:
@@ -262,30 +130,7 @@ class CollapseAnalysis:
             "collapse": self.collapse,
             "suggestion": self.suggestion,
         }
-        return _jsonable(out)
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def _vector(x: Any, name: str, n: int | None = None) -> np.ndarray:
-    a = np.asarray(x.detach().cpu().double().numpy() if hasattr(x, "detach") else x, dtype=np.float64).ravel()
-    if n is not None and a.size != n:
-        raise AnalysisError(name, f"length {a.size} differs from steps length {n}")
-    bad = ~np.isfinite(a)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise AnalysisError(name, f"{int(bad.sum())} non-finite value(s), first at index {i} ({a[i]})")
-    return a
+        return json_safe(out)
 
 
 def _increasing(steps: np.ndarray, name: str) -> None:
@@ -305,16 +150,13 @@ def _nearest(steps: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.nda
 
 
 def _entropy_summary(steps: np.ndarray, H: np.ndarray) -> dict[str, Any]:
-    n = H.size
-    k0 = max(1, math.floor(INITIAL_FRAC * n + 1e-9))
-    k1 = max(1, math.floor(FINAL_FRAC * n + 1e-9))
-    h0, h1 = float(H[:k0].mean()), float(H[-k1:].mean())
+    h0, h1, retention = entropy_retention(H)
     smooth = ema(H)  # paper 002 App. D.3, β = 0.6
     below = np.flatnonzero(smooth < 0.5 * h0)
     return {
         "initial": h0,
         "final": h1,
-        "retention": h1 / h0 if h0 > 0 else math.nan,
+        "retention": retention,
         "half_life_step": float(steps[below[0]]) if below.size else None,
         "last": float(H[-1]),
     }
@@ -354,39 +196,39 @@ def _choose_model(H: np.ndarray, R: np.ndarray, level: float) -> tuple[str, dict
 def _early_prediction(
     steps: np.ndarray, H: np.ndarray, R: np.ndarray, frac: float, level: float, model: str
 ) -> dict[str, Any]:
-    n = H.size
-    n_fit = max(MIN_POINTS - 1, math.ceil(frac * n - 1e-9))  # three points: one degree of freedom
+    """:func:`entflow.analysis.law.early_prediction` (its point prediction and naive forecasts),
+    with a prediction interval for the law and the mirror form fitted on the same early points."""
+    ep = early_prediction(steps, H, R, frac)
+    n, n_fit = ep.n, ep.n_fit
     out: dict[str, Any] = {
         "frac": frac,
         "n_fit": n_fit,
         "model": model,
         "final": math.nan,
         "interval": [math.nan, math.nan],
-        "observed_final": float(R[-1]),
+        "observed_final": ep.observed_final,
         "error": math.nan,
-        "at_step": float(steps[-1]),
-        "at_entropy": float(H[-1]),
+        "at_step": ep.at_step,
+        "at_entropy": ep.at_entropy,
         "by_model": {},
         "baselines": {},
         "note": "",
     }
-    if n_fit >= n:
+    if not ep.held_out:
         out["note"] = f"needs more than {n_fit} points to hold any out, got {n}"
         return out
-    for form in ("law", "mirror"):
-        try:
-            if form == "law":
-                f = _law(H[:n_fit], R[:n_fit], level)
-            else:  # a nonlinear two-parameter form is not fitted on three points
-                f = fit_mirror(H[:n_fit], R[:n_fit], level) if n_fit >= MIN_POINTS else None
-        except AnalysisError:
-            f = None
-        if f is None:
-            continue
-        y = float(f.predict(np.array([H[-1]]))[0])
-        out["by_model"][form] = {"final": y, "interval": list(f.interval(float(H[-1]))), "error": y - float(R[-1])}
-    naive = naive_forecasts(steps, R, n_fit, float(steps[-1]))
-    out["baselines"] = {name: {"final": y, "error": y - float(R[-1])} for name, y in naive.items()}
+    if ep.fit is not None:
+        f = law_with_intervals(H[:n_fit], R[:n_fit], level)
+        out["by_model"]["law"] = {"final": ep.final, "interval": list(f.interval(ep.at_entropy)), "error": ep.error}
+    try:  # a nonlinear two-parameter form is not fitted on three points
+        mirror = fit_mirror(H[:n_fit], R[:n_fit], level) if n_fit >= MIN_POINTS else None
+    except AnalysisError:
+        mirror = None
+    if mirror is not None:
+        y = float(mirror.predict(np.array([ep.at_entropy]))[0])
+        interval = list(mirror.interval(ep.at_entropy))
+        out["by_model"]["mirror"] = {"final": y, "interval": interval, "error": y - ep.observed_final}
+    out["baselines"] = {name: {"final": y, "error": y - ep.observed_final} for name, y in ep.naive.items()}
     chosen = out["by_model"].get(model) or out["by_model"].get("law")
     if chosen is not None:
         out["model"] = model if model in out["by_model"] else "law"
@@ -511,19 +353,19 @@ def analyze_series(
         raise AnalysisError("level", f"must be in (0, 1), got {level}")
     if not 0 < retention_threshold < 1:
         raise AnalysisError("retention_threshold", f"must be in (0, 1), got {retention_threshold}")
-    s = _vector(steps, "steps")
-    H = _vector(entropy, "entropy", s.size)
-    rew = _vector(reward, "reward", s.size)
+    s = finite_vector(steps, "steps")
+    H = finite_vector(entropy, "entropy", s.size)
+    rew = finite_vector(reward, "reward", s.size)
     if s.size < MIN_POINTS:
         raise AnalysisError("entropy", f"needs >= {MIN_POINTS} logged steps with entropy and reward, got {s.size}")
     _increasing(s, "steps")
     target, Rs, RH, R = "reward", s, H, rew
     if val is not None:
-        vs = _vector(val_steps, "val_steps")
-        v = _vector(val, "val", vs.size)
+        vs = finite_vector(val_steps, "val_steps")
+        v = finite_vector(val, "val", vs.size)
         _increasing(vs, "val_steps")
         if v.size >= MIN_POINTS:
-            vh = _nearest(s, H, vs) if val_entropy is None else _vector(val_entropy, "val_entropy", vs.size)
+            vh = _nearest(s, H, vs) if val_entropy is None else finite_vector(val_entropy, "val_entropy", vs.size)
             target, Rs, RH, R = "val", vs, vh, v
     if np.ptp(RH) == 0:
         raise AnalysisError("entropy", f"all {RH.size} entropies are equal ({RH[0]:g}): the law has no slope to fit")

@@ -39,8 +39,7 @@ from typing import Any
 import numpy as np
 
 from entflow.analysis.collapse import CollapseAnalysis, analyze_series
-from entflow.analysis.diagnostics import AnalysisError
-from entflow.errors import LogError
+from entflow.errors import AnalysisError, LogError
 
 __all__ = [
     "KEY_TABLE",

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from entflow.analysis.diagnostics import AnalysisError, ema, fit_entropy_law
+from entflow.analysis.curves import ema
+from entflow.analysis.law import fit_entropy_law
 from entflow.analysis.runs import audit_estimators, last_value, law_points, n_position_bins, series
 from entflow.analysis.stats import band
 from entflow.analysis.tables import format_number
+from entflow.errors import AnalysisError
 
 __all__ = ["METHOD_KEYS", "PLOT_NAMES", "write_band_plots", "write_passk_plot", "write_plots"]
 

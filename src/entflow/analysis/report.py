@@ -5,7 +5,8 @@ writes ``summary.md``, ``summary.json``, the plots and ``report.html``, :func:`p
 the terminal tables. The parts live in their own modules:
 
 * :mod:`entflow.analysis.runs` — reading ``config.yaml`` / ``metrics.jsonl`` / ``timing.jsonl``;
-* :mod:`entflow.analysis.stats` — retention, windowed best, t-intervals over seeds, audit ranks;
+* :mod:`entflow.analysis.law` — the law fit, its early prediction, entropy retention;
+* :mod:`entflow.analysis.stats` — windowed best, t-intervals over seeds, audit ranks;
 * :mod:`entflow.analysis.tables` — the :class:`~entflow.analysis.tables.Table` model and the tables;
 * :mod:`entflow.analysis.render` — the same tables as rich (terminal), markdown and HTML;
 * :mod:`entflow.analysis.plots` — matplotlib figures.
@@ -17,7 +18,6 @@ read.
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import sys
@@ -28,16 +28,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from entflow.analysis.diagnostics import (
-    AnalysisError,
-    detect_stage_transition,
-    fit_entropy_law,
-    predict_entropy_law,
-)
+from entflow.analysis.curves import detect_stage_transition
+from entflow.analysis.law import EARLY_FRAC, early_prediction, entropy_retention, fit_entropy_law, head_tail_means
 from entflow.analysis.plots import PLOT_NAMES, write_band_plots, write_passk_plot, write_plots
 from entflow.analysis.render import render_html, render_html_page, render_markdown, render_rich
 from entflow.analysis.runs import (
-    RunDirError,
     audit_estimators,
     is_training_line,
     last_value,
@@ -50,15 +45,7 @@ from entflow.analysis.runs import (
     series,
     wall_time,
 )
-from entflow.analysis.stats import (
-    BEST_WINDOW,
-    entropy_retention,
-    finite_mean,
-    group_label,
-    has_seed_groups,
-    head_tail_means,
-    windowed_best,
-)
+from entflow.analysis.stats import BEST_WINDOW, finite_mean, group_label, has_seed_groups, windowed_best
 from entflow.analysis.tables import (
     COVERAGE_KS,
     TERMINAL_SEED_COLUMNS,
@@ -71,11 +58,11 @@ from entflow.analysis.tables import (
     seeds_table,
     summary_table,
 )
+from entflow.errors import AnalysisError, RunDirError
+from entflow.files import write_json
 
 __all__ = [
     "DIAG_KEYS",
-    "MIN_POINTS_EARLY_PREDICTION",
-    "RunDirError",
     "audit_rich_table",
     "load_config",
     "load_metrics",
@@ -98,9 +85,6 @@ DIAG_KEYS = (
     ("diag/gnorm/mean", "gnorm_mean"),
     ("diag/gnorm/top20_entropy_share", "gnorm_top20_share"),
 )
-# early law prediction fits on the first 15 % of the evaluations: with fewer than 14 of them the
-# fit would rest on the 2-point minimum, so it is not reported
-MIN_POINTS_EARLY_PREDICTION = 14
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,9 +104,11 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     / ``val_acc_greedy_final`` / ``val_pass_at_k_final`` (last evaluation), ``audit_spearman``,
     ``audit_pearson``, ``audit_mse`` (estimator → nan-aware mean over steps), and the law fit
     ``law_a``, ``law_b``, ``law_r2``, ``law_ceiling`` (NaN when it cannot be fitted),
-    ``law_predict_rmse`` (paper 003 App. B.3: fit on the first 15 % of the evaluations, RMSE on the
-    rest; NaN with fewer than 14 evaluations) and ``plateau_step`` (rising → plateau, paper 004,
-    :func:`~entflow.analysis.diagnostics.detect_stage_transition` on ``val/acc``; None if none).
+    ``law_predict_rmse`` and ``law_predict_error`` (paper 003 App. B.3,
+    :func:`~entflow.analysis.law.early_prediction`: fit on the first 15 % of the evaluations, at least
+    3; RMSE on the rest, and the signed error at the last one; NaN when no evaluation is left to
+    predict) and ``plateau_step`` (rising → plateau, paper 004,
+    :func:`~entflow.analysis.curves.detect_stage_transition` on ``val/acc``; None if none).
     Missing quantities are NaN (``None`` for the warm-start step when there is no step-0 line).
     """
     run_dir = Path(run_dir)
@@ -225,18 +211,14 @@ def _audit_means(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _law_numbers(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The entropy–performance law fit (paper 003), its early prediction and the plateau step."""
-    _, h, r, _ = law_points(records)
+    s, h, r, _ = law_points(records)
     try:
         fit = fit_entropy_law(h, r)
         out: dict[str, Any] = {"law_a": fit.a, "law_b": fit.b, "law_r2": fit.r2, "law_ceiling": fit.ceiling}
     except AnalysisError:
         out = {"law_a": math.nan, "law_b": math.nan, "law_r2": math.nan, "law_ceiling": math.nan}
-    out["law_predict_rmse"] = math.nan
-    if h.size >= MIN_POINTS_EARLY_PREDICTION:
-        try:
-            out["law_predict_rmse"] = predict_entropy_law(h, r, fit_frac=0.15).rmse
-        except AnalysisError:
-            pass
+    early = early_prediction(s, h, r, EARLY_FRAC)
+    out["law_predict_rmse"], out["law_predict_error"] = early.rmse, early.error
     try:
         out["plateau_step"] = detect_stage_transition(*series(records, "val/acc")).step
     except AnalysisError:
@@ -332,18 +314,6 @@ def audit_rich_table(summaries: Sequence[dict[str, Any]]) -> Any | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, np.generic):
-        return _jsonable(v.item())
-    return v
-
-
 def _html_report(
     summaries: Sequence[dict[str, Any]], configs: Sequence[dict[str, Any]], plots: Sequence[Path], out_dir: Path
 ) -> str:
@@ -381,9 +351,7 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     configs = [load_config(d) for d in dirs]
     plots = _write_all_plots(summaries, dirs, out / "plots")
     (out / "summary.md").write_text(summary_markdown(summaries), encoding="utf-8")
-    (out / "summary.json").write_text(
-        json.dumps(_jsonable(list(summaries)), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    write_json(out / "summary.json", list(summaries))
     report = out / "report.html"
     report.write_text(_html_report(summaries, configs, plots, out), encoding="utf-8")
     return report
@@ -412,6 +380,7 @@ def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: b
     import html
     import json
 
+    from entflow import files
     from entflow.analysis.plots import write_collapse_plots
     from entflow.analysis.render import render_html, render_html_page
     from entflow.analysis.tables import collapse_table
@@ -437,5 +406,5 @@ def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: b
     report = out / "report.html"
     report.write_text(render_html_page(table.title, sections), encoding="utf-8")
     if write_json:
-        (out / "analysis.json").write_text(json.dumps(d, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        files.write_json(out / "analysis.json", d)
     return report

@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from entflow.errors import EntflowError
+from entflow.errors import RunDirError
 
 __all__ = [
     "AUDIT_ESTIMATORS",  # noqa: F822 (resolved by the module __getattr__ below)
-    "RunDirError",
     "audit_estimators",
     "is_training_line",
     "last_value",
@@ -52,14 +51,6 @@ def __getattr__(name: str) -> Any:
 
         return ESTIMATORS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class RunDirError(EntflowError, ValueError):
-    """A run directory is missing a file or holds a malformed one."""
-
-    def __init__(self, path: Path | str, message: str):
-        self.path = Path(path)
-        super().__init__(f"{path}: {message}")
 
 
 def metric_float(v: Any) -> float:

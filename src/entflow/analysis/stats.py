@@ -1,8 +1,7 @@
-"""Summary statistics of runs: entropy retention, windowed best accuracy, Student-t intervals over
-seeds, audit ranks. Numbers in, numbers out; nothing here reads a file or formats a cell.
+"""Summary statistics of runs: windowed best accuracy, Student-t intervals over seeds, audit ranks.
+Numbers in, numbers out; nothing here reads a file or formats a cell. (Entropy retention is the
+law's: :mod:`entflow.analysis.law`.)
 
-* Entropy retention = mean ``entropy`` over the last 20 % of the logged entropy values / mean
-  over the first 5 % (each at least one value, counts rounded down).
 * Over seeds: mean ± the half-width of a 95 % Student-t interval, n − 1 degrees of freedom.
 """
 
@@ -19,23 +18,18 @@ from entflow.analysis.runs import metric_float, series
 __all__ = [
     "AGGREGATE_KEYS",
     "BEST_WINDOW",
-    "FINAL_FRAC",
-    "INITIAL_FRAC",
     "aggregate_seeds",
     "audit_ranking",
     "audit_table",
     "audited_estimators",
     "band",
-    "entropy_retention",
     "finite_mean",
     "group_label",
     "has_seed_groups",
-    "head_tail_means",
     "t_interval",
     "windowed_best",
 ]
 
-INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20
 BEST_WINDOW = 3  # "best" validation accuracy = best mean of this many consecutive evaluations
 # summary keys averaged over seeds (mean ± 95 % t-interval)
 AGGREGATE_KEYS = (
@@ -62,25 +56,6 @@ def finite_mean(x: Iterable[float]) -> float:
     """Mean of the finite values of ``x`` (NaN if there is none)."""
     a = np.asarray([v for v in x if math.isfinite(v)], dtype=np.float64)
     return float(a.mean()) if a.size else math.nan
-
-
-def head_tail_means(values: np.ndarray) -> tuple[float, float]:
-    """(mean of the first 5 %, mean of the last 20 %) of ``values`` ``[K]``, each over at least one
-    value; (NaN, NaN) when empty."""
-    n = values.size
-    if n == 0:
-        return math.nan, math.nan
-    k0 = max(1, math.floor(INITIAL_FRAC * n + 1e-9))
-    k1 = max(1, math.floor(FINAL_FRAC * n + 1e-9))
-    return float(values[:k0].mean()), float(values[-k1:].mean())
-
-
-def entropy_retention(entropy: np.ndarray) -> tuple[float, float, float]:
-    """(initial, final, final / initial) of a run's logged entropies ``[K]`` (:func:`head_tail_means`);
-    the ratio is NaN when either mean is not finite or the initial one is 0."""
-    h0, h1 = head_tail_means(entropy)
-    ratio = h1 / h0 if h0 and math.isfinite(h0) and math.isfinite(h1) else math.nan
-    return h0, h1, ratio
 
 
 def windowed_best(steps: np.ndarray, values: np.ndarray, window: int = 3) -> tuple[float, int | None]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from entflow.errors import ConfigError, UnknownMethodError
+from entflow.errors import ConfigError, RewardTimeoutError, UnknownMethodError
 
 __all__ = [
     "REWARDS",
@@ -164,10 +164,6 @@ REWARDS: dict[str, RewardFn] = {
     "exact_match": exact_match_reward,
     "format": format_reward,
 }
-
-
-class RewardTimeoutError(Exception):
-    """A reward call ran past its time limit."""
 
 
 @dataclass

@@ -24,7 +24,6 @@ docs/reproduction.md, "Pre-registration").
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from entflow.files import write_json
 from entflow.lab.claims import DEFAULT_SETTING, Claim, load_claims, load_settings, registry_path
 
 # run name -> (method, params, extra config keys, what is paper-specific about it)
@@ -179,7 +179,7 @@ def _split_key(key: str) -> tuple[str, str]:
 
 def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Everything a claim reads from one run: its summary plus a few numbers from its metrics."""
-    from entflow.analysis.diagnostics import AnalysisError, fit_entropy_law
+    from entflow.analysis.law import early_prediction
     from entflow.analysis.runs import law_points, load_config, load_metrics, series
 
     rec = load_metrics(run_dir)
@@ -196,25 +196,15 @@ def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("method") == "adaptive_entropy":
         target = target if target is not None else 0.2
         f["target_rel_err"] = abs(summary["entropy_final"] - target) / target
-    # law fitted on the first third of the evaluations (step 0 included), prediction of the last one
+    # the law fitted on the first third of the evaluations (step 0 included) predicts the last one;
+    # and from the first 15 / 30 / 50 %: the law's absolute error minus each naive forecast's
+    # (< 0: the law is closer; paper 003 App. B.3). One minimum-point rule: entflow.analysis.law.
     s_law, h, r, _ = law_points(rec)
-    f["law_predict_final_abs_err"] = math.nan
-    n = max(3, len(h) // 3)
-    if len(h) > n:
-        try:
-            fit = fit_entropy_law(h[:n], r[:n])
-            f["law_predict_final_abs_err"] = abs(float(fit.predict(np.asarray([h[-1]]))[0]) - float(r[-1]))
-        except AnalysisError:
-            pass
-    # early prediction of the final accuracy from the first 15 / 30 / 50 % of the evaluations: the
-    # law's absolute error minus each naive forecast's (< 0: the law is closer; paper 003 App. B.3)
-    from entflow.analysis.diagnostics import early_prediction_errors
-
+    f["law_predict_final_abs_err"] = abs(early_prediction(s_law, h, r, 1 / 3).error)
     for pct in (15, 30, 50):
-        err = early_prediction_errors(s_law, h, r, pct / 100) if len(h) >= 3 else {}
-        law = abs(err.get("law", math.nan))
+        err = early_prediction(s_law, h, r, pct / 100).errors()
         for naive in ("last_value", "linear"):
-            f[f"predict_{pct}_law_minus_{naive}"] = law - abs(err.get(naive, math.nan))
+            f[f"predict_{pct}_law_minus_{naive}"] = abs(err["law"]) - abs(err[naive])
         f |= {f"predict_{pct}_abs_err_{k}": abs(v) for k, v in err.items()}
     # share of the best-window gain reached by mid-training
     s, v = series(rec, "val/acc")
@@ -503,7 +493,7 @@ def reproduce(
         (out / "audit.md").write_text("\n".join(audit_md))
     result["wall_s"] = round(time.time() - t0, 1)
     (out / "claims.md").write_text(md)
-    (out / "claims.json").write_text(json.dumps(_clean(result), indent=2, default=str) + "\n")
+    write_json(out / "claims.json", result, default=str)
     return result
 
 
@@ -536,13 +526,3 @@ def run_compare_configs(configs: list[Any], jobs: int, resume: bool) -> list[Pat
     from entflow.lab.compare import run_compare
 
     return run_compare(configs, jobs=jobs, resume=resume, overwrite=not resume)
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_clean(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v

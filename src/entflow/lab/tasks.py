@@ -24,7 +24,7 @@ import random
 import zlib
 from typing import Any, NamedTuple
 
-from entflow.errors import ParameterError, UnknownMethodError
+from entflow.errors import ExpressionError, ParameterError, UnknownMethodError
 from entflow.trainer import task as trainer_task
 from entflow.trainer.task import Problem
 
@@ -53,10 +53,6 @@ class LabTask(trainer_task.Task):
 # expression parsing / evaluation (exact integers, no eval)
 
 
-class _ParseError(Exception):
-    pass
-
-
 def _tokenize(s: str) -> list[str]:
     toks: list[str] = []
     i = 0
@@ -74,7 +70,7 @@ def _tokenize(s: str) -> list[str]:
             toks.append(c)
             i += 1
         else:
-            raise _ParseError(c)
+            raise ExpressionError(c)
     return toks
 
 
@@ -94,21 +90,21 @@ def parse_expression(s: str) -> tuple[int, list[int]]:
             nonlocal pos
             t = peek()
             if t is None:
-                raise _ParseError("end")
+                raise ExpressionError("end")
             if t == "(":
                 pos += 1
                 v = expr()
                 if peek() != ")":
-                    raise _ParseError(")")
+                    raise ExpressionError(")")
                 pos += 1
                 return v
             if t.isdigit():
                 if len(t) > 1 and t[0] == "0":
-                    raise _ParseError("leading zero")
+                    raise ExpressionError("leading zero")
                 pos += 1
                 used.append(int(t))
                 return int(t)
-            raise _ParseError(t)
+            raise ExpressionError(t)
 
         def term() -> int:
             nonlocal pos
@@ -130,9 +126,9 @@ def parse_expression(s: str) -> tuple[int, list[int]]:
 
         value = expr()
         if pos != len(toks):
-            raise _ParseError("trailing")
+            raise ExpressionError("trailing")
         return value, used
-    except (_ParseError, RecursionError) as e:
+    except (ExpressionError, RecursionError) as e:
         raise ValueError(f"not a valid expression: {s!r}") from e
 
 

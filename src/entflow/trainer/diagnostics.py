@@ -31,15 +31,9 @@ def rollout_diagnostics(
       ``diag/gnorm/mean`` and ``diag/gnorm/top20_entropy_share`` (share of ΣG carried by the 20 %
       highest-entropy tokens).
     """
-    from entflow.analysis.diagnostics import (
-        calibration,
-        grad_norm_proxy,
-        groups_from_index,
-        ngram_diversity,
-        positional_entropy,
-        self_bleu,
-        sequence_mean_logp,
-    )
+    from entflow.analysis.calibration import calibration, sequence_mean_logp
+    from entflow.analysis.diversity import groups_from_index, ngram_diversity, self_bleu
+    from entflow.analysis.token_profiles import grad_norm_proxy, positional_entropy
 
     out: dict[str, float] = {}
     groups = groups_from_index(roll.texts, roll.group_index.tolist())

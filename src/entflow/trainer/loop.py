@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from entflow.errors import ConfigError
+from entflow.files import write_json
 from entflow.methods import Method, get_method
 from entflow.methods.needs import needs_of
 from entflow.trainer.config import TrainConfig
@@ -199,7 +200,7 @@ def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) ->
     else:
         splits = parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)
     data[which] = {"step": step, "splits": splits}
-    _write_json_atomic(path, data)
+    write_json(path, data, indent=1)
 
 
 # part of the warm-coverage cache key: bump it when what a coverage evaluation returns changes
@@ -227,18 +228,8 @@ def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
     if path.exists():
         return json.loads(path.read_text())["splits"]
     splits = parts.coverage(parts.model, parts.tokenizer, parts.task, cfg)
-    _write_json_atomic(path, {"key": key, "splits": splits})
+    write_json(path, {"key": key, "splits": splits}, indent=1)
     return splits
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
-    import json
-    import os
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def _progress_info(record: dict[str, Any]) -> str:

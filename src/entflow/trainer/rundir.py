@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +23,13 @@ import torch
 import yaml
 
 from entflow.analysis.runs import read_jsonl as read_jsonl  # the one run-directory reader, re-exported
+from entflow.files import atomic_write_bytes, json_safe
 
 
 def default_cache_dir() -> Path:
     """Where entflow caches warm starts and converted models: ``$ENTFLOW_CACHE`` or
     ``~/.cache/entflow``."""
     return Path(os.environ.get("ENTFLOW_CACHE") or Path.home() / ".cache" / "entflow")
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None  # JSON has no NaN/inf; null means "not defined at this step"
-    return v
 
 
 class JsonlWriter:
@@ -52,7 +45,7 @@ class JsonlWriter:
         self._f = open(path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+        self._f.write(json.dumps(json_safe(record)) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
 
@@ -62,22 +55,6 @@ class JsonlWriter:
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def rng_state() -> dict[str, Any]:

@@ -21,6 +21,7 @@ import torch
 
 import entflow as ef
 from entflow.errors import ConfigError
+from entflow.files import atomic_write_bytes
 from entflow.integrations.verl.spec import MethodSpec, controller_state
 from entflow.methods import Method
 
@@ -113,9 +114,7 @@ class Driver:
         buf = io.BytesIO()
         torch.save({"method": self.spec.name, "step": step, "state": self.method.state_dict()}, buf)
         path = folder / CHECKPOINT_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(buf.getvalue())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, buf.getvalue())
         return path
 
     def load(self, folder: str | os.PathLike) -> bool:

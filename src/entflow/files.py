@@ -1,0 +1,76 @@
+"""Writing files safely, for every layer (docs/architecture.md §1): JSON without NaN, and atomic
+replacement.
+
+* :func:`json_safe` — a value JSON can hold: NaN and ±inf become ``null`` (JSON has no NaN; ``null``
+  means "not defined"), NumPy scalars become Python numbers, tuples become lists, recursively.
+* :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`write_json` — a reader sees the old
+  file or the new one, never half of one: the data goes to a temporary file in the same folder,
+  is flushed and ``fsync``-ed, then renamed over the target (``os.replace``, atomic on POSIX and
+  Windows).
+
+Standard library only: importing this module costs nothing (``entflow analyze`` imports no torch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, recursively through dicts, lists and
+    tuples (tuples become lists); NumPy scalars (anything with ``item()`` and no length) become
+    Python numbers. Dict keys JSON cannot hold (neither str, int, float, bool nor None) become
+    ``str(key)``."""
+    if isinstance(value, dict):
+        return {_key(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _key(k: Any) -> Any:
+    return k if k is None or isinstance(k, str | int | float | bool) else str(k)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half
+    (temporary file in the same folder, flush, fsync, rename). Creates the parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(
+    path: str | os.PathLike, value: Any, *, indent: int | None = 2, default: Callable[[Any], Any] | None = None
+) -> None:
+    """Write :func:`json_safe` ``(value)`` as JSON (``indent``; ``default`` for objects JSON cannot
+    hold, as :func:`json.dumps`) and a final newline, atomically."""
+    text = json.dumps(json_safe(value), indent=indent, allow_nan=False, default=default)
+    atomic_write_text(path, text + "\n")

@@ -72,8 +72,9 @@ def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys, monkeypa
 
     pending = "park-clip-high-random"  # made pending here: a claim whose run does not exist yet
     reason = "no random-reward run exists"
-    claims = tuple(dataclasses.replace(c, pending=reason) if c.id == pending else c for c in rep.CLAIMS)
-    monkeypatch.setattr(rep, "CLAIMS", claims)
+    registry = rep.registry()
+    claims = tuple(dataclasses.replace(c, pending=reason) if c.id == pending else c for c in registry.claims)
+    monkeypatch.setattr(rep, "registry", lambda: dataclasses.replace(registry, claims=claims))
     args = ["reproduce", "--claims", f"park-clip-low,{pending}", "--seeds", "5,6,7", f"out_dir={tmp_path}"]
     assert main(args) == 0, capsys.readouterr().err
     assert sorted(recorder) == [("grpo", 5), ("grpo", 6), ("grpo", 7)]  # the pending claim trains nothing

@@ -14,7 +14,7 @@ from entflow.cli.compare import compare_run_configs
 from entflow.cli.main import main
 from entflow.cli.run import EXPLORATION_RUNS, demo_base
 from entflow.errors import ConfigError
-from entflow.lab.reproduce import COMMON_OVERRIDES, COVERAGE_N, SETTINGS, _setting_configs, setting_compare_base
+from entflow.lab.reproduce import COMMON_OVERRIDES, COVERAGE_N, _setting_configs, registry, setting_compare_base
 from entflow.trainer.config import load_yaml
 
 COLLAPSE_RUNS = ("grpo", "steer", "kl_cov", "adaptive_entropy")
@@ -28,7 +28,7 @@ def _fields(cfg) -> dict:
 def test_exploration_demo_is_the_reproduce_runs():
     demo, out_dir = compare_run_configs(demo_base("exploration"), None, "demo", [])
     registered = _setting_configs(
-        "regime", SETTINGS["regime"].base(), list(EXPLORATION_RUNS), COMMON_OVERRIDES, [0], Path("r/regime")
+        "regime", registry().settings["regime"].base(), list(EXPLORATION_RUNS), COMMON_OVERRIDES, [0], Path("r/regime")
     )
     assert out_dir == "runs"
     assert [c.group for c in demo] == ["grpo", "kl_cov"]

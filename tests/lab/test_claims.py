@@ -15,8 +15,11 @@ from scipy import stats
 
 from entflow.errors import ConfigError
 from entflow.files import json_safe
-from entflow.lab.claims import DESIGN_SEEDS, FACTS, _facts_read, load_claims, registry_path
-from entflow.lab.reproduce import CLAIMS, RUNS, evaluate_claims, runs_needed, select_claims
+from entflow.lab.claims import DESIGN_SEEDS, RUNS, load_claims, registry_path
+from entflow.lab.facts import FACTS
+from entflow.lab.reproduce import evaluate_claims, registry, runs_needed, select_claims
+
+CLAIMS = registry().claims
 
 # the rules of the in-code claim list of 0.1.0 (id -> (rule, bound)), which the registry replaced
 RULES_0_1_0 = {
@@ -52,13 +55,13 @@ def _registry() -> dict:
 
 
 def test_registry_loads_with_known_runs_and_facts():
-    claims = load_claims()
+    claims = load_claims(known_facts=FACTS)
     assert [c.id for c in claims] == [c.id for c in CLAIMS] and len({c.id for c in claims}) == len(claims)
     for c in claims:
         assert not set(c.seeds) & DESIGN_SEEDS and len(c.seeds) >= 5, c.id
         if c.pending is None:
             assert set(c.runs) <= set(RUNS), c.id
-            assert set(_facts_read(c.metric)) <= FACTS, c.id
+            assert set(c.facts_read()) <= FACTS, c.id
         else:
             assert c.pending.strip(), c.id
     ids = {c.id for c in claims}
@@ -113,28 +116,28 @@ def _mutations():
 @pytest.mark.parametrize("mutate,fld", _mutations())
 def test_bad_entry_names_claim_and_field(tmp_path, mutate, fld):
     good = next(e for e in _registry()["claims"] if e["id"] == "003-clipcov-entropy")
-    load_claims(_write(tmp_path, [good]))  # the unchanged entry loads
+    load_claims(_write(tmp_path, [good]), known_facts=FACTS)  # the unchanged entry loads
     bad = copy.deepcopy(good)
     mutate(bad)
     with pytest.raises(ConfigError) as e:
-        load_claims(_write(tmp_path, [bad]))
+        load_claims(_write(tmp_path, [bad]), known_facts=FACTS)
     assert e.value.key == f"claims[003-clipcov-entropy].{fld}", str(e.value)
 
 
 def test_bad_registry_files(tmp_path):
     entries = _registry()["claims"]
     with pytest.raises(ConfigError) as e:
-        load_claims(_write(tmp_path, [entries[0], entries[0]]))
+        load_claims(_write(tmp_path, [entries[0], entries[0]]), known_facts=FACTS)
     assert e.value.key == f"claims[{entries[0]['id']}].id" and "duplicate" in str(e.value)
     with pytest.raises(ConfigError) as e:
-        load_claims(_write(tmp_path, [{**entries[0], "id": "no spaces please"}]))
+        load_claims(_write(tmp_path, [{**entries[0], "id": "no spaces please"}]), known_facts=FACTS)
     assert e.value.key == "claims[0].id"
     (tmp_path / "empty.yaml").write_text("claims: []\n")
     with pytest.raises(ConfigError, match="non-empty list") as e:
-        load_claims(tmp_path / "empty.yaml")
+        load_claims(tmp_path / "empty.yaml", known_facts=FACTS)
     assert e.value.key == "claims"
     with pytest.raises(ConfigError) as e:
-        load_claims(tmp_path / "absent.yaml")
+        load_claims(tmp_path / "absent.yaml", known_facts=FACTS)
     assert e.value.key == "claims"
 
 
@@ -143,11 +146,11 @@ def test_pending_claim_may_name_future_runs_and_facts(tmp_path):
     entry |= {"runs": ["grpo_future"], "metric": {**entry["metric"], "run": "grpo_future"}}
     entry["pending"] = "no grpo_future run exists yet"
     assert "grpo_future" not in RUNS
-    (c,) = load_claims(_write(tmp_path, [entry]))
+    (c,) = load_claims(_write(tmp_path, [entry]), known_facts=FACTS)
     assert c.pending and c.runs == ("grpo_future",)
     entry.pop("pending")
     with pytest.raises(ConfigError) as e:
-        load_claims(_write(tmp_path, [entry]))
+        load_claims(_write(tmp_path, [entry]), known_facts=FACTS)
     assert e.value.key == "claims[park-clip-low-random].runs"
 
 
@@ -163,7 +166,7 @@ def test_pending_claim_may_name_future_runs_and_facts(tmp_path):
 )
 def test_criterion_reduces_to_a_verdict_rule(tmp_path, crit, direction, rule, bound):
     entry = next(e for e in _registry()["claims"] if e["id"] == "003-clipcov-entropy")
-    (c,) = load_claims(_write(tmp_path, [{**entry, "criterion": crit, "direction": direction}]))
+    (c,) = load_claims(_write(tmp_path, [{**entry, "criterion": crit, "direction": direction}]), known_facts=FACTS)
     assert (c.rule, c.bound) == (rule, bound)
 
 
@@ -258,5 +261,5 @@ def test_settings_are_registered_and_checked(tmp_path):
         path = tmp_path / "claims.yaml"
         path.write_text(bad)
         with pytest.raises(ConfigError) as e:
-            load_claims(path, known_runs=list(RUNS))
+            load_claims(path, known_runs=list(RUNS), known_facts=FACTS)
         assert key in e.value.key, (key, str(e.value))

@@ -11,8 +11,9 @@ import pytest
 
 from entflow.analysis.report import summarize_run
 from entflow.lab import reproduce as rep
-from entflow.lab.claims import FACTS, _facts_read, load_claims
-from entflow.lab.reproduce import CLAIMS, COVERAGE_FACTS, coverage_runs, evaluate_claims, run_facts
+from entflow.lab.claims import load_claims
+from entflow.lab.facts import COVERAGE_FACTS, FACTS, coverage_facts, run_facts
+from entflow.lab.reproduce import coverage_runs, evaluate_claims, registry
 from support.run_dirs import make_run
 
 HARD_ACC = (0.1, 0.2, 0.5, 0.4, 0.3)  # at the 5 evaluations (steps 0, 10, 20, 30, 40)
@@ -64,13 +65,13 @@ def test_run_facts_without_coverage_or_hard_split_is_nan(tmp_path):
     (run / "coverage.json").write_text(
         json.dumps({"n": 8, "final": {"splits": {"val": curve(0.5) | {"pass_at_k": {"8": 0.5}}}}})
     )
-    assert math.isnan(rep.coverage_facts(run)["val_pass_at_256_final"])
+    assert math.isnan(coverage_facts(run)["val_pass_at_256_final"])
 
 
 def test_coverage_and_random_reward_claims_are_measurable():
-    claims = load_claims()  # the registry still validates
+    claims = load_claims(known_facts=FACTS)  # the registry still validates
     assert COVERAGE_FACTS | {"hard_acc_best_window"} <= FACTS
-    reading = [c for c in claims if set(_facts_read(c.metric)) & (COVERAGE_FACTS | {"hard_acc_best_window"})]
+    reading = [c for c in claims if set(c.facts_read()) & (COVERAGE_FACTS | {"hard_acc_best_window"})]
     assert {c.id for c in reading} >= {"yue-coverage", "exploration", "coverage-steer"}
     assert all(c.pending is None for c in reading)
     pending = {c.id for c in claims if c.pending is not None}
@@ -82,7 +83,7 @@ def test_coverage_and_random_reward_claims_are_measurable():
 
 
 def test_yue_coverage_gets_a_verdict_from_the_facts():
-    yue = [c for c in CLAIMS if c.id == "yue-coverage"]
+    yue = [c for c in registry().claims if c.id == "yue-coverage"]
     seeds = [0, 1, 2, 3, 4]
     drops = [-0.10, -0.12, -0.08, -0.11, -0.09]
     facts = {

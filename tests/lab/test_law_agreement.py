@@ -13,7 +13,7 @@ import yaml
 
 from entflow.analysis.logs import analyze_log
 from entflow.analysis.report import summarize_run
-from entflow.lab.reproduce import run_facts
+from entflow.lab.facts import run_facts
 
 STEPS, EVAL_EVERY = 80, 10  # the demo's: 9 evaluations, step 0 included
 

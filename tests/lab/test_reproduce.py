@@ -10,8 +10,12 @@ import pytest
 import torch
 
 from entflow.lab.audit import AuditConfig, _rank, audit_markdown, audit_policy
-from entflow.lab.reproduce import CLAIMS, RUNS, claims_markdown, evaluate_claims, reproduce, verdict
+from entflow.lab.claims import RUNS
+from entflow.lab.claims import interval_verdict as verdict
+from entflow.lab.reproduce import claims_markdown, evaluate_claims, registry, reproduce
 from support.lab_micro import TASK_PARAMS  # the micro_policy fixture is in conftest
+
+CLAIMS = registry().claims
 
 
 def test_verdict_rules():

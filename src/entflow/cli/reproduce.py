@@ -54,16 +54,17 @@ def run(args: argparse.Namespace) -> int:
     from entflow.cli._common import read_config
     from entflow.errors import ConfigError
     from entflow.lab.audit import AuditConfig
-    from entflow.lab.claims import DESIGN_SEEDS, preset_base
+    from entflow.lab.claims import DESIGN_SEEDS, RUNS, preset_base
     from entflow.lab.compare import parse_seeds
-    from entflow.lab.reproduce import COMMON_OVERRIDES, RUNS, SETTINGS, claims_markdown, reproduce, select_claims
+    from entflow.lab.reproduce import COMMON_OVERRIDES, claims_markdown, registry, reproduce, select_claims
     from entflow.trainer.config import parse_override
 
     # each setting's base: its preset with the full run's steps; --config replaces the demo's preset
-    bases = {name: setting.base() for name, setting in SETTINGS.items()}
+    settings = registry().settings
+    bases = {name: setting.base() for name, setting in settings.items()}
     if args.config:
         read_config("--config", args.config)  # a missing or malformed file: one line naming the flag
-        bases["demo"] = preset_base(args.config) | {"steps": SETTINGS["demo"].steps}
+        bases["demo"] = preset_base(args.config) | {"steps": settings["demo"].steps}
     if args.claims is not None and args.runs is not None:
         raise ConfigError("claims", "give either --claims or --runs, not both")
     claims = [c for c in args.claims.replace(" ", "").split(",") if c] if args.claims is not None else None
@@ -131,9 +132,9 @@ def _default_seeds(claims: Any) -> list[int]:
     if not lists:  # every claim: the seeds most claims were registered on
         from collections import Counter
 
-        from entflow.lab.reproduce import CLAIMS
+        from entflow.lab.reproduce import registry
 
-        return list(Counter(tuple(c.seeds) for c in CLAIMS).most_common(1)[0][0])
+        return list(Counter(tuple(c.seeds) for c in registry().claims).most_common(1)[0][0])
     if len(lists) > 1:
         raise ConfigError(
             "seeds", f"the selected claims were registered with different seeds {sorted(lists)}; give --seeds"

@@ -1,17 +1,19 @@
-"""The claim registry of ``entflow reproduce``: load and validate ``claims.yaml`` (package data),
-and the named metric functions a claim's ``metric`` refers to
-(docs/reproduction.md, "Pre-registration").
+"""The claim registry of ``entflow reproduce``, as pure data and rules (docs/reproduction.md,
+"Pre-registration"): the runs (:data:`RUNS`), the settings, the claims of ``claims.yaml`` (package
+data, read when :func:`load_registry` is called, never at import), the named metric functions a
+claim's ``metric`` refers to, and the verdict rule (:meth:`Claim.verdict`).
 
-A claim is measured once per seed from that seed's *run facts* (``{run: {fact: number}}``, see
-:func:`entflow.lab.reproduce.run_facts`) and judged from the 95 % Student-t interval of the
-per-seed values (:func:`entflow.lab.reproduce.verdict`).
+The pipeline flows one way: ``claims`` (this module: imports nothing else from the lab) →
+:mod:`entflow.lab.facts` (a run directory → facts) → :mod:`entflow.lab.reproduce` (select → train
+→ facts → verdicts → write). A claim is measured once per seed from that seed's facts
+(``{run: {fact: number}}``) and judged from the 95 % Student-t interval of the per-seed values.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -22,46 +24,75 @@ import yaml
 from entflow.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_SETTING",
     "DESIGN_SEEDS",
-    "FACTS",
     "METRICS",
+    "RUNS",
     "Claim",
+    "Registry",
     "Setting",
+    "interval_verdict",
     "load_claims",
+    "load_registry",
     "load_settings",
     "registry_path",
+    "run_key",
+    "split_key",
 ]
 
 # seeds used to design the regime (docs/regime.md): never part of a verdict
 DESIGN_SEEDS = frozenset({100, 101, 102})
 
-# what entflow.lab.reproduce.run_facts provides for one run (summarize_run's keys a claim reads, plus
-# the facts run_facts adds); a fact a claim needs that is not here must be declared `pending`
-FACTS = frozenset(
-    {
-        "entropy_retention",
-        "entropy_final",
-        "val_acc_best_window",
-        "val_acc_final",
-        "val_acc_warm",
-        "val_pass_at_k_final",
-        "law_r2",
-        "law_predict_final_abs_err",
-        "gain_first_half_share",
-        "opefo_lambda_mean",
-        "target_rel_err",
-        "dH_clipped_low_mean",
-        "dH_clipped_high_mean",
-        # coverage.json (coverage_n = 256) and the hard split's val/hard_acc
-        "val_pass_at_256_final",
-        "val_pass_at_256_warm",
-        "hard_pass_at_256_final",
-        "hard_acc_best_window",
-        # early prediction (paper 003 App. B.3): |law error| − |naive forecast error| for the final accuracy, fitted on
-        # the first 15 / 30 / 50 % of the evaluations
-        *(f"predict_{pct}_law_minus_{naive}" for pct in (15, 30, 50) for naive in ("last_value", "linear")),
-    }
-)
+# run name -> (method, params, extra config keys): each run's paper setting on top of the lab's
+RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "grpo": ("grpo", {}, {}),
+    # paper 003's law, measured with 4× the validation prompts: the demo's 64 prompts × 8 samples
+    # leave ±3 points of evaluation noise, as large as the late gains the law has to fit
+    # (docs/reproduction.md). The warm start is the demo's (trained with the usual 64 held out).
+    "grpo_law": ("grpo", {}, {"task_params": {"validation_size": 256}}),
+    "clip_higher": ("clip_higher", {}, {}),
+    # paper 003 uses ratios 2e-4 / 2e-3 of ~10^6-token batches; the lab's ~2,000-token batches
+    # would select a single token, so the ratios are scaled up (as in the demo)
+    "clip_cov": ("clip_cov", {"ratio": 0.02}, {}),
+    "kl_cov": ("kl_cov", {"ratio": 0.05}, {}),
+    "positive_only": ("positive_only", {}, {}),
+    "negative_only": ("negative_only", {}, {}),
+    # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
+    # ~1.5 nats and GRPO takes it to ~0.5): with the design default 0.2 (docs/design.md §6) neither would ever act here
+    "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
+    # λ_min 0.7, paper 000 App. D's setting throughout (0.1.0 ran the library default 0.8)
+    "steer": ("steer", {"lambda_min": 0.7}, {}),
+    "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
+    "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
+    "grpo_strict": ("grpo", {}, {"strict_on_policy": True}),
+    # Park et al. 2025 (arXiv 2509.26114): GRPO with rewards that carry no signal (Bernoulli 1/2)
+    "grpo_random_reward": ("grpo", {}, {"random_reward": True}),
+    "opefo_strict": ("opefo", {}, {"strict_on_policy": True}),
+    "ppl_shaping": ("ppl_shaping", {}, {}),
+    "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
+    "adaptive_entropy": ("adaptive_entropy", {"target": 0.8, "delta": 0.01, "c_max": 0.3}, {}),
+    # the field's methods since the five papers (docs/methods.md), at their papers' defaults
+    "cispo": ("cispo", {}, {}),
+    "gspo": ("gspo", {}, {}),
+    "sapo": ("sapo", {}, {}),
+    "ce_gppo": ("ce_gppo", {}, {}),
+    "archer": ("archer", {}, {}),
+    "siren": ("siren", {}, {}),
+    "entropic": ("entropic", {}, {}),
+    "aepo": ("aepo", {}, {}),
+    # the objectives aimed at pass@k (docs/methods.md), at their defaults: k = 4 of the regime's
+    # groups of 16 for the two pass@k advantages (the papers' k ≪ n settings)
+    "passk_training": ("passk_training", {"k": 4}, {}),
+    "pkpo": ("pkpo", {"k": 4}, {}),
+    "simko": ("simko", {}, {}),
+    "erc": ("erc", {}, {}),
+    "aer": ("aer", {}, {}),
+    # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
+    # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
+    "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),
+    "steer_lmin05": ("steer", {"lambda_min": 0.5}, {}),
+    "clip_higher_h35": ("clip_higher", {"clip_high": 0.35}, {}),
+}
 
 Facts = Mapping[str, Mapping[str, Any]]  # one seed: {run: {fact: value}}
 
@@ -71,6 +102,37 @@ _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
 _OPTIONAL = {"note", "pending", "setting"}
 DEFAULT_SETTING = "demo"
+
+
+def run_key(setting: str, run: str) -> str:
+    """A run's key in reproduce's facts and run folders: ``run`` in the demo setting,
+    ``<setting>/<run>`` in another (the same method in two settings is two runs)."""
+    return run if setting == DEFAULT_SETTING else f"{setting}/{run}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(setting, run) of a :func:`run_key`."""
+    setting, _, run = key.rpartition("/")
+    return setting or DEFAULT_SETTING, run
+
+
+def interval_verdict(rule: str, mean: float, half: float, bound: float = 0.0) -> str:
+    """The verdict of an interval ``mean ± half`` under ``rule`` (greater / less: than 0; at_least /
+    at_most: than ``bound``): ``reproduced`` if the whole interval is on the claimed side, ``not
+    reproduced`` if it is entirely on the other, else ``inconclusive`` (so too without a finite
+    interval)."""
+    if not math.isfinite(mean) or not math.isfinite(half):
+        return "inconclusive"
+    lo, hi = mean - half, mean + half
+    if rule == "greater":
+        return "reproduced" if lo > 0 else "not reproduced" if hi < 0 else "inconclusive"
+    if rule == "less":
+        return "reproduced" if hi < 0 else "not reproduced" if lo > 0 else "inconclusive"
+    if rule == "at_least":
+        return "reproduced" if lo >= bound else "not reproduced" if hi < bound else "inconclusive"
+    if rule == "at_most":
+        return "reproduced" if hi <= bound else "not reproduced" if lo > bound else "inconclusive"
+    raise ValueError(rule)
 
 
 # ---------------------------------------------------------------------------- metric functions
@@ -103,7 +165,8 @@ METRICS: dict[str, tuple[Callable[..., float] | None, tuple[str, ...]]] = {
 }
 
 
-def _facts_read(metric: dict[str, Any]) -> list[str]:
+def facts_read(metric: dict[str, Any]) -> list[str]:
+    """The facts a claim's ``metric`` reads."""
     if metric["name"] == "any_of":
         return list(metric["facts"])
     if metric["name"] == "change_from_warm":
@@ -121,7 +184,7 @@ def _runs_read(metric: dict[str, Any]) -> list[str]:
 @dataclass(frozen=True)
 class Claim:
     """One registry entry. ``rule`` / ``bound`` is the verdict rule it reduces to
-    (:func:`entflow.lab.reproduce.verdict`): greater → (greater, 0), less → (less, 0),
+    (:meth:`verdict`, :func:`interval_verdict`): greater → (greater, 0), less → (less, 0),
     threshold c → (at_least | at_most, c), no_worse m → (at_least, −m) | (at_most, +m)."""
 
     id: str
@@ -141,9 +204,16 @@ class Claim:
     setting: str = DEFAULT_SETTING
 
     def key(self, run: str) -> str:
-        """The run's key in reproduce's facts and run folders: ``run`` in the demo setting,
-        ``<setting>/<run>`` in another (the same method in two settings is two runs)."""
-        return run if self.setting == DEFAULT_SETTING else f"{self.setting}/{run}"
+        """The run's key in reproduce's facts and run folders (:func:`run_key` in its setting)."""
+        return run_key(self.setting, run)
+
+    def facts_read(self) -> list[str]:
+        """The facts its metric reads."""
+        return facts_read(self.metric)
+
+    def verdict(self, mean: float, half: float) -> str:
+        """The verdict of the interval ``mean ± half`` of its per-seed values (:func:`interval_verdict`)."""
+        return interval_verdict(self.rule, mean, half, self.bound)
 
     @property
     def rule(self) -> str:
@@ -202,16 +272,27 @@ def registry_path() -> Path:
     return Path(str(files("entflow.lab") / "claims.yaml"))
 
 
-def load_claims(path: str | Path | None = None, known_runs: Sequence[str] | None = None) -> tuple[Claim, ...]:
-    """Read and validate a claim registry (default: the packaged one).
+@dataclass(frozen=True)
+class Registry:
+    """A loaded claim registry: its file, its claims (file order) and its settings by name."""
 
-    ``known_runs`` (default: the run types of :data:`entflow.lab.reproduce.RUNS`) are the runs a
-    claim that is not ``pending`` may name. Raises :class:`~entflow.errors.ConfigError` with key
-    ``claims[<id>].<field>`` for a bad entry (``claims`` for a bad file)."""
-    if known_runs is None:
-        from entflow.lab.reproduce import RUNS
+    path: Path
+    claims: tuple[Claim, ...]
+    settings: dict[str, Setting]
 
-        known_runs = list(RUNS)
+
+def load_registry(
+    path: str | Path | None = None,
+    known_runs: Collection[str] | None = None,
+    known_facts: Collection[str] | None = None,
+) -> Registry:
+    """Read and validate a claim registry (default: the packaged one), once.
+
+    ``known_runs`` (default: :data:`RUNS`) are the runs a claim that is not ``pending`` may name;
+    ``known_facts``, when given (``entflow.lab.facts.FACTS``), the facts it may read. Raises
+    :class:`~entflow.errors.ConfigError` with key ``claims[<id>].<field>`` for a bad entry
+    (``claims`` for a bad file)."""
+    known_runs = list(RUNS) if known_runs is None else known_runs
     path = Path(path) if path is not None else registry_path()
     try:
         data = yaml.safe_load(path.read_text())
@@ -220,15 +301,25 @@ def load_claims(path: str | Path | None = None, known_runs: Sequence[str] | None
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list) or not data["claims"]:
         raise ConfigError("claims", f"{path}: expected a mapping with a non-empty list `claims`")
     settings = _parse_settings(data.get("settings"), path)
+    facts = None if known_facts is None else set(known_facts)
     claims: list[Claim] = []
     seen: set[str] = set()
     for i, entry in enumerate(data["claims"]):
-        claim = _parse_claim(entry, i, set(known_runs), set(settings))
+        claim = _parse_claim(entry, i, set(known_runs), set(settings), facts)
         if claim.id in seen:
             raise ConfigError(f"claims[{claim.id}].id", f"{path}: duplicate claim id {claim.id!r}")
         seen.add(claim.id)
         claims.append(claim)
-    return tuple(claims)
+    return Registry(path, tuple(claims), settings)
+
+
+def load_claims(
+    path: str | Path | None = None,
+    known_runs: Collection[str] | None = None,
+    known_facts: Collection[str] | None = None,
+) -> tuple[Claim, ...]:
+    """The claims of :func:`load_registry`."""
+    return load_registry(path, known_runs, known_facts).claims
 
 
 def load_settings(path: str | Path | None = None) -> dict[str, Setting]:
@@ -261,7 +352,13 @@ def _parse_settings(raw: Any, path: Path) -> dict[str, Setting]:
     return out
 
 
-def _parse_claim(entry: Any, index: int, known_runs: set[str], known_settings: set[str] | None = None) -> Claim:
+def _parse_claim(
+    entry: Any,
+    index: int,
+    known_runs: set[str],
+    known_settings: set[str] | None = None,
+    known_facts: set[str] | None = None,
+) -> Claim:
     if not isinstance(entry, dict):
         raise ConfigError(f"claims[{index}]", f"expected a mapping, got {type(entry).__name__}")
     cid = entry.get("id")
@@ -308,8 +405,10 @@ def _parse_claim(entry: Any, index: int, known_runs: set[str], known_settings: s
         raise bad("metric", f"expected names for {', '.join(keys)}, got {metric!r}")
     if not_in_runs := [r for r in _runs_read(metric) if r not in runs]:
         raise bad("metric", f"reads runs {not_in_runs} that `runs` does not list ({runs})")
-    if pending is None and (unknown_facts := [x for x in _facts_read(metric) if x not in FACTS]):
-        raise bad("metric", f"unknown facts {unknown_facts} (known: {', '.join(sorted(FACTS))}; or mark it pending)")
+    unknown_facts = [x for x in facts_read(metric) if known_facts is not None and x not in known_facts]
+    if pending is None and unknown_facts:
+        known = ", ".join(sorted(known_facts or ()))
+        raise bad("metric", f"unknown facts {unknown_facts} (known: {known}; or mark it pending)")
 
     crit = entry["criterion"]
     if not isinstance(crit, dict) or crit.get("kind") not in KINDS:

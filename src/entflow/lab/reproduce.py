@@ -17,13 +17,15 @@ Verdicts follow from the interval alone:
 - a "no worse" claim (``x ≥ y − m``): the same with the margin m.
 
 A claim that is ``pending`` in the registry, or whose runs were not trained, is ``not run``
-(with its reason, without a number). The claims, their metrics, criteria and seeds are the
-pre-registered registry ``src/entflow/lab/claims.yaml`` (:mod:`entflow.lab.claims`;
-docs/reproduction.md, "Pre-registration").
+(with its reason, without a number). The claims, their metrics, criteria, seeds and the verdict
+rule are the pre-registered registry ``src/entflow/lab/claims.yaml`` (:mod:`entflow.lab.claims`;
+docs/reproduction.md, "Pre-registration"); the facts they read come from
+:mod:`entflow.lab.facts`. This module only orchestrates: select → train → facts → verdicts → write.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -33,85 +35,40 @@ from typing import Any
 import numpy as np
 
 from entflow.files import write_json
-from entflow.lab.claims import DEFAULT_SETTING, Claim, load_claims, load_settings, registry_path
-
-# run name -> (method, params, extra config keys, what is paper-specific about it)
-RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "grpo": ("grpo", {}, {}),
-    # paper 003's law, measured with 4× the validation prompts: the demo's 64 prompts × 8 samples
-    # leave ±3 points of evaluation noise, as large as the late gains the law has to fit
-    # (docs/reproduction.md). The warm start is the demo's (trained with the usual 64 held out).
-    "grpo_law": ("grpo", {}, {"task_params": {"validation_size": 256}}),
-    "clip_higher": ("clip_higher", {}, {}),
-    # paper 003 uses ratios 2e-4 / 2e-3 of ~10^6-token batches; the lab's ~2,000-token batches
-    # would select a single token, so the ratios are scaled up (as in the demo)
-    "clip_cov": ("clip_cov", {"ratio": 0.02}, {}),
-    "kl_cov": ("kl_cov", {"ratio": 0.05}, {}),
-    "positive_only": ("positive_only", {}, {}),
-    "negative_only": ("negative_only", {}, {}),
-    # entropy-guided schedule / adaptive bonus with a target the lab's entropy crosses (it starts at
-    # ~1.5 nats and GRPO takes it to ~0.5): with the design default 0.2 (docs/design.md §6) neither would ever act here
-    "pos_adv_reweight": ("pos_adv_reweight", {"schedule": "entropy", "target": 0.8}, {}),
-    # λ_min 0.7, paper 000 App. D's setting throughout (0.1.0 ran the default 0.8: docs/reproduction.md)
-    "steer": ("steer", {"lambda_min": 0.7}, {}),
-    "quadrant_uplift": ("quadrant", {"preset": "uplift"}, {}),
-    "quadrant_suppress": ("quadrant", {"preset": "suppress"}, {}),
-    "grpo_strict": ("grpo", {}, {"strict_on_policy": True}),
-    # Park et al. 2025 (arXiv 2509.26114): GRPO with rewards that carry no signal (Bernoulli 1/2)
-    "grpo_random_reward": ("grpo", {}, {"random_reward": True}),
-    "opefo_strict": ("opefo", {}, {"strict_on_policy": True}),
-    "ppl_shaping": ("ppl_shaping", {}, {}),
-    "position_shaping": ("position_shaping", {"gamma": 1.0}, {}),
-    "adaptive_entropy": ("adaptive_entropy", {"target": 0.8, "delta": 0.01, "c_max": 0.3}, {}),
-    # the field's methods since the five papers (docs/methods.md), at their papers' defaults
-    "cispo": ("cispo", {}, {}),
-    "gspo": ("gspo", {}, {}),
-    "sapo": ("sapo", {}, {}),
-    "ce_gppo": ("ce_gppo", {}, {}),
-    "archer": ("archer", {}, {}),
-    "siren": ("siren", {}, {}),
-    "entropic": ("entropic", {}, {}),
-    "aepo": ("aepo", {}, {}),
-    # the objectives aimed at pass@k (docs/methods.md), at their defaults: k = 4 of the regime's
-    # groups of 16 for the two pass@k advantages (the papers' k ≪ n settings)
-    "passk_training": ("passk_training", {"k": 4}, {}),
-    "pkpo": ("pkpo", {"k": 4}, {}),
-    "simko": ("simko", {}, {}),
-    "erc": ("erc", {}, {}),
-    "aer": ("aer", {}, {}),
-    # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
-    # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
-    "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),
-    "steer_lmin05": ("steer", {"lambda_min": 0.5}, {}),
-    "clip_higher_h35": ("clip_higher", {"clip_high": 0.35}, {}),
-}
+from entflow.lab.claims import (
+    DEFAULT_SETTING,
+    RUNS,
+    Claim,
+    Registry,
+    load_registry,
+    paired_difference,
+    run_key,
+    split_key,
+)
+from entflow.lab.facts import COVERAGE_FACTS, FACTS, run_facts
 
 
-# the claims, their metrics and criteria: the pre-registered registry (src/entflow/lab/claims.yaml)
-CLAIMS: tuple[Claim, ...] = load_claims(known_runs=list(RUNS))
-# where the claims are measured (the registry's `settings`): name -> preset and full-run steps
-SETTINGS = load_settings()
+@functools.cache
+def registry() -> Registry:
+    """The packaged registry, read on first use (never at import) and checked against the facts
+    :mod:`entflow.lab.facts` provides."""
+    return load_registry(known_facts=FACTS)
+
 
 # every reproduce run: the per-step audit is replaced by the clean audit run once at the end
 # (the full run's steps are each setting's, from the registry: demo 80, regime 120)
 COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
 
-# pass@256 with n = 256 samples per problem (docs/reproduction.md), the pre-registered coverage size
+# pass@256 with n = 256 samples per problem, the pre-registered coverage size
 COVERAGE_N = 256
-COVERAGE_FACTS = frozenset({"val_pass_at_256_final", "val_pass_at_256_warm", "hard_pass_at_256_final"})
 
 
-def coverage_runs(claims: Sequence[Claim] = CLAIMS) -> frozenset[str]:
-    """The runs (keys, :meth:`Claim.key`) a claim reads a coverage fact of (pass@256 from
-    ``coverage.json``): reproduce trains them with ``coverage_n = COVERAGE_N``, whichever claims
-    are selected, so a run's config never depends on the selection."""
-    return frozenset(c.key(r) for c in claims if _reads_coverage(c) for r in c.runs)
-
-
-def _reads_coverage(c: Claim) -> bool:
-    from entflow.lab.claims import _facts_read
-
-    return bool(set(_facts_read(c.metric)) & COVERAGE_FACTS)
+def coverage_runs(claims: Sequence[Claim] | None = None) -> frozenset[str]:
+    """The runs (keys, :meth:`Claim.key`) a claim (default: every registered one) reads a coverage
+    fact of (pass@256 from ``coverage.json``): reproduce trains them with ``coverage_n =
+    COVERAGE_N``, whichever claims are selected, so a run's config never depends on the selection."""
+    claims = registry().claims if claims is None else claims
+    return frozenset(c.key(r) for c in claims if set(c.facts_read()) & COVERAGE_FACTS for r in c.runs)
 
 
 def select_claims(ids: Sequence[str] | None) -> tuple[Claim, ...]:
@@ -120,21 +77,22 @@ def select_claims(ids: Sequence[str] | None) -> tuple[Claim, ...]:
     Unknown ids raise :class:`~entflow.errors.ConfigError` (key ``claims``) listing the known ones."""
     from entflow.errors import ConfigError
 
+    claims = registry().claims
     if ids is None:
-        return CLAIMS
-    known = [c.id for c in CLAIMS]
+        return claims
+    known = [c.id for c in claims]
     if unknown := [i for i in ids if i not in known]:
         raise ConfigError("claims", f"unknown claim ids {unknown}; known: {', '.join(known)}")
     if not ids:
         raise ConfigError("claims", f"no claim id given; known: {', '.join(known)}")
-    return tuple(c for c in CLAIMS if c.id in set(ids))
+    return tuple(c for c in claims if c.id in set(ids))
 
 
 def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> list[str]:
     """The keys (:meth:`Claim.key`) of the claims' runs that can be trained, by setting (registry
     order) then RUNS order; a pending claim needs none. ``only``: just these run types."""
     wanted = {c.key(r) for c in claims if c.pending is None for r in c.runs if only is None or r in only}
-    return [key for setting in SETTINGS for r in RUNS if (key := _key(setting, r)) in wanted]
+    return [key for setting in registry().settings for r in RUNS if (key := run_key(setting, r)) in wanted]
 
 
 def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[str, Any]:
@@ -153,10 +111,10 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
         raise ConfigError("runs", f"unknown runs {unknown}; known: {', '.join(RUNS)}")
     if with_keys := [r for r in runs if RUNS[r][2]]:
         raise ConfigError("runs", f"runs {with_keys} change config keys and need their own compare")
-    covered = {r for r in runs if _key(setting, r) in coverage_runs()}
+    covered = {r for r in runs if run_key(setting, r) in coverage_runs()}
     if covered and covered != set(runs):
         raise ConfigError("runs", f"only {sorted(covered)} of {list(runs)} are evaluated with pass@256 by reproduce")
-    base = SETTINGS[setting].base() | dict(parse_override(o) for o in COMMON_OVERRIDES) | {"seed": seed}
+    base = registry().settings[setting].base() | dict(parse_override(o) for o in COMMON_OVERRIDES) | {"seed": seed}
     if covered:
         base["coverage_n"] = COVERAGE_N
     base["methods"] = _method_specs(runs)
@@ -166,102 +124,6 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
 def _method_specs(runs: Sequence[str]) -> list[dict[str, Any]]:
     """The compare ``methods`` entries of registry runs: each run's method and paper parameters."""
     return [{"method": RUNS[r][0], "params": dict(RUNS[r][1]), "name": r} for r in runs]
-
-
-def _key(setting: str, run: str) -> str:
-    return run if setting == DEFAULT_SETTING else f"{setting}/{run}"
-
-
-def _split_key(key: str) -> tuple[str, str]:
-    setting, _, run = key.rpartition("/")
-    return setting or DEFAULT_SETTING, run
-
-
-def run_facts(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """Everything a claim reads from one run: its summary plus a few numbers from its metrics."""
-    from entflow.analysis.law import early_prediction
-    from entflow.analysis.runs import law_points, load_config, load_metrics, series
-
-    rec = load_metrics(run_dir)
-    cfg = load_config(run_dir)
-    f = dict(summary)
-    _, lam = series(rec, "opefo/lambda")
-    f["opefo_lambda_mean"] = float(lam.mean()) if lam.size else math.nan
-    # the estimated entropy change each clip bound removed, per step (docs/design.md §8;
-    # Park et al. 2025, arXiv 2509.26114: clip-low raises entropy, clip-high lowers it)
-    for bound in ("low", "high"):
-        _, dh = series(rec, f"flow/dH_clipped_{bound}")
-        f[f"dH_clipped_{bound}_mean"] = float(dh.mean()) if dh.size else math.nan
-    target = (cfg.get("method_params") or {}).get("target")
-    if cfg.get("method") == "adaptive_entropy":
-        target = target if target is not None else 0.2
-        f["target_rel_err"] = abs(summary["entropy_final"] - target) / target
-    # the law fitted on the first third of the evaluations (step 0 included) predicts the last one;
-    # and from the first 15 / 30 / 50 %: the law's absolute error minus each naive forecast's
-    # (< 0: the law is closer; paper 003 App. B.3). One minimum-point rule: entflow.analysis.law.
-    s_law, h, r, _ = law_points(rec)
-    f["law_predict_final_abs_err"] = abs(early_prediction(s_law, h, r, 1 / 3).error)
-    for pct in (15, 30, 50):
-        err = early_prediction(s_law, h, r, pct / 100).errors()
-        for naive in ("last_value", "linear"):
-            f[f"predict_{pct}_law_minus_{naive}"] = abs(err["law"]) - abs(err[naive])
-        f |= {f"predict_{pct}_abs_err_{k}": abs(v) for k, v in err.items()}
-    # share of the best-window gain reached by mid-training
-    s, v = series(rec, "val/acc")
-    warm = summary["val_acc_warm"]
-    gain = summary["val_acc_best_window"] - warm
-    half = [x for st, x in zip(s, v, strict=True) if 0 < st <= max(s) / 2]
-    if gain > 0 and len(half) >= 1:
-        from entflow.analysis.stats import windowed_best
-
-        hb, _ = windowed_best(np.arange(len(half)), np.asarray(half))
-        f["gain_first_half_share"] = (hb - warm) / gain
-    else:
-        f["gain_first_half_share"] = math.nan
-    f |= coverage_facts(run_dir)
-    # hard-split accuracy (avg@k, logged by tasks with hard_set()): best mean of 3 consecutive
-    # evaluations, as for val acc
-    from entflow.analysis.stats import windowed_best
-
-    hs, hv = series(rec, "val/hard_acc")
-    f["hard_acc_best_window"] = windowed_best(hs, hv)[0] if hv.size else math.nan
-    return f
-
-
-def coverage_facts(run_dir: Path) -> dict[str, float]:
-    """pass@256 of the final policy and of the warm start on the validation split, and of the final
-    policy on the hard split, from the run's ``coverage.json`` (written when ``coverage_n`` = 256);
-    NaN where the file, the split, or k = 256 is absent."""
-    from entflow.analysis.runs import load_coverage
-
-    data = load_coverage(run_dir)
-
-    def at_256(which: str, split: str) -> float:
-        v = (((data.get(which) or {}).get("splits") or {}).get(split) or {}).get("pass_at_k", {}).get("256")
-        return math.nan if v is None else float(v)
-
-    return {
-        "val_pass_at_256_final": at_256("final", "val"),
-        "val_pass_at_256_warm": at_256("warm", "val"),
-        "hard_pass_at_256_final": at_256("final", "hard"),
-    }
-
-
-def verdict(kind: str, mean: float, half: float, threshold: float = 0.0) -> str:
-    """The verdict of an interval ``mean ± half`` under rule ``kind`` (greater / less: than 0;
-    at_least / at_most: than ``threshold``); no finite interval → ``inconclusive``."""
-    if not math.isfinite(mean) or not math.isfinite(half):
-        return "inconclusive"
-    lo, hi = mean - half, mean + half
-    if kind == "greater":
-        return "reproduced" if lo > 0 else "not reproduced" if hi < 0 else "inconclusive"
-    if kind == "less":
-        return "reproduced" if hi < 0 else "not reproduced" if lo > 0 else "inconclusive"
-    if kind == "at_least":
-        return "reproduced" if lo >= threshold else "not reproduced" if hi < threshold else "inconclusive"
-    if kind == "at_most":
-        return "reproduced" if hi <= threshold else "not reproduced" if lo > threshold else "inconclusive"
-    raise ValueError(kind)
 
 
 def evaluate_claims(
@@ -280,7 +142,7 @@ def evaluate_claims(
     (Bonferroni); its row reports the one with the highest lower bound, and the verdict is
     ``reproduced`` if one is on the claimed side, ``not reproduced`` if all are on the other."""
     rows = []
-    for c in CLAIMS if claims is None else claims:
+    for c in registry().claims if claims is None else claims:
         row = _row_head(c, seeds)
         missing = [c.key(r) for r in c.runs if c.key(r) not in facts]
         skipped = (not_run or {}).get(c.id)
@@ -295,7 +157,7 @@ def evaluate_claims(
             row.update(_any_of_row(c, own, seeds))
         else:
             vals = [_seed_value(lambda f, c=c: c.value(f), own, c.runs, s) for s in seeds]
-            row.update(_interval_row(vals, c.rule, c.bound))
+            row.update(_interval_row(vals, c))
         rows.append(row)
     return rows
 
@@ -326,7 +188,7 @@ def _seed_value(value: Any, facts: dict[str, dict[int, dict[str, Any]]], runs: S
         return math.nan
 
 
-def _interval_row(vals: list[float], rule: str, bound: float, level: float = 0.95) -> dict[str, Any]:
+def _interval_row(vals: list[float], claim: Claim, level: float = 0.95) -> dict[str, Any]:
     from entflow.analysis.stats import t_interval
 
     mean, half, n = t_interval(vals, level)
@@ -338,20 +200,18 @@ def _interval_row(vals: list[float], rule: str, bound: float, level: float = 0.9
         "ci_high": mean + half,
         "n": n,
         "level": level,
-        "verdict": verdict(rule, mean, half, bound),
+        "verdict": claim.verdict(mean, half),
     }
 
 
 def _any_of_row(c: Claim, facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
-    from entflow.lab.claims import paired_difference
-
     parts = c.components()
     level = 1 - 0.05 / len(parts)
     rows = []
     for p in parts:
         pair = (p["run"], p["baseline"])
         vals = [_seed_value(lambda f, p=p: paired_difference(f, **p), facts, pair, s) for s in seeds]
-        rows.append({**p, **_interval_row(vals, c.rule, c.bound, level)})
+        rows.append({**p, **_interval_row(vals, c, level)})
     verdicts = [r["verdict"] for r in rows]
     overall = (
         "reproduced"
@@ -411,7 +271,7 @@ def reproduce(
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
 
-    ``bases`` maps a setting name (:data:`SETTINGS`) to its base config (``Setting.base()``); a
+    ``bases`` maps a setting name (the registry's settings) to its base config (``Setting.base()``); a
     claim whose setting has no base is ``not run``. ``overrides`` apply to every run. Demo runs
     go to ``out/<run>-s<seed>``, another setting's to ``out/<setting>/<run>-s<seed>``.
 
@@ -426,8 +286,9 @@ def reproduce(
 
     if claims is not None and runs is not None:
         raise ConfigError("claims", "select either claims or runs, not both")
-    if unknown := sorted(set(bases) - set(SETTINGS)):
-        raise ConfigError("settings", f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
+    settings = registry().settings
+    if unknown := sorted(set(bases) - set(settings)):
+        raise ConfigError("settings", f"unknown settings {unknown}; known: {', '.join(settings)}")
     selected = select_claims(claims)
     elsewhere = {
         c.id: f"registered on seeds {list(c.seeds)}: `entflow reproduce --claims {c.id}`"
@@ -437,29 +298,29 @@ def reproduce(
     t0, c0 = time.time(), time.process_time()
     keys = runs_needed([c for c in selected if c.id not in elsewhere], only=runs)
     if runs is not None:  # a listed run that no claim needs still trains, in the demo setting
-        keys += [r for r in runs if all(_split_key(k)[1] != r for k in keys)]
-    keys = [k for k in keys if _split_key(k)[0] in bases]
+        keys += [r for r in runs if all(split_key(k)[1] != r for k in keys)]
+    keys = [k for k in keys if split_key(k)[0] in bases]
     out.mkdir(parents=True, exist_ok=True)
     facts: dict[str, dict[int, dict[str, Any]]] = {}
     trained: dict[str, dict[str, Any]] = {}  # setting -> its preset, steps and folder
     demo_runs: list[tuple[Any, Path]] = []
     for setting, base in bases.items():
-        names = [_split_key(k)[1] for k in keys if _split_key(k)[0] == setting]
+        names = [split_key(k)[1] for k in keys if split_key(k)[0] == setting]
         if not names:
             continue
         where = out if setting == DEFAULT_SETTING else out / setting
         configs = _setting_configs(setting, base, names, overrides, seeds, where)
-        trained[setting] = {"config": SETTINGS[setting].config, "steps": configs[0].steps, "folder": str(where)}
+        trained[setting] = {"config": settings[setting].config, "steps": configs[0].steps, "folder": str(where)}
         dirs = run_compare_configs(configs, jobs=jobs, resume=resume)
         for cfg, d in zip(configs, dirs, strict=True):
-            facts.setdefault(_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
+            facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
         write_report(dirs, where)
         if setting == DEFAULT_SETTING:
             demo_runs = list(zip(configs, dirs, strict=True))
     rows = evaluate_claims(facts, seeds, selected, not_run=elsewhere)
     result: dict[str, Any] = {
         "claims": rows,
-        "registry": str(registry_path()),
+        "registry": str(registry().path),
         "seeds": seeds,
         "runs": keys,
         "settings": trained,
@@ -514,7 +375,7 @@ def _setting_configs(
         for k, v in RUNS[cfg.group][2].items():
             old = getattr(cfg, k)
             setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
-        if _key(setting, cfg.group) in coverage_runs() and not explicit_coverage:
+        if run_key(setting, cfg.group) in coverage_runs() and not explicit_coverage:
             cfg.coverage_n = COVERAGE_N
         cfg.__post_init__()
         cfg.validate()

@@ -122,7 +122,8 @@ def main() -> None:
                 torch_imported[name, src].add(p.stderr.strip().splitlines()[-1].split()[-1])
         load_after = os.getloadavg()
         sys.path.insert(0, str(ROOT / "src"))
-        from entflow.analysis.logs import analyze_log, read_log
+        from entflow.analysis.collapse import analyze_log
+        from entflow.analysis.log_readers import read_log
         from entflow.analysis.plots import write_collapse_plots
 
         parts: dict[str, tuple[float, float, float]] = {}

@@ -1,5 +1,6 @@
-"""Log readers (entflow.analysis.logs) on logs written by the real writers: the fit of a known law
-(R = −0.1·e^H + 0.6) from each format, key detection and overrides, bad input, and the CLI."""
+"""Log readers (entflow.analysis.log_readers, log_keys, collapse.analyze_log) on logs written by the
+real writers: the fit of a known law (R = −0.1·e^H + 0.6) from each format, key detection and
+overrides, bad input, and the CLI."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from entflow.analysis.logs import KEY_TABLE, add_key, analyze_log, read_log
+from entflow.analysis.collapse import analyze_log
+from entflow.analysis.log_keys import KEY_TABLE, add_key
+from entflow.analysis.log_readers import read_log
 from entflow.cli.main import main
 from entflow.errors import LogError
 from support.log_writers import (
@@ -222,13 +225,13 @@ def test_tensorboard_data_server_matches_event_accumulator(tmp_path):
     written twice (a resumed run) keeps the later value in both."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from entflow.analysis.logs import _read_data_server, _read_event_accumulator
+    from entflow.analysis.tensorboard import read_with_data_server, read_with_event_accumulator
 
     write_tensorboard(tmp_path, 50, val_tag="eval/reward", extra=3)
     w = SummaryWriter(str(tmp_path))
     w.add_scalar("train/entropy", 123.0, 50)  # step 50 again, written later
     w.close()
-    fast, slow = _read_data_server(tmp_path), _read_event_accumulator(tmp_path)
+    fast, slow = read_with_data_server(tmp_path), read_with_event_accumulator(tmp_path)
     if fast is None:
         pytest.skip("tensorboard_data_server cannot run here")
     assert set(fast) == set(slow) and len(fast) == 6
@@ -246,7 +249,7 @@ def test_tensorboard_falls_back_when_the_data_server_hangs(tmp_path, monkeypatch
 
     import tensorboard_data_server
 
-    from entflow.analysis import logs
+    from entflow.analysis import tensorboard
 
     fake = tmp_path / "server"
     fake.write_text("#!/bin/sh\nexec sleep 60\n")
@@ -254,8 +257,8 @@ def test_tensorboard_falls_back_when_the_data_server_hangs(tmp_path, monkeypatch
     monkeypatch.setattr(tensorboard_data_server, "server_binary", lambda: str(fake))
     write_tensorboard(tmp_path / "tb", 30)
     t = time.monotonic()
-    assert logs._read_data_server(tmp_path / "tb", timeout_s=1.0) is None
+    assert tensorboard.read_with_data_server(tmp_path / "tb", timeout_s=1.0) is None
     assert time.monotonic() - t < 10
-    monkeypatch.setattr(logs, "_read_data_server", lambda target: None)
+    monkeypatch.setattr(tensorboard, "read_with_data_server", lambda target: None)
     log = read_log(tmp_path / "tb")
     assert log.format == "tensorboard" and log.series["train/entropy"][0].size == 30

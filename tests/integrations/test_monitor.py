@@ -20,8 +20,9 @@ from datasets import Dataset
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
-from entflow.analysis.collapse import analyze_series
-from entflow.analysis.logs import MONITOR_KEYS, analyze_log, log_from_records
+from entflow.analysis.collapse import analyze_log, analyze_series
+from entflow.analysis.collapse_monitor import MONITOR_KEYS
+from entflow.analysis.log_readers import log_from_records
 from entflow.cli.main import main
 from entflow.errors import ParameterError
 from entflow.integrations.trl import EntropyMonitorCallback

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from entflow.analysis.logs import analyze_log
+from entflow.analysis.collapse import analyze_log
 from entflow.analysis.report import summarize_run
 from entflow.lab.facts import run_facts
 

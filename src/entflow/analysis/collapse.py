@@ -1,8 +1,11 @@
-"""Entropy collapse from a training log's series: one pure function, :func:`analyze_series`.
+"""Entropy collapse from a training log: :func:`analyze_log` reads any trainer's log
+(:mod:`entflow.analysis.log_readers`), finds its keys (:mod:`entflow.analysis.log_keys`) and calls
+:func:`analyze_series`, the pure function on the series.
 
 The CLI (``entflow analyze``), the TRL callback (:class:`entflow.integrations.trl.EntropyMonitorCallback`)
-and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) all call it. It reads
-arrays only (no file, no trainer) and returns a :class:`CollapseAnalysis`:
+and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) all call it
+(the live ones through :class:`entflow.analysis.collapse_monitor.CollapseMonitor`).
+:func:`analyze_series` reads arrays only (no file, no trainer) and returns a :class:`CollapseAnalysis`:
 
 * **law fit** — paper 003 §2.4 Eq. 6: ``R = −a·exp(H) + b`` (ordinary least squares in (a, b),
   :func:`entflow.analysis.law.fit_law`), with 95 % t-intervals on a, b and the
@@ -32,7 +35,8 @@ fits validation accuracy), else the training reward.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,10 +52,12 @@ from entflow.analysis.law import (
     fit_mirror,
     law_with_intervals,
 )
-from entflow.errors import AnalysisError
+from entflow.analysis.log_keys import resolve_keys
+from entflow.analysis.log_readers import LogData, read_log
+from entflow.errors import AnalysisError, LogError
 from entflow.files import json_safe
 
-__all__ = ["HELDOUT_FRAC", "SCHEMA", "SUGGESTIONS", "CollapseAnalysis", "analyze_series"]
+__all__ = ["HELDOUT_FRAC", "SCHEMA", "SUGGESTIONS", "CollapseAnalysis", "analyze_log", "analyze_series"]
 
 SCHEMA = "entflow.analysis/1"
 HELDOUT_FRAC = 0.30  # model choice: fit on the first 70 % of the points, score on the last 30 %
@@ -393,3 +399,75 @@ def analyze_series(
         suggestion=_suggest(verdict["verdict"]),
         points=(Rs, RH, R),
     )
+
+
+def _finite(log: LogData, key: str) -> tuple[np.ndarray, np.ndarray]:
+    s, v = log.series[key]
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise LogError(log.path, key, f"{int(bad.sum())} non-finite value(s), first at step {s[i]:g} ({v[i]})")
+    return s, v
+
+
+def analyze_log(
+    path: str | os.PathLike | LogData,
+    *,
+    entropy_key: str | None = None,
+    reward_key: str | None = None,
+    val_key: str | None = None,
+    val_entropy_key: str | None = None,
+    **kwargs: Any,
+) -> tuple[LogData, CollapseAnalysis]:
+    """Read a log (or take a :class:`LogData`) and run :func:`analyze_series` on its series.
+
+    The training series are the steps where both the entropy and the reward key were logged; the
+    validation series is the ``val`` key with the ``val_entropy`` key at the same steps (else the
+    training entropy at the nearest step). ``kwargs`` go to :func:`analyze_series`. The result's
+    ``source`` holds ``format``, ``path`` and ``keys``.
+
+    Raises:
+        LogError: anything :func:`read_log` / :func:`resolve_keys` raise, non-finite values of a
+            key used, or too few points for the fit (naming the file and the key).
+    """
+    log = path if isinstance(path, LogData) else read_log(path)
+    keys = resolve_keys(
+        log, {"entropy": entropy_key, "reward": reward_key, "val": val_key, "val_entropy": val_entropy_key}
+    )
+    es, ev = _finite(log, keys["entropy"])
+    rs, rv = _finite(log, keys["reward"])
+    steps, ie, ir = np.intersect1d(es, rs, assume_unique=True, return_indices=True)
+    val_args: dict[str, Any] = {}
+    if keys["val"] is not None:
+        vs, vv = _finite(log, keys["val"])
+        val_args = {"val_steps": vs, "val": vv}
+        if keys["val_entropy"] is not None:
+            hs, hv = _finite(log, keys["val_entropy"])
+            common, _, ih = np.intersect1d(vs, hs, assume_unique=True, return_indices=True)
+            if common.size == vs.size:
+                val_args["val_entropy"] = hv[ih]
+            else:
+                keys["val_entropy"] = None
+    field_key = {
+        "steps": keys["entropy"],
+        "entropy": keys["entropy"],
+        "reward": keys["reward"],
+        "val": keys["val"],
+        "val_steps": keys["val"],
+        "val_entropy": keys["val_entropy"],
+    }
+    try:
+        result = analyze_series(steps, ev[ie], rv[ir], **val_args, **kwargs)
+    except AnalysisError as e:
+        key = field_key.get(e.field, e.field)
+        msg = str(e).split(": ", 1)[-1]
+        if e.field in ("entropy", "steps") and steps.size < len(es):
+            msg += f" ({steps.size} steps carry both {keys['entropy']} and {keys['reward']})"
+        raise LogError(log.path, key, msg) from None
+    keys_used = {k: v for k, v in keys.items() if v is not None}
+    if result.target == "reward":
+        keys_used = {k: v for k, v in keys_used.items() if k not in ("val", "val_entropy")}
+        if keys["val"] is not None:
+            log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
+    source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}
+    return log, replace(result, source=source)

@@ -2,7 +2,7 @@
 
 Any trainer's log (docs/analyze.md): a TRL output folder or ``trainer_state.json``, TensorBoard event
 files (TRL or verl), verl's file-logger JSONL, a W&B / MLflow CSV export, or an entflow run directory.
-Each path is read by :func:`entflow.analysis.logs.analyze_log` and judged by
+Each path is read by :func:`entflow.analysis.collapse.analyze_log` and judged by
 :func:`entflow.analysis.collapse.analyze_series`; the table goes to the terminal and
 ``DIR/report.html``, ``DIR/plots/{entropy_reward,law_fit}.png`` and (``--json``)
 ``DIR/analysis.json`` are written. ``DIR`` defaults to ``PATH/entflow-analysis/`` (a folder) or
@@ -77,7 +77,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -> Path:
     """Analyse one log: table on ``console``, ``out/report.html``, plots and (``--json``) ``analysis.json``."""
-    from entflow.analysis.logs import analyze_log
+    from entflow.analysis.collapse import analyze_log
     from entflow.analysis.render import render_rich
     from entflow.analysis.report import write_log_report
     from entflow.analysis.tables import collapse_table
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_dirs(runs: list[Path], args: argparse.Namespace, console: Any) -> int:
     """The earlier behaviour for entflow run directories, plus each run's collapse table."""
-    from entflow.analysis.logs import analyze_log
+    from entflow.analysis.collapse import analyze_log
     from entflow.analysis.render import render_rich
     from entflow.analysis.report import print_summary, summarize_run, write_report
     from entflow.analysis.tables import collapse_table

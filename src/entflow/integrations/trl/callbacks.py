@@ -14,7 +14,8 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from entflow.analysis.logs import CollapseMonitor, log_from_records
+from entflow.analysis.collapse_monitor import CollapseMonitor
+from entflow.analysis.log_readers import log_from_records
 
 __all__ = ["EntropyMonitorCallback"]
 
@@ -32,7 +33,7 @@ class EntropyMonitorCallback(TrainerCallback):
             entropies) below which entropy counts as collapsed.
         stall_ratio: the reward has stalled when its late slope is at most this × its early slope.
         early_frac: share of the points the early prediction of the final value is fitted on.
-        entropy_key, reward_key, val_key: log keys overriding :data:`entflow.analysis.logs.KEY_TABLE`.
+        entropy_key, reward_key, val_key: log keys overriding :data:`entflow.analysis.log_keys.KEY_TABLE`.
 
     The values are added to the ``logs`` dict of the log that triggered the refit and to the same
     entry of ``state.log_history`` (so ``trainer_state.json`` holds them). Reporting callbacks

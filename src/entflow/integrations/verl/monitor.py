@@ -15,7 +15,8 @@ import logging
 from collections.abc import MutableMapping
 from typing import Any
 
-from entflow.analysis.logs import CollapseMonitor, log_from_records
+from entflow.analysis.collapse_monitor import CollapseMonitor
+from entflow.analysis.log_readers import log_from_records
 
 __all__ = ["EntropyMonitor"]
 
@@ -27,7 +28,7 @@ class EntropyMonitor:
 
     ``EntropyMonitor(every=10).update(metrics, step)`` — call it once per training step with the
     metrics dict verl is about to log; it returns the same dict with ``entflow/*`` added on the
-    steps it refits. Keyword arguments are those of :class:`entflow.analysis.logs.CollapseMonitor`.
+    steps it refits. Keyword arguments are those of :class:`entflow.analysis.collapse_monitor.CollapseMonitor`.
     ``analysis`` holds the latest :class:`entflow.analysis.collapse.CollapseAnalysis`.
     """
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from entflow.analysis.runs import metric_float
+from entflow.analysis.runs import jsonl_values, metric_float
 from entflow.analysis.tensorboard import read_scalars
 from entflow.errors import LogError
 
@@ -184,21 +184,11 @@ class VerlJsonlReader(LogReader):
         return files[0] if files else None
 
     def read(self, target: Path) -> LogData:
-        lines = target.read_bytes().splitlines()
-        while lines and not lines[-1].strip():
-            lines.pop()
+        text = target.read_text(encoding="utf-8", errors="replace")
         recs = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                if i == len(lines) - 1:
-                    continue  # the line in flight when the run died
-                raise LogError(target, None, f"line {i + 1} is not valid JSON ({e.msg})") from None
+        for n, rec in jsonl_values(text, lambda n, msg: LogError(target, None, f"line {n} is not valid JSON ({msg})")):
             if not isinstance(rec, dict) or not isinstance(rec.get("data"), dict):
-                raise LogError(target, None, f"line {i + 1} is not a verl file-logger record {{step, data}}")
+                raise LogError(target, None, f"line {n} is not a verl file-logger record {{step, data}}")
             recs.append((metric_float(rec.get("step")), rec["data"]))
         if not recs:
             raise LogError(target, None, "empty log: no records")

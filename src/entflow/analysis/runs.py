@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,25 @@ def read_jsonl(path: Path) -> list[Any]:
     return rows
 
 
+def jsonl_values(text: str, bad_line: Callable[[int, str], Exception]) -> Iterator[tuple[int, Any]]:
+    """(line number from 1, value) of each non-blank line of the JSON-lines ``text``. A last line
+    that is not valid JSON is skipped (the line in flight when the writer died); any other raises
+    ``bad_line(number, what json saw)``."""
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                continue  # truncated last line: the step in flight when the run died
+            raise bad_line(i + 1, e.msg) from None
+        yield i + 1, value
+
+
 def load_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Records of ``run_dir/metrics.jsonl`` sorted by step (see the module docstring).
 
@@ -89,22 +108,12 @@ def load_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise RunDirError(path, "not found (is this a run directory?)")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
     by_step: dict[Any, dict[str, Any]] = {}
     unstepped: list[dict[str, Any]] = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                continue  # truncated last line: the step in flight when the run died
-            raise RunDirError(path, f"line {i + 1} is not valid JSON ({e.msg})") from None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for n, rec in jsonl_values(text, lambda n, msg: RunDirError(path, f"line {n} is not valid JSON ({msg})")):
         if not isinstance(rec, dict):
-            raise RunDirError(path, f"line {i + 1} is not a JSON object")
+            raise RunDirError(path, f"line {n} is not a JSON object")
         if "step" in rec and isinstance(rec["step"], int | float):
             by_step[rec["step"]] = rec  # a re-logged step (resume): the later line wins
         else:

@@ -286,31 +286,54 @@ def naive_forecasts(steps: Any, acc: Any, n_fit: int, at_step: float) -> dict[st
 
 @dataclass(frozen=True)
 class EarlyPrediction:
-    """The law fitted on the first ``n_fit`` of ``n`` points, predicting the rest.
+    """The law fitted on the first ``n_fit`` points, predicting the rest.
 
     ``fit`` is None when nothing is held out or the early points cannot be fitted (all entropies
-    equal). ``predicted`` ``[n − n_fit]`` is the law's R at the held-out points from their observed
-    entropy; ``rmse`` is over them; ``final`` is the prediction at the last point, ``error`` =
-    ``final`` − ``observed_final``. ``naive`` holds the :func:`naive_forecasts` of the last
-    point (empty when nothing is held out). Undefined numbers are NaN.
+    equal). ``predicted`` ``[m]`` is the law's R at the held-out points from their observed entropy
+    (empty without a fit), ``observed`` ``[m]`` their observed R; ``last`` = (step, entropy, R) of the
+    last point; ``naive`` the :func:`naive_forecasts` of the last point (empty when nothing is held
+    out). Undefined numbers are NaN.
     """
 
     frac: float
-    n: int
     n_fit: int
     fit: LawFit | None
     predicted: np.ndarray = field(repr=False)
-    rmse: float
-    final: float
-    observed_final: float
-    at_step: float
-    at_entropy: float
+    observed: np.ndarray = field(repr=False)
+    last: tuple[float, float, float]
     naive: dict[str, float]
+
+    @property
+    def n(self) -> int:
+        """The number of points."""
+        return self.n_fit + self.observed.size
 
     @property
     def held_out(self) -> bool:
         """True when at least one point is left to predict."""
-        return self.n_fit < self.n
+        return self.observed.size > 0
+
+    @property
+    def rmse(self) -> float:
+        """RMSE of the law over the held-out points."""
+        return float(np.sqrt(np.mean((self.predicted - self.observed) ** 2))) if self.predicted.size else math.nan
+
+    @property
+    def final(self) -> float:
+        """The law's prediction of the last point's R."""
+        return float(self.predicted[-1]) if self.predicted.size else math.nan
+
+    @property
+    def at_step(self) -> float:
+        return self.last[0]
+
+    @property
+    def at_entropy(self) -> float:
+        return self.last[1]
+
+    @property
+    def observed_final(self) -> float:
+        return self.last[2]
 
     @property
     def error(self) -> float:
@@ -347,32 +370,17 @@ def early_prediction(steps: Any, entropy: Any, acc: Any, frac: float = EARLY_FRA
         raise AnalysisError("acc", f"lengths differ: steps {S.size}, entropy {H.size}, acc {R.size}")
     ok = np.isfinite(S) & np.isfinite(H) & np.isfinite(R)
     S, H, R = S[ok], H[ok], R[ok]
-    n = int(R.size)
-    n_fit = min(n, early_fit_points(n, frac))
-    last = (float(S[-1]), float(H[-1]), float(R[-1])) if n else (math.nan, math.nan, math.nan)
+    n_fit = min(R.size, early_fit_points(R.size, frac))
+    last = (float(S[-1]), float(H[-1]), float(R[-1])) if R.size else (math.nan, math.nan, math.nan)
     fit, pred, naive = None, np.empty(0), {}
-    if n_fit < n:
+    if n_fit < R.size:
         try:
             fit = fit_entropy_law(H[:n_fit], R[:n_fit])
             pred = fit.predict(H[n_fit:])
         except AnalysisError:
             fit = None
         naive = naive_forecasts(S, R, n_fit, last[0])
-    rmse = float(np.sqrt(np.mean((pred - R[n_fit:]) ** 2))) if pred.size else math.nan
-    final = float(pred[-1]) if pred.size else math.nan
-    return EarlyPrediction(
-        frac=frac,
-        n=n,
-        n_fit=n_fit,
-        fit=fit,
-        predicted=pred,
-        rmse=rmse,
-        final=final,
-        observed_final=last[2],
-        at_step=last[0],
-        at_entropy=last[1],
-        naive=naive,
-    )
+    return EarlyPrediction(frac, n_fit, fit, pred, R[n_fit:], last, naive)
 
 
 # --------------------------------------------------------------------------------------------

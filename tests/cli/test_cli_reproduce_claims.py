@@ -128,7 +128,7 @@ def test_seeds_override_the_registered_seeds_of_any_set_of_claims(tmp_path, reco
     from entflow.lab import reproduce as rep
 
     ids = ["sweep-clip-cov", "exploration-klcov"]
-    registered = {c.id: tuple(c.seeds) for c in rep.CLAIMS if c.id in ids}
+    registered = {c.id: tuple(c.seeds) for c in rep.registry().claims if c.id in ids}
     assert len(set(registered.values())) == 2  # the case of the bug: two different registrations
     assert main(["reproduce", "--claims", ",".join(ids), f"out_dir={tmp_path}"]) == 2
     assert "give --seeds" in capsys.readouterr().err and recorder == []

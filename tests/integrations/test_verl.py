@@ -48,7 +48,12 @@ ROOT = Path(__file__).resolve().parents[2]
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]
 TOL = 1e-6
 # methods without a default for a parameter; siren's top-p entropy needs logits verl does not give the loss
-REQUIRED = {"opefo_target": {"target": 0.5}, "siren": {"top_p": 1.0}}
+REQUIRED = {
+    "opefo_target": {"target": 0.5},
+    "siren": {"top_p": 1.0},
+    "dro": {"dro_beta": 0.1},
+    "off_policy_mask": {"threshold": 0.5},
+}
 
 
 def rollout(seed: int = 0, N: int = 8, T: int = 11, noise: float = 0.3):

@@ -22,7 +22,7 @@ from entflow.methods.needs import MethodNeeds, needs_of, required_token_stats
 from support.methods_ref import D, make_batch
 from support.throwaway_methods import RolloutEntropyShaper, StrictOnPolicyMethod, registered
 
-REQUIRED = {"opefo_target": {"target": 0.5}}  # no default for this parameter
+REQUIRED = {"opefo_target": {"target": 0.5}, "dro": {"dro_beta": 0.1}, "off_policy_mask": {"threshold": 0.5}}  # no default
 VALUES_HS = ("logp", "old_logp", "old_entropy")  # the estimators read p, r and H
 
 # name → the MethodNeeds fields that differ from the defaults (nothing needed = plain GRPO)
@@ -140,6 +140,15 @@ EXPECTED: dict[str, dict] = {
         shapers=("optimal_token_baseline",),
         replaces_advantages=True,
     ),
+    # the policy losses verl 0.9.1 and TRL 1.16 ship (methods/loss_modes.py): logp, old_logp, A only
+    "geo_mean": dict(aggregation="seq-mean-token-mean"),  # a sequence loss: the response mean
+    "dppo_tv": {},  # trust region on π − π_old, truncated r
+    "dppo_kl": {},  # trust region on the binary KL of π_old, π
+    "gpg": {},  # −A·log π
+    "dro": {},  # −A·log π + ½β(log r)²
+    "vespo": {},  # gamma weight of the response's Σ log r
+    "luspo": dict(aggregation="seq-mean-token-mean"),  # |y_i|·GSPO, the response mean
+    "off_policy_mask": {},  # the response's mean old_logp − logp, per call
 }
 
 

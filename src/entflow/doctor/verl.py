@@ -16,7 +16,8 @@ from entflow.doctor.result import CheckResult, compared, skipped, timed
 from entflow.errors import ConfigError
 
 PLUGIN = "entflow.integrations.verl.plugin"
-REQUIRED = {"opefo_target": {"target": 0.5}}  # methods without a default for a parameter
+# methods without a default for a parameter
+REQUIRED = {"opefo_target": {"target": 0.5}, "dro": {"dro_beta": 0.1}, "off_policy_mask": {"threshold": 0.5}}
 # float32, same formulas: |Δ| / max(1, |value|) for the loss and for the gradient's entries
 TOL = 1e-6
 

@@ -7,6 +7,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     entropic,
     exploration,
     forking,
+    loss_modes,
     opefo,
     passk,
     policy_loss_variants,

@@ -1,12 +1,13 @@
 """The method protocol, the registry and composition (docs/design.md §6 last paragraphs, §7).
 
 A method is a small dataclass whose fields are its parameters. It plugs into the loss through
-any of seven hooks, each optional (the base class does nothing):
+any of eight hooks, each optional (the base class does nothing):
 
 ==================  =====================================  ==========================================
 hook                called from                            used by (examples)
 ==================  =====================================  ==========================================
 ``clip_bounds``     ``policy_loss``, before anything       clip_higher, clip_free, clip_extreme
+``aggregation``     ``policy_loss``, before anything       geo_mean, luspo (sequence-level losses)
 ``batch_statistics`` ``policy_loss`` (per call) or          steer, opefo, clip_cov, kl_cov, forking,
                     ``prepare_statistics`` (global)        rand_pos_clip, quadrant
 ``shape_advantages`` ``compute_advantages``, left to right  w_reinforce, unlikeliness, ppl_shaping, gtpo
@@ -187,6 +188,14 @@ class Method:
         """(ε_low, ε_high) this method imposes, or None to leave the loss's bounds."""
         return None
 
+    def aggregation(self) -> str | None:
+        """The loss aggregation this method's formula fixes, or None to leave the loss's ``agg``.
+
+        A sequence-level loss (GMPO, LUSPO) gives each token of response i the response's loss
+        L_i and fixes ``"seq-mean-token-mean"``, so the loss is the mean of L_i over responses
+        whatever the caller's ``agg``."""
+        return None
+
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         """Sequence/token advantage shaping: ``adv`` [N, T] → [N, T]."""
         return adv
@@ -357,6 +366,12 @@ class Composite(Method):
                     f"method {'+'.join(names)}: {p.name} fixes the clip bounds as part of its formula and "
                     f"{', '.join(later)} (later, so it would win) overrides them; put {p.name} last"
                 )
+        aggs = {p.name: p.aggregation() for p in self._parts if p.aggregation() is not None}
+        if len(set(aggs.values())) > 1:
+            raise CompositionError(
+                f"method {'+'.join(names)}: its parts fix different loss aggregations "
+                f"({', '.join(f'{k}: {v}' for k, v in aggs.items())})"
+            )
         replacing_loss = [p.name for p in self._parts if p.overrides("token_loss")]
         if len(replacing_loss) > 1:
             raise CompositionError(
@@ -403,6 +418,9 @@ class Composite(Method):
         for p in self._parts:
             bounds = p.clip_bounds() or bounds
         return bounds
+
+    def aggregation(self) -> str | None:
+        return next((a for a in (p.aggregation() for p in self._parts) if a is not None), None)
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         for p in self._parts:

@@ -4,7 +4,7 @@ A method declares what it reads as class attributes (docs/architecture.md §3): 
 fields ``policy_loss`` requires), ``advantage_needs`` (fields its ``shape_advantages`` reads),
 ``statistics_needs`` (fields its ``batch_statistics`` reads), ``reads_entropy`` (H read detached,
 docs/design.md §1), ``reads_step``, ``strict_on_policy``, ``replaces_advantages``,
-``state_fields``, the ``estimator`` parameter, the :class:`~entflow.methods.base.Stochastic`
+``state_fields``, the ``aggregation`` hook, the ``estimator`` parameter, the :class:`~entflow.methods.base.Stochastic`
 mixin and the hooks it overrides. :func:`needs_of` turns those declarations of a method or
 composition (and the estimators a caller evaluates itself) into one frozen answer; the lab
 trainer, the TRL adapter and the verl plugin read it instead of asking the method themselves,
@@ -58,6 +58,11 @@ class MethodNeeds:
         rollout_stats: the rollout-policy values (subset of ``ROLLOUT_STATS``) that must exist
             when advantages are computed, i.e. before the first loss call.
         reads_step: the batch's ``step`` / ``total_steps`` matter (a schedule over training).
+    Loss:
+        aggregation: the loss aggregation a part's formula fixes (``"seq-mean-token-mean"`` for a
+            sequence-level loss: GMPO, LUSPO), which ``policy_loss`` uses whatever ``agg`` it is
+            given; a trainer whose own normalisation assumes another aggregation must refuse the
+            method. ``None``: the trainer's ``agg``.
     Advantages:
         shapers: parts that shape advantages (run by ``compute_advantages``, left to right).
         replaces_advantages: the first shaper builds A from rewards, discarding GRPO's.
@@ -91,6 +96,7 @@ class MethodNeeds:
     statistics_fields: tuple[str, ...] = ()
     rollout_stats: tuple[str, ...] = ()
     reads_step: bool = False
+    aggregation: str | None = None
     shapers: tuple[str, ...] = ()
     replaces_advantages: bool = False
     strict_on_policy: bool = False
@@ -192,6 +198,7 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
         statistics_fields=_union(p.statistics_needs for p in parts if p.overrides("batch_statistics")),
         rollout_stats=tuple(f for f in ROLLOUT_STATS if f in advantage_fields),
         reads_step=any(p.reads_step for p in parts),
+        aggregation=m.aggregation(),
         shapers=tuple(p.name for p in shapers),
         replaces_advantages=bool(shapers) and shapers[0].replaces_advantages,
         strict_on_policy=any(p.strict_on_policy for p in parts),

@@ -147,6 +147,7 @@ def prepare_statistics(
         raise ShapeError("micro_batches", "a non-empty list of TokenBatch", "an empty list")
     _check_loss_args(clip_low, clip_high, dual_clip, agg, max_len)
     clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
+    agg = method.aggregation() or agg
     device = micro_batches[0].logp.device
     reducer = Reducer([tuple(b.logp.shape) for b in micro_batches], device, group=group, shared=True)
     if max_len is not None:
@@ -190,7 +191,8 @@ def policy_loss(
             that warns once).
         clip_low, clip_high: ε_low, ε_high (a method that sets clip bounds overrides them).
         dual_clip: optional dual-clip constant c > 1 for A < 0.
-        agg: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"``.
+        agg: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"`` (a
+            method that fixes its aggregation, a sequence-level loss, overrides it).
         max_len: the fixed T_max of ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation
             limit); None = this batch's padded length.
         metrics: ``"float"`` (default: floats, one host sync at the end), ``"tensor"`` (0-d
@@ -212,6 +214,7 @@ def policy_loss(
         raise ParameterError("policy_loss", "metrics", f"must be one of {METRICS_MODES}, got {metrics!r}")
     _check_loss_args(clip_low, clip_high, dual_clip, agg, max_len)
     clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
+    agg = method.aggregation() or agg  # a sequence-level loss fixes the response mean
     if stats is not None:
         _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
         max_len = stats.max_len

@@ -178,6 +178,9 @@ def compute_policy_loss(
         raise ConfigError(
             "actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}"
         )
+    # a sequence-level loss (geo_mean, luspo) fixes its aggregation, whatever loss_agg_mode says (as
+    # verl's geo_mean); it is normalised as verl normalises that aggregation (docs/integrations.md)
+    loss_agg_mode = method.aggregation() or loss_agg_mode
     clip_low, clip_high, dual = clip_settings(config, spec, method)
     mask = response_mask.bool()
     fields = dict(

@@ -24,7 +24,12 @@ from support.methods_ref import make_batch
 SYNCS = {"item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy", "cpu"}
 DATA_DEPENDENT = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "nonzero_static"}
 
-BUILD = {"opefo_target": {"target": 0.5}, "quadrant": {"preset": "uplift"}, "dro": {"dro_beta": 0.1}, "off_policy_mask": {"threshold": 0.5}}
+BUILD = {
+    "opefo_target": {"target": 0.5},
+    "quadrant": {"preset": "uplift"},
+    "dro": {"dro_beta": 0.1},
+    "off_policy_mask": {"threshold": 0.5},
+}
 VARIANTS = [(name, BUILD.get(name, {})) for name in ef.list_methods()] + [
     ("steer", {"scope": "group", "mapping": "binary"}),
     ("steer", {"scope": "sequence", "mapping": "linear", "estimator": "tabular"}),

@@ -148,7 +148,10 @@ def test_dro_beta_matters_and_is_required():
     t = rollout(1)
     (_, gv), (_, ge) = both("dro", t, "token-mean", None)
     cv = actor_config(PolicyLossConfig(loss_mode="dro", dro_beta=2.0))
-    g2 = grads(lambda lp: core_algos.get_policy_loss_fn("dro")(t["old"], lp, t["adv"], t["mask"], "token-mean", cv)[0], t["logp"])[1]
+    g2 = grads(
+        lambda lp: core_algos.get_policy_loss_fn("dro")(t["old"], lp, t["adv"], t["mask"], "token-mean", cv)[0],
+        t["logp"],
+    )[1]
     assert close(ge, gv, 1e-10) and not close(g2, gv, 1e-3)
     for bad in (None, 0.0, -1.0):
         with pytest.raises(ParameterError, match="dro_beta"):

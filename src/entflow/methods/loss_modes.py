@@ -263,7 +263,9 @@ class LUSPO(Method):
     """
 
     name = "luspo"
-    formula = "L_i = Σ_t max(−A_t·s_i, −A_t·clip(s_i, 1−ε_low, 1+ε_high)),  s_i = exp(mean_t log r_t);  loss = mean_i L_i"
+    formula = (
+        "L_i = Σ_t max(−A_t·s_i, −A_t·clip(s_i, 1−ε_low, 1+ε_high)),  s_i = exp(mean_t log r_t);  loss = mean_i L_i"
+    )
     paper = "LUSPO, arXiv 2602.05261 (length-unbiased sequence objective); TRL's luspo (sequence-level IS)"
 
     def aggregation(self) -> str:

@@ -40,6 +40,15 @@ LOSS_TYPE_AGG = {
     "dr_grpo": "seq-mean-token-sum-norm",
 }
 
+# TRL loss_type values that are entflow methods rather than aggregations: (method, the loss_type that
+# normalises as TRL does for it). TRL's luspo divides like its grpo; its vespo like its dapo.
+TRL_LOSS_TYPE_METHODS = {
+    "cispo": ("cispo", "dapo"),
+    "sapo": ("sapo", "grpo"),
+    "vespo": ("vespo", "dapo"),
+    "luspo": ("luspo", "grpo"),
+}
+
 
 @dataclass
 class EntflowGRPOConfig(GRPOConfig):
@@ -140,10 +149,17 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
         raise ConfigError(key, f"{why} (entflow_method={m!r})")
 
     if args.loss_type not in LOSS_TYPE_AGG:
+        entflow_name = TRL_LOSS_TYPE_METHODS.get(args.loss_type)
+        instead = (
+            f"; TRL's {args.loss_type!r} is entflow's method {entflow_name[0]!r}: write "
+            f"entflow_method='{entflow_name[0]}' with loss_type='{entflow_name[1]}'"
+            if entflow_name
+            else ""
+        )
         refuse(
             "loss_type",
             f"{args.loss_type!r} is not a PPO-clip loss; entflow methods act on PPO-clip. "
-            f"Use one of {', '.join(LOSS_TYPE_AGG)}",
+            f"Use one of {', '.join(LOSS_TYPE_AGG)}{instead}",
         )
     if args.importance_sampling_level != "token":
         refuse("importance_sampling_level", "entflow methods are token-level; use 'token'")
@@ -170,8 +186,21 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             "use_adaptive_entropy=False",
         )
     if args.off_policy_mask_threshold is not None:
-        refuse("off_policy_mask_threshold", "the off-policy sequence mask is not supported with entflow methods")
+        refuse(
+            "off_policy_mask_threshold",
+            "TRL's off-policy sequence mask is entflow's 'off_policy_mask'; write "
+            f"entflow_method='{m}+off_policy_mask' with entflow_method_params="
+            f"{{'threshold': {args.off_policy_mask_threshold}}} and leave off_policy_mask_threshold=None",
+        )
     needs = needs_of(method)
+    if needs.aggregation is not None and LOSS_TYPE_AGG.get(args.loss_type) != needs.aggregation:
+        fitting = [k for k, v in LOSS_TYPE_AGG.items() if v == needs.aggregation]
+        refuse(
+            "loss_type",
+            f"the method is a sequence-level loss that fixes the aggregation {needs.aggregation!r}, but "
+            f"loss_type={args.loss_type!r} normalises as {LOSS_TYPE_AGG.get(args.loss_type)!r}; use loss_type="
+            f"{fitting[0]!r}",
+        )
     if needs.entropy_top_p is not None:
         raise ConfigError(
             "entflow_method_params",

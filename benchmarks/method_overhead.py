@@ -34,7 +34,13 @@ from entflow.core.topk import topk_logprobs
 from entflow.methods.needs import needs_of
 
 CLOCK = time.process_time
-PARAMS = {"opefo_target": {"target": 1.0}, "quadrant": {"preset": "uplift"}, "pos_adv_reweight": {}}
+PARAMS = {
+    "opefo_target": {"target": 1.0},
+    "quadrant": {"preset": "uplift"},
+    "pos_adv_reweight": {},
+    "dro": {"dro_beta": 0.1},  # required parameters (no default, as verl / TRL)
+    "off_policy_mask": {"threshold": 0.5},
+}
 # the work each method adds, for the acceptance rule (token weighting / advantage shaping ≤ 1.05×)
 KIND = {
     "grpo": "baseline",
@@ -53,6 +59,14 @@ KIND = {
     "archer": "per-token loss + loss term (ref_logp)",
     "simko": "per-token loss (+ top-K log-probs from the logits)",
     "aer": "loss term (entropy with grad)",
+    # verl's and TRL's loss modes (methods/loss_modes.py)
+    "geo_mean": "sequence loss",
+    "dppo_tv": "per-token loss",
+    "dppo_kl": "per-token loss",
+    "gpg": "per-token loss",
+    "dro": "per-token loss",
+    "vespo": "per-token loss",
+    "luspo": "sequence loss",
 }
 
 

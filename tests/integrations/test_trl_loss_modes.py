@@ -100,3 +100,21 @@ def test_entflow_in_trl_equals_trls_own_option(tiny, tmp_path, name):
     if name == "off_policy_mask":
         masked = [h["off_policy_mask/masked_frac"] for h in trainer.state.log_history if "loss" in h]
         assert max(masked) > 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "key", "says"),
+    [
+        (dict(entflow_method="geo_mean", loss_type="dapo"), "loss_type", "'grpo'"),
+        (dict(entflow_method="luspo", loss_type="dr_grpo"), "loss_type", "'grpo'"),
+        (dict(loss_type="vespo"), "loss_type", "entflow_method='vespo' with loss_type='dapo'"),
+        (dict(loss_type="luspo"), "loss_type", "entflow_method='luspo' with loss_type='grpo'"),
+        (dict(off_policy_mask_threshold=0.3), "off_policy_mask_threshold", "'threshold': 0.3"),
+    ],
+)
+def test_trl_options_that_are_entflow_methods_are_refused_with_the_fix(tmp_path, kw, key, says):
+    from entflow.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        EntflowGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kw)
+    assert e.value.key == key and says in str(e.value)

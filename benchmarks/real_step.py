@@ -1,40 +1,302 @@
-"""Time per training step of real-model runs, split by phase, from their ``timing.jsonl``.
+"""A real-model training step, entflow against plain ``trl.GRPOTrainer``, split by phase.
 
-    .venv/bin/python benchmarks/real_step.py RUN_DIR [RUN_DIR ...]
+    PYTHONPATH=src .venv/bin/python benchmarks/real_step.py --rounds 3 --steps 6
+    ... --baseline-src /tmp/base/src --baseline-set checkpoint_every=1 --baseline-set checkpoint_minutes=null
 
-Produce the runs with ``entflow train --model smollm2 ...`` (docs/real-models.md gives the exact
-commands). Phases (seconds, median over the run's steps; evaluation steps excluded from the total):
+Both trainers train SmolLM2-135M-Instruct (``load_model("smollm2")``, float32) on the same prompts:
+``basic_arithmetic`` with two one-digit terms through the chat template, P = 4 prompts × G = 4
+responses per step, at most 32 new tokens at temperature 1, two mini-batches (two AdamW steps of 8
+responses per rollout; lr 1e-6, gradient clipping 1.0), ``exact_match`` reward, no KL term, the
+same number of torch threads. TRL's step is one generation cycle (``steps_per_generation = 2``
+optimizer steps, ``shuffle_dataset=False`` over entflow's prompts of steps 1, 2, …, so cycle k sees
+entflow step k's prompts). entflow runs ``entflow.hf.setup.train_real`` at its defaults otherwise
+(validation every ``eval_every`` steps, the audit, the checkpoint policy).
 
-- rollout: ``generate`` (P × G responses, KV cache) + decoding, *including* verify;
-- verify: the reward function alone (math-verify / exact match);
-- reward: the rollout-time no-grad forward (old log-probs, entropy) + ``compute_advantages``;
-- update: forward with grad + ``policy_loss`` + backward + optimizer step, all mini-batches;
-- audit: the extra forward measuring the true entropy change.
+Every (round, arm) is a fresh process; the arms' order rotates each round (interleaved, so a
+machine loaded by others weighs on every arm alike). Phases, seconds per step (median over steps
+2…K of every round; step 1 warms up):
+
+- generation: sampling the P·G responses (entflow: ``time/rollout_s`` − ``time/verify_s``; TRL: ``_generate``);
+- scoring: the reward function (entflow ``time/verify_s``; TRL ``_calculate_rewards``);
+- old log-probs: the rollout policy's token statistics + advantages (entflow ``time/reward_s``; TRL
+  its no-grad ``_get_per_token_logps_and_entropies`` pass);
+- update: forward + backward + optimizer steps of the mini-batches (entflow ``time/update_s``; TRL the
+  cycle's wall time minus ``_generate_and_score_completions``);
+- audit (entflow only): the forward after the update that measures the true entropy change;
+- validation: entflow's held-out evaluation, per step (its total over the steps / K); TRL has none;
+- checkpoint: one write of the run's checkpoint, and per step under the run's policy;
+- step: wall time between consecutive steps' ends (everything, validation steps excluded), and
+  ``step+val`` = mean over all steps with validation and checkpoints amortised.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
-from entflow.trainer.rundir import read_jsonl
+ROOT = Path(__file__).resolve().parents[1]
+P, G, NEW_TOKENS, MINI_BATCHES, LR, SEED = 4, 4, 32, 2, 1e-6, 0
+TASK_PARAMS = {"max_terms": 2, "max_digits": 1}
+PHASES = ("generation", "scoring", "old_logp", "update", "audit", "validation", "checkpoint")
 
-PHASES = ("rollout", "verify", "reward", "update", "audit")
+
+# --------------------------------------------------------------------------------------------
+# workers (one fresh process per round and arm; print one JSON line)
+# --------------------------------------------------------------------------------------------
+
+
+def entflow_worker(steps: int, threads: int, sets: list[str]) -> dict:
+    import entflow.trainer.loop as loop
+    from entflow.hf.setup import RealTrainConfig, train_real
+    from entflow.trainer.config import build_config
+    from entflow.trainer.rundir import read_jsonl
+
+    ckpt_s: list[float] = []
+    save = loop.save_checkpoint
+
+    def timed_save(path, **state):
+        t0 = time.perf_counter()
+        save(path, **state)
+        ckpt_s.append(time.perf_counter() - t0)
+
+    loop.save_checkpoint = timed_save
+    with tempfile.TemporaryDirectory() as out:
+        overrides = [
+            f"out_dir={out}",
+            "name=bench",
+            f"steps={steps}",
+            f"prompts_per_step={P}",
+            f"group_size={G}",
+            f"max_new_tokens={NEW_TOKENS}",
+            f"mini_batches={MINI_BATCHES}",
+            f"lr={LR}",
+            f"seed={SEED}",
+            f"threads={threads}",
+            "progress=false",
+            "task=basic_arithmetic",
+            "task_params={max_terms: 2, max_digits: 1}",
+            *sets,
+        ]
+        cfg = build_config({}, overrides, cls=RealTrainConfig)
+        run = train_real(cfg)
+        rows = read_jsonl(run / "timing.jsonl")
+        resolved = json.dumps({k: getattr(cfg, k) for k in ("eval_every", "checkpoint_every", "checkpoint_minutes")})
+    out_rows = []
+    prev = None
+    for r in rows:
+        end = r["time/elapsed_s"]
+        out_rows.append(
+            {
+                "step": r["step"],
+                "generation": r["time/rollout_s"] - r["time/verify_s"],
+                "scoring": r["time/verify_s"],
+                "old_logp": r["time/reward_s"],
+                "update": r["time/update_s"],
+                "audit": r.get("time/audit_s", 0.0) + r.get("time/diag_s", 0.0),
+                "validation": r.get("time/eval_s", 0.0),
+                "total": None if prev is None else end - prev,
+            }
+        )
+        prev = end
+    return {"rows": out_rows, "checkpoint_s": ckpt_s, "config": resolved}
+
+
+def trl_worker(steps: int, threads: int) -> dict:
+    import random
+
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from entflow.hf.setup import RealTrainConfig, real_setup
+    from entflow.trainer.rollout import step_seed
+
+    torch.set_num_threads(threads)
+    cfg = RealTrainConfig(task="basic_arithmetic", task_params=dict(TASK_PARAMS), max_new_tokens=NEW_TOKENS, seed=SEED)
+    cfg.validate()
+    parts = real_setup(cfg)
+    task = parts.task
+    problems = [
+        p for step in range(1, steps + 1) for p in task.sample_problems(P, random.Random(step_seed(SEED, step)))
+    ]
+    data = Dataset.from_dict({"prompt": [p.prompt for p in problems], "idx": list(range(len(problems)))})
+
+    def exact_match(completions, idx, **kwargs) -> list[float]:
+        return [task.reward(problems[i], c) for c, i in zip(completions, idx, strict=True)]
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=P * G // MINI_BATCHES,
+            gradient_accumulation_steps=1,
+            steps_per_generation=MINI_BATCHES,
+            num_generations=G,
+            max_completion_length=NEW_TOKENS,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            optim="adamw_torch",
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            beta=0.0,
+            max_steps=steps * MINI_BATCHES,
+            shuffle_dataset=False,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            seed=SEED,
+            disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=parts.model, reward_funcs=exact_match, args=args, train_dataset=data, processing_class=parts.tokenizer
+        )
+        spent: dict[str, float] = {"generation": 0.0, "scoring": 0.0, "old_logp": 0.0, "prep": 0.0}
+
+        def timed(name, fn, only_no_grad=False):
+            def wrapper(*a, **k):
+                if only_no_grad and torch.is_grad_enabled():
+                    return fn(*a, **k)
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent[name] += time.perf_counter() - t0
+
+            return wrapper
+
+        trainer._generate = timed("generation", trainer._generate)
+        trainer._calculate_rewards = timed("scoring", trainer._calculate_rewards)
+        trainer._get_per_token_logps_and_entropies = timed(
+            "old_logp", trainer._get_per_token_logps_and_entropies, only_no_grad=True
+        )
+        trainer._generate_and_score_completions = timed("prep", trainer._generate_and_score_completions)
+        ends: list[tuple[float, dict[str, float]]] = []
+
+        class Clock(TrainerCallback):
+            def on_train_begin(self, *a, **k):
+                ends.append((time.perf_counter(), dict(spent)))
+
+            def on_step_end(self, a, state, control, **k):
+                if state.global_step % MINI_BATCHES == 0:  # the end of one generation cycle
+                    ends.append((time.perf_counter(), dict(spent)))
+
+        trainer.add_callback(Clock())
+        trainer.train()
+    rows = []
+    for k in range(1, len(ends)):
+        (t0, s0), (t1, s1) = ends[k - 1], ends[k]
+        d = {n: s1[n] - s0[n] for n in spent}
+        rows.append(
+            {
+                "step": k,
+                "generation": d["generation"],
+                "scoring": d["scoring"],
+                "old_logp": d["old_logp"],
+                "update": (t1 - t0) - d["prep"],
+                "audit": 0.0,
+                "validation": 0.0,
+                "total": (t1 - t0) if k > 1 else None,  # cycle 1 includes the trainer's own setup
+            }
+        )
+    logged = sorted({k for h in trainer.state.log_history for k in h})
+    return {"rows": rows, "checkpoint_s": [], "logged": logged}
+
+
+# --------------------------------------------------------------------------------------------
+# driver
+# --------------------------------------------------------------------------------------------
+
+
+def run_arm(arm: dict, steps: int, threads: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join([arm["src"], str(ROOT / "src")])
+    cmd = [sys.executable, __file__, "--worker", arm["kind"], "--steps", str(steps), "--threads", str(threads)]
+    for s in arm.get("sets", []):
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{arm['name']} failed:\n{proc.stderr[-3000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    out = json.loads(line)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def summarize(results: list[dict], steps: int) -> dict[str, float]:
+    rows = [r for res in results for r in res["rows"] if r["step"] >= 2]
+    med = {p: statistics.median(r[p] for r in rows) for p in PHASES if p != "checkpoint"}
+    plain = [r["total"] for r in rows if r["total"] is not None and r["validation"] == 0.0]
+    med["step"] = statistics.median(plain)
+    ck = [c for res in results for c in res["checkpoint_s"]]
+    med["checkpoint"] = statistics.median(ck) if ck else 0.0
+    totals = [r["total"] for r in rows if r["total"] is not None]
+    # validation steps count with their validation; checkpoints under the run's own policy are
+    # already in the step ends, except the one after the last step (not timed by the run)
+    med["step+val"] = statistics.mean(totals)
+    return med
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+")
-    args = ap.parse_args()
-    print("| run | steps | " + " | ".join(PHASES) + " | total | update share |")
-    print("|---|---:|" + "---:|" * (len(PHASES) + 2))
-    for run in args.runs:
-        rows = [r for r in read_jsonl(Path(run) / "timing.jsonl") if "time/eval_s" not in r]
-        med = {p: statistics.median(r.get(f"time/{p}_s", 0.0) for r in rows) for p in PHASES}
-        total = statistics.median(sum(r.get(f"time/{p}_s", 0.0) for p in PHASES if p != "verify") for r in rows)
-        cells = " | ".join(f"{med[p]:.2f}" for p in PHASES)
-        print(f"| {Path(run).name} | {len(rows)} | {cells} | {total:.1f} | {med['update'] / total:.0%} |")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6, help="entflow steps = TRL generation cycles per process")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], help="entflow config override key=value")
+    ap.add_argument("--baseline-src", default=None, help="another entflow source tree, as a third arm")
+    ap.add_argument("--baseline-set", action="append", default=[], help="overrides for the baseline arm")
+    ap.add_argument("--no-trl", action="store_true")
+    ap.add_argument("--worker", choices=["entflow", "trl"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help="write every round's raw numbers to this JSON file")
+    a = ap.parse_args()
+    if a.worker == "entflow":
+        print(json.dumps(entflow_worker(a.steps, a.threads, a.set)))
+        return
+    if a.worker == "trl":
+        print(json.dumps(trl_worker(a.steps, a.threads)))
+        return
+
+    arms = [{"name": "entflow", "kind": "entflow", "src": str(ROOT / "src"), "sets": a.set}]
+    if a.baseline_src:
+        arms.append({"name": "entflow@base", "kind": "entflow", "src": a.baseline_src, "sets": a.baseline_set})
+    if not a.no_trl:
+        arms.append({"name": "trl", "kind": "trl", "src": str(ROOT / "src")})
+    results: dict[str, list[dict]] = {arm["name"]: [] for arm in arms}
+    for r in range(a.rounds):
+        order = arms[r % len(arms) :] + arms[: r % len(arms)]
+        for arm in order:
+            res = run_arm(arm, a.steps, a.threads)
+            results[arm["name"]].append(res)
+            load = os.getloadavg()[0]
+            print(f"round {r + 1} {arm['name']}: {res['wall_s']:.0f} s (load {load:.1f})", file=sys.stderr)
+    if a.out:
+        Path(a.out).write_text(json.dumps(results, indent=1))
+    summary = {name: summarize(res, a.steps) for name, res in results.items()}
+    cols = [*PHASES, "step", "step+val"]
+    print("| arm | " + " | ".join(cols) + " | × TRL step | × TRL step+val |")
+    print("|---|" + "---:|" * (len(cols) + 2))
+    ref = summary.get("trl")
+    for name, s in summary.items():
+        ratio = f"{s['step'] / ref['step']:.2f}" if ref else "—"
+        ratio_v = f"{s['step+val'] / ref['step+val']:.2f}" if ref else "—"
+        print(f"| {name} | " + " | ".join(f"{s[c]:.2f}" for c in cols) + f" | {ratio} | {ratio_v} |")
+    for name, res in results.items():
+        if "logged" in res[0]:
+            print(f"{name} logs: {', '.join(res[0]['logged'])}")
+        if "config" in res[0]:
+            print(f"{name} config: {res[0]['config']}")
 
 
 if __name__ == "__main__":

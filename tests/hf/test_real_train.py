@@ -122,3 +122,44 @@ def test_bad_input_fails_before_loading(tiny_dir, tmp_path, monkeypatch):
     from entflow.cli.main import main
 
     assert main(["train", "--data", "gsm_symbolic"]) == 2  # --data without --model
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("peft") is None, reason="peft is in the [real] extra")
+def test_lora_trains_only_the_adapter_checkpoints_it_alone_and_resumes_exactly(tiny_dir, tmp_path, parity):
+    """lora_rank=4: the base weights never move, the checkpoint holds the adapter (and only it), a
+    resumed run reproduces the uninterrupted one, and checkpoints/final is the merged plain model
+    (base + B·A·alpha/r), loadable without peft."""
+    import torch
+    from safetensors.torch import load_file
+
+    from entflow.trainer.rundir import load_checkpoint
+
+    kw = {"lora_rank": 4, "lr": 5e-2}
+    full = build_config({"model": str(tiny_dir), "name": "full"}, _overrides(tmp_path, **kw), cls=RealTrainConfig)
+    run = train_real(full)
+    ck = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert ck["model"] and all("lora_" in k for k in ck["model"])  # the adapter alone
+    base = load_file(str(tiny_dir / "model.safetensors"))
+    n_lora = sum(v.numel() for v in ck["model"].values())
+    assert 0 < n_lora < sum(v.numel() for v in base.values())
+    # B moved away from its zero start: the adapter trained
+    assert any(k.endswith("lora_B.default.weight") and v.abs().max() > 0 for k, v in ck["model"].items())
+    # the final model is the base plus the merged adapter: q_proj of layer 0 by hand
+    final = load_file(str(run / "checkpoints" / "final" / "model.safetensors"))
+    assert set(final) <= set(base) | {"lm_head.weight"}
+    name = "model.layers.0.self_attn.q_proj.weight"
+    a = ck["model"][f"base_model.model.{name[: -len('.weight')]}.lora_A.default.weight"]
+    b = ck["model"][f"base_model.model.{name[: -len('.weight')]}.lora_B.default.weight"]
+    merged = base[name] + (b @ a) * (8 / 4)  # alpha = 2r by default
+    assert torch.allclose(final[name], merged, atol=1e-6, rtol=0)
+    assert torch.equal(final["model.layers.0.input_layernorm.weight"], base["model.layers.0.input_layernorm.weight"])
+
+    part = build_config(
+        {"model": str(tiny_dir), "name": "part"}, _overrides(tmp_path, steps=1, **kw), cls=RealTrainConfig
+    )
+    train_real(part)
+    more = build_config({"model": str(tiny_dir), "name": "part"}, _overrides(tmp_path, **kw), cls=RealTrainConfig)
+    train_real(more, resume=True)
+    assert (tmp_path / "full" / "metrics.jsonl").read_text() == (tmp_path / "part" / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match="lora_rank"):
+        build_config({"model": str(tiny_dir)}, _overrides(tmp_path, lora_rank=-1), cls=RealTrainConfig)

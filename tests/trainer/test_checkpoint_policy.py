@@ -13,7 +13,7 @@ import torch
 import entflow.trainer.loop as loop
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
-from entflow.lab.setup import train
+from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import load_checkpoint, load_trainable_state, read_jsonl, trainable_state
 from support.lab_micro import TASK_PARAMS
 
@@ -64,7 +64,7 @@ def test_due_checkpoint_rule():
 
 
 def test_stop_between_checkpoints_loses_only_those_steps_and_resume_is_exact(tmp_path, micro_policy, monkeypatch):
-    full = train(micro_config(tmp_path / "a", micro_policy, checkpoint_every=3))
+    full = train_lab(micro_config(tmp_path / "a", micro_policy, checkpoint_every=3))
 
     class StopError(Exception):
         pass
@@ -76,13 +76,13 @@ def test_stop_between_checkpoints_loses_only_those_steps_and_resume_is_exact(tmp
     written = record_checkpoints(monkeypatch)
     cfg = micro_config(tmp_path / "b", micro_policy, checkpoint_every=3)
     with pytest.raises(StopError):
-        train(cfg, on_step=stop_at_5)
+        train_lab(cfg, on_step=stop_at_5)
     assert written == [3]
     assert int(load_checkpoint(cfg.run_dir / "checkpoints" / "last.pt")["step"]) == 3
     assert [r["step"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [0, 1, 2, 3, 4, 5]
 
     written.clear()
-    resumed = train(micro_config(tmp_path / "b", micro_policy, checkpoint_every=3), resume=True)
+    resumed = train_lab(micro_config(tmp_path / "b", micro_policy, checkpoint_every=3), resume=True)
     assert written == [6, 7]  # steps 4 and 5 recomputed (not checkpointed: 4, 5 are not due), then 6 and 7
     assert (full / "metrics.jsonl").read_text() == (resumed / "metrics.jsonl").read_text()
     wa = load_checkpoint(full / "checkpoints" / "last.pt")["model"]
@@ -97,7 +97,7 @@ def test_checkpoint_minutes_writes_by_wall_clock(tmp_path, micro_policy, monkeyp
 
     monkeypatch.setattr(loop, "_now", lambda: float(next(clock)))
     written = record_checkpoints(monkeypatch)
-    train(micro_config(tmp_path, micro_policy, steps=4, checkpoint_every=100, checkpoint_minutes=1.0))
+    train_lab(micro_config(tmp_path, micro_policy, steps=4, checkpoint_every=100, checkpoint_minutes=1.0))
     # the clock is read once at the start, then once per step and once after each checkpoint:
     # step 1 ends 45 s after the start (not due), step 2 90 s (due), step 3 45 s later, step 4 is the last
     assert written == [2, 4]

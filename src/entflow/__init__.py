@@ -41,6 +41,7 @@ _HOMES: dict[str, str] = {
     "get_method": "entflow.methods",
     "list_methods": "entflow.methods",
     "required_token_stats": "entflow.methods.needs",
+    "LossSpec": "entflow.core.ppo",
     "LossOutput": "entflow.methods.objective",
     "compute_advantages": "entflow.methods.objective",
     "policy_loss": "entflow.methods.objective",
@@ -56,6 +57,7 @@ __all__ = [
     "ConfigError",
     "EntflowError",
     "LossOutput",
+    "LossSpec",
     "Method",
     "MissingInputError",
     "NonFiniteError",
@@ -105,6 +107,7 @@ if _TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names res
     from entflow.core.batch import TokenBatch
     from entflow.core.distributed import StepStatistics, average_metrics, read_metrics
     from entflow.core.estimators import ESTIMATORS, entropy_change
+    from entflow.core.ppo import LossSpec
     from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
     from entflow.errors import (
         CompositionError,

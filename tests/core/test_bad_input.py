@@ -138,7 +138,7 @@ def test_empty_mask_gives_zero_loss_with_grad(gen, agg, method):
     logp = f["logp"].clone()
     logp[0, 0] = -float("inf")  # padding may hold anything; it must not turn the 0 into NaN
     f["logp"] = logp.requires_grad_(True)
-    out = ef.policy_loss(ef.TokenBatch(**f), method=method, agg=agg)
+    out = ef.policy_loss(ef.TokenBatch(**f), method=method, spec=ef.LossSpec(agg=agg))
     assert out.loss.item() == 0.0 and out.loss.requires_grad
     out.loss.backward()
     assert f["logp"].grad is not None and bool((f["logp"].grad == 0).all())
@@ -186,15 +186,39 @@ def test_bad_chunk_size(gen, chunk_size):
 def test_bad_loss_parameters(gen, kw, name):
     batch = ef.TokenBatch(**{k: v for k, v in _fields(gen).items()})
     with pytest.raises(ParameterError) as e:
-        ef.policy_loss(batch, **kw)
-    assert e.value.param == name and name in str(e.value)
+        ef.policy_loss(batch, spec=ef.LossSpec(**kw))
+    assert e.value.param == name and name in str(e.value) and "LossSpec" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [({"clip_low": "0.2"}, "clip_low"), ({"clip_high": True}, "clip_high"), ({"max_len": 0}, "max_len")],
+)
+def test_loss_spec_names_the_field_and_the_value(kw, name):
+    with pytest.raises(ParameterError) as e:
+        ef.LossSpec(**kw)
+    assert e.value.param == name and repr(next(iter(kw.values()))) in str(e.value)
+
+
+def test_loose_clip_arguments_are_refused(gen):
+    batch = ef.TokenBatch(**_fields(gen))
+    with pytest.raises(ParameterError, match=r"spec.*LossSpec, got float 0\.2"):
+        ef.policy_loss(batch, "grpo", 0.2)
+    with pytest.raises(TypeError):
+        ef.policy_loss(batch, clip_low=0.2)  # the loose keywords are gone
+
+
+def test_token_weights_of_a_wrong_shape(gen):
+    batch = ef.TokenBatch(**_fields(gen))
+    with pytest.raises(ef.ShapeError, match="token_weights"):
+        ef.policy_loss(batch, token_weights=torch.ones(N + 1, T))
 
 
 def test_bad_agg_on_empty_batch(gen):
     f = _fields(gen)
     f["mask"] = torch.zeros(N, T)
     with pytest.raises(ParameterError, match="agg"):
-        ef.policy_loss(ef.TokenBatch(**f), agg="sum")
+        ef.policy_loss(ef.TokenBatch(**f), spec=ef.LossSpec(agg="sum"))
 
 
 def test_tabular_without_sum_p2(gen):

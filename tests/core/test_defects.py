@@ -77,8 +77,8 @@ def test_sum_norm_with_max_len_does_not_depend_on_padding(gen):
         lp, old, mask, adv = _padded(batch_t, torch.Generator().manual_seed(0))
         b = ef.TokenBatch(lp.requires_grad_(True), old, adv, mask)
         losses[batch_t] = (
-            float(ef.policy_loss(b, agg="seq-mean-token-sum-norm", max_len=16).loss.detach()),
-            float(ef.policy_loss(b, agg="seq-mean-token-sum-norm").loss.detach()),
+            float(ef.policy_loss(b, spec=ef.LossSpec(agg="seq-mean-token-sum-norm", max_len=16)).loss.detach()),
+            float(ef.policy_loss(b, spec=ef.LossSpec(agg="seq-mean-token-sum-norm")).loss.detach()),
         )
         # by hand: Σ ℓ m / (N · max_len)
         r = torch.exp(lp.detach() - old)
@@ -89,7 +89,7 @@ def test_sum_norm_with_max_len_does_not_depend_on_padding(gen):
     assert losses[5][1] != pytest.approx(losses[9][1], rel=1e-6)  # padded length: drifts
     lp, old, mask, adv = _padded(9, gen)
     with pytest.raises(ef.ParameterError, match="max_len"):
-        ef.policy_loss(ef.TokenBatch(lp, old, adv, mask), agg="seq-mean-token-sum-norm", max_len=8)
+        ef.policy_loss(ef.TokenBatch(lp, old, adv, mask), spec=ef.LossSpec(agg="seq-mean-token-sum-norm", max_len=8))
 
 
 # -- state rules: a stateful or stochastic method passed by name warns once, with the fix --------

@@ -90,11 +90,13 @@ def grads(data, rows_per_mb, method, agg, group=None, trim=False):
     if rows_per_mb is None:
         rows_per_mb, stats = [slice(None)], [None]
     else:
-        stats = ef.prepare_statistics([batch(s, False)[0] for s in rows_per_mb], method, agg=agg, group=group)
+        stats = ef.prepare_statistics(
+            [batch(s, False)[0] for s in rows_per_mb], method, ef.LossSpec(agg=agg), group=group
+        )
     weights = []
     for s, st in zip(rows_per_mb, stats, strict=True):
         b, lp = batch(s, True)
-        out = ef.policy_loss(b, method, agg=agg, stats=st)
+        out = ef.policy_loss(b, method, ef.LossSpec(agg=agg), stats=st)
         out.loss.backward()
         token_grad[s, cols(s)] = lp.grad
         weights.append(out.token_weights)
@@ -217,11 +219,11 @@ def test_stats_must_match_the_loss_call():
     data = full_data()
     m = ef.get_method("steer")
     b = ef.TokenBatch(data["base"], data["old_logp"], data["adv"], data["mask"], old_entropy=data["old_entropy"])
-    (st,) = ef.prepare_statistics([b], m, agg="token-mean")
+    (st,) = ef.prepare_statistics([b], m, ef.LossSpec(agg="token-mean"))
     with pytest.raises(ef.ParameterError, match="agg"):
-        ef.policy_loss(b, m, agg="seq-mean-token-mean", stats=st)
+        ef.policy_loss(b, m, ef.LossSpec(agg="seq-mean-token-mean"), stats=st)
     with pytest.raises(ef.ParameterError, match="clip"):
-        ef.policy_loss(b, m, clip_high=0.3, stats=st)
+        ef.policy_loss(b, m, ef.LossSpec(clip_high=0.3), stats=st)
     with pytest.raises(ef.ParameterError, match="prepared for method 'steer', not 'opefo'"):
         ef.policy_loss(b, ef.get_method("opefo"), stats=st)
     small = ef.TokenBatch(data["base"][:4], data["old_logp"][:4], data["adv"][:4], data["mask"][:4])

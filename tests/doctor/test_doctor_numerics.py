@@ -147,7 +147,7 @@ def test_loss_gradients_fail_when_the_clip_moves():
     def wider_clip(logits, inputs, method):
         st = ef.token_stats(logits, inputs.ids, token_stats.TEMPERATURE)
         batch = ef.TokenBatch(st.logp, inputs.old_logp, inputs.advantages, inputs.mask)
-        return ef.policy_loss(batch, method, 0.2, 0.21, metrics="none").loss
+        return ef.policy_loss(batch, method, ef.LossSpec(0.2, 0.21), metrics="none").loss
 
     results = gradients.check_loss_gradients("cpu", quick=True, loss_fn=wider_clip)
     assert results[0].name == "loss_gradient[cpu,grpo]" and results[0].status == "FAIL"

@@ -375,7 +375,7 @@ def test_composed_loss_equals_policy_loss(tiny, tmp_path):
         sum_p2=stats.sum_p2.detach(),
         sum_p2_logp=stats.sum_p2_logp.detach(),
     )
-    out = ef.policy_loss(batch, m, agg="token-mean")
+    out = ef.policy_loss(batch, m, ef.LossSpec(agg="token-mean"))
     # GA = 1, one process, dapo: TRL's normaliser is this micro-batch's token count → the token mean
     assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-6, abs=1e-7)
     assert out.metrics["steer/weight_min"] < 1.0 and out.metrics["entropy_bonus/loss"] != 0.0
@@ -435,10 +435,9 @@ def test_kl_ref_sets_trl_beta(tmp_path):
 
 def test_vllm_importance_ratio_is_a_token_weight(gen):
     """TRL multiplies each token's PPO term by the vLLM importance ratio ρ (not the extra terms);
-    the adapter does it as one more token weight. Checked against the hand formula."""
+    the adapter passes it as policy_loss's token_weights. Checked against the hand formula."""
     from entflow.core.ppo import ppo_clip_loss
-    from entflow.integrations.trl.loss import SamplerCorrection
-    from entflow.methods.base import Composite
+    from entflow.integrations.trl.loss import trl_loss
 
     N, T = 6, 5
     old = -torch.rand(N, T, generator=gen) * 3
@@ -448,12 +447,10 @@ def test_vllm_importance_ratio_is_a_token_weight(gen):
     H = torch.rand(N, T, generator=gen) * 2
     rho = torch.rand(N, 1, generator=gen) * 2  # sequence-level ratio, broadcast over tokens
     steer = ef.get_method("steer", lambda_min=0.5)
-    corr = SamplerCorrection()
-    corr.ratio = rho
     batch = ef.TokenBatch(logp, old, adv, mask, entropy=H, old_entropy=H, ref_logp=old)
     plain = ef.policy_loss(batch, steer)
     steer_kl = ef.get_method("steer+kl_ref", lambda_min=0.5, beta=0.1)
-    out = ef.policy_loss(batch, Composite([*steer_kl.parts, corr]))
+    _, out = trl_loss(batch, steer_kl, ef.LossSpec(), 1.0, token_weights=rho)
     assert torch.allclose(out.token_weights, plain.token_weights * rho.expand(N, T) * mask)
     ell = ppo_clip_loss(adv, torch.exp(logp - old), 0.2, 0.2)
     d = old - logp

@@ -102,7 +102,7 @@ def test_archer_trains_in_trl_with_the_reference_and_entflows_loss(tiny, tmp_pat
         old_entropy=stats.entropy.detach(),  # on-policy micro-batch: the rollout's entropy
         ref_logp=ref_logp,
     )
-    out = ef.policy_loss(batch, ef.get_method("archer", **params), agg="token-mean")
+    out = ef.policy_loss(batch, ef.get_method("archer", **params), ef.LossSpec(agg="token-mean"))
     assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-5, abs=1e-7)
     assert float(out.metrics["archer/kl_loss"]) > 1e-6  # the KL is in the loss, once (entflow's)
     assert logged[-1]["archer/kl"] == pytest.approx(float(out.metrics["archer/kl"]), rel=1e-4)

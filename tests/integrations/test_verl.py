@@ -189,7 +189,9 @@ def test_clip_cov_every_candidate_picked_equals_verl(agg):
     ce = entflow_config("entflow.clip_cov", params=params, loss_agg_mode=agg, clip_ratio=0.1)
     lv, gv, le, ge = _both("clip_cov", cv, "entflow.clip_cov", ce, t, agg)
     out = ef.policy_loss(
-        ef.TokenBatch(t["logp"], t["old"], t["adv"], t["mask"]), ef.get_method("clip_cov", **params), 0.1, 0.1, 3.0
+        ef.TokenBatch(t["logp"], t["old"], t["adv"], t["mask"]),
+        ef.get_method("clip_cov", **params),
+        ef.LossSpec(0.1, 0.1, 3.0),
     )
     assert out.metrics["clip_cov/n_selected"] >= 3  # some tokens removed …
     assert out.metrics["clip/frac_high"] + out.metrics["clip/frac_low"] > 0  # … and clipped ones excluded
@@ -219,7 +221,7 @@ def _reference(t, method, logp, H, clip=(0.2, 0.2), dual=3.0, pinned=False, old_
         logp, t["old"], t["adv"], t["mask"], entropy=H, old_entropy=t["old_H"] if old_H else None,
         ref_logp=t["ref"] if ref else None,
     )  # fmt: skip
-    return ef.policy_loss(batch, method, clip[0], clip[1], None if pinned else dual, agg).loss
+    return ef.policy_loss(batch, method, ef.LossSpec(clip[0], clip[1], None if pinned else dual, agg)).loss
 
 
 REGISTRY_METHODS = [m for m in ef.list_methods() if not registry_blockers(_method(m))]
@@ -305,7 +307,7 @@ def test_loss_function_path_composition_metrics_and_verl_aggregation():
     method = ef.get_method("clip_higher+steer+entropy_bonus", **{"steer.lambda_min": 0.6, "c": 0.01})
     ref = ef.policy_loss(
         ef.TokenBatch(t["logp"], t["old"], t["adv"], t["mask"], entropy=t["H"], old_entropy=t["old_H"]),
-        method, 0.2, 0.28, 3.0,
+        method, ef.LossSpec(0.2, 0.28, 3.0),
     )  # fmt: skip
     assert near(float(loss), float(ref.loss))
     assert metrics["entflow/steer/weight_min"].aggregation == AggregationType.MIN

@@ -74,7 +74,7 @@ def reference(t, name, params, agg):
     lp, h = t["logp"].clone().requires_grad_(), t["H"].clone().requires_grad_()
     batch = ef.TokenBatch(lp, t["old"], t["adv"], t["mask"], entropy=h, old_entropy=t["old_H"])
     pinned = any(p.pins_clip() for p in method.parts)
-    loss = ef.policy_loss(batch, method, 0.2, 0.2, None if pinned else 3.0, agg).loss
+    loss = ef.policy_loss(batch, method, ef.LossSpec(0.2, 0.2, None if pinned else 3.0, agg)).loss
     g_lp, g_h = torch.autograd.grad(loss, [lp, h], allow_unused=True)
     return float(loss), g_lp, (torch.zeros_like(h) if g_h is None else g_h)
 

@@ -163,7 +163,7 @@ def test_entflow_trainer_hooks(trainer_module, tmp_path):
     loss, _ = loss_fn(model_output={"log_probs": flat(t["logp"]), "entropy": flat(t["H"])}, data=data)
     ref = ef.policy_loss(
         ef.TokenBatch(t["logp"], old, t["adv"], mask, entropy=t["H"], old_entropy=t["old_H"]),
-        ef.get_method(METHOD, target=0.9), 0.2, 0.2, 3.0,
+        ef.get_method(METHOD, target=0.9), ef.LossSpec(0.2, 0.2, 3.0),
     )  # fmt: skip
     assert abs(float(loss) - float(ref.loss)) <= 1e-6
 

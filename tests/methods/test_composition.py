@@ -17,7 +17,7 @@ from support.methods_ref import make_batch
 def test_clip_higher_plus_steer_uses_clip_higher_bounds_and_steer_weights(gen):
     b = make_batch(gen, off_policy=0.8)
     both = ef.policy_loss(b, "clip_higher+steer")
-    steer_alone = ef.policy_loss(b, "steer", clip_high=0.28)
+    steer_alone = ef.policy_loss(b, "steer", ef.LossSpec(clip_high=0.28))
     torch.testing.assert_close(both.token_weights, steer_alone.token_weights, rtol=0, atol=0)
     torch.testing.assert_close(both.loss, steer_alone.loss, rtol=0, atol=0)
     assert ef.get_method("clip_higher+steer").clip_bounds() == (0.2, 0.28)

@@ -64,7 +64,7 @@ def leaf(f: dict) -> torch.Tensor:
 
 def ours(f: dict, method, agg: str = "token-mean", lo: float = LO, hi: float = HI, dual=None):
     x = leaf(f)
-    out = ef.policy_loss(batch(f, x), method, lo, hi, dual, agg)
+    out = ef.policy_loss(batch(f, x), method, ef.LossSpec(lo, hi, dual, agg))
     (g,) = torch.autograd.grad(out.loss, x)
     return out, g
 
@@ -435,9 +435,9 @@ def test_micro_batches_with_global_statistics_sum_to_the_full_batch(name):
         for s in parts
     ]
     method = ef.get_method(name)
-    stats = ef.prepare_statistics(mbs, method, LO, HI, None, "seq-mean-token-mean")
-    agg = "seq-mean-token-mean"
-    total = sum(ef.policy_loss(b, method, LO, HI, None, agg, stats=s).loss for b, s in zip(mbs, stats, strict=True))
+    spec = ef.LossSpec(LO, HI, None, "seq-mean-token-mean")
+    stats = ef.prepare_statistics(mbs, method, spec)
+    total = sum(ef.policy_loss(b, method, spec, stats=s).loss for b, s in zip(mbs, stats, strict=True))
     (g,) = torch.autograd.grad(total, x)
     torch.testing.assert_close(total.detach(), full.loss.detach(), **TOL)
     torch.testing.assert_close(g, g_full, **TOL)

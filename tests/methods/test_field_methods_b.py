@@ -248,14 +248,14 @@ def test_entropic_loss_and_gradient_match_reference(agg):
     m = ef.get_method("entropic", target=0.1, kp=0.5, ki=0.2)
     m.update({"entropy": 0.6})  # integral 0.5
     b, lp, old, adv, mask = entropic_batch(0.3)
-    out = ef.policy_loss(b, m, agg=agg)
+    out = ef.policy_loss(b, m, ef.LossSpec(agg=agg))
     out.loss.backward()
     alpha = 0.5 * (0.3 - 0.1) + 0.2 * 0.5  # K_p·e + K_i·I = 0.2
     term, g = ref_entropic_term(lp, old, adv, mask, alpha, agg)
     assert term != 0 and out.metrics["entropic/alpha"] == pytest.approx(alpha, abs=TOL)
     assert out.metrics["entropic/loss"] == pytest.approx(term, abs=TOL)
     b2, *_ = entropic_batch(0.3)
-    ef.policy_loss(b2, "grpo", agg=agg).loss.backward()
+    ef.policy_loss(b2, "grpo", ef.LossSpec(agg=agg)).loss.backward()
     assert torch.allclose(b.logp.grad - b2.logp.grad, g, atol=TOL, rtol=0)
     assert out.metrics["entropic/high_frac"] == pytest.approx(6 / 12, abs=TOL)  # 2 + 2 + 2 of 12 valid
 

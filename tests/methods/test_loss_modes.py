@@ -258,7 +258,7 @@ def test_a_sequence_loss_composes_with_token_weights_and_terms(gen):
     weight (here 0 or 1), the bonus is added with the response-mean aggregation."""
     b = make_batch(gen, off_policy=0.3)
     m = ef.get_method("geo_mean+off_policy_mask+entropy_bonus", threshold=0.05, c=0.01)
-    out = ef.policy_loss(fresh(b), m, agg="token-mean")
+    out = ef.policy_loss(fresh(b), m, ef.LossSpec(agg="token-mean"))
     w = ef.policy_loss(fresh(b), ef.get_method("off_policy_mask", threshold=0.05)).token_weights
     seq = ef.policy_loss(fresh(b), "geo_mean", metrics="none")
     kept = (w.sum(-1) > 0).to(torch.float64)
@@ -288,11 +288,11 @@ def test_global_statistics_of_a_sequence_loss_equal_one_batch(gen, mode):
         for s in (slice(0, 3), slice(3, 8))
     ]  # fmt: skip
     method = ef.get_method(mode)
-    stats = ef.prepare_statistics(halves, method, agg="token-mean")
+    stats = ef.prepare_statistics(halves, method, ef.LossSpec(agg="token-mean"))
     total, grads = 0.0, []
     for h, st in zip(halves, stats, strict=True):
         h = fresh(h)
-        out = ef.policy_loss(h, method, agg="token-mean", stats=st)
+        out = ef.policy_loss(h, method, ef.LossSpec(agg="token-mean"), stats=st)
         total += float(out.loss)
         grads.append(grad_of(out.loss, h.logp))
     assert total == pytest.approx(full_loss, abs=TOL)

@@ -343,8 +343,8 @@ class ZeroFirstToken(Method):
 def test_zeroed_tokens_still_count_in_the_denominator(gen, agg):
     """docs/design.md §4: a token a method zeroes keeps its place in the denominator (Clip-Cov, forking)."""
     batch = _batch(gen)
-    (g0,) = torch.autograd.grad(ef.policy_loss(batch, agg=agg).loss, batch.logp)
-    out = ef.policy_loss(batch, method=ZeroFirstToken(), agg=agg)
+    (g0,) = torch.autograd.grad(ef.policy_loss(batch, spec=ef.LossSpec(agg=agg)).loss, batch.logp)
+    out = ef.policy_loss(batch, method=ZeroFirstToken(), spec=ef.LossSpec(agg=agg))
     (g,) = torch.autograd.grad(out.loss, batch.logp)
     assert bool((g[:, 0] == 0).all())
     # every other token's gradient is unchanged: same denominator as without the method

@@ -265,7 +265,7 @@ def _perturbed(batch: ef.TokenBatch, fields, gen) -> ef.TokenBatch:
 
 def _statistics(name: str, batch: ef.TokenBatch) -> dict[str, torch.Tensor]:
     method = build(name, **SENSITIVE.get(name, {}))  # fresh: the same random draws every call
-    return ef.prepare_statistics([batch], method, 0.2, 0.28)[0].methods.get(name, {})
+    return ef.prepare_statistics([batch], method, ef.LossSpec(0.2, 0.28))[0].methods.get(name, {})
 
 
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:

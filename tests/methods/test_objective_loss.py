@@ -124,11 +124,11 @@ def _hand_indicator(a: torch.Tensor, r: torch.Tensor, lo: float, hi: float) -> t
     return out
 
 
-def _loss_and_grad(batch_tensors, agg, adv=None, **kw):
+def _loss_and_grad(batch_tensors, agg, adv=None, lo=0.2, hi=0.2):
     logp, old_logp, adv1, mask, _entropy, old_entropy = batch_tensors
     x = logp.clone().requires_grad_(True)
     b = ef.TokenBatch(x, old_logp, adv1 if adv is None else adv, mask, old_entropy=old_entropy)
-    out = ef.policy_loss(b, agg=agg, **kw)
+    out = ef.policy_loss(b, spec=ef.LossSpec(lo, hi, agg=agg))
     (g,) = torch.autograd.grad(out.loss, x)
     return out, g
 
@@ -138,7 +138,7 @@ def _loss_and_grad(batch_tensors, agg, adv=None, **kw):
 def test_policy_loss_gradient_vs_hand(gen, agg, lo, hi):
     bt = make_batch_tensors(gen, n=6, t=7, spread=0.6)
     logp, old_logp, adv, mask, _, _ = bt
-    out, g = _loss_and_grad(bt, agg, clip_low=lo, clip_high=hi)
+    out, g = _loss_and_grad(bt, agg, lo=lo, hi=hi)
     A = adv.unsqueeze(-1).expand_as(logp)
     r = torch.exp(logp - old_logp)
     I = _hand_indicator(A, r, lo, hi)
@@ -215,7 +215,7 @@ def test_off_mask_garbage_does_not_leak(gen, agg):
 def test_section8_metrics_vs_hand(gen):
     logp, old_logp, adv, mask, entropy, old_entropy = make_batch_tensors(gen, n=8, t=6, spread=0.6)
     batch = ef.TokenBatch(logp, old_logp, adv, mask, entropy=entropy, old_entropy=old_entropy)
-    m = ef.policy_loss(batch, clip_low=0.2, clip_high=0.2).metrics
+    m = ef.policy_loss(batch, spec=ef.LossSpec(0.2, 0.2)).metrics
     valid = mask.bool()
     n = int(mask.sum())
     A = adv.unsqueeze(-1).expand_as(logp)

@@ -29,7 +29,7 @@ def test_entropy_bonus_gradient_wrt_entropy_and_logp(gen):
 
 def test_entropy_bonus_follows_the_loss_aggregation(gen):
     b = make_batch(gen)
-    out = ef.policy_loss(b, "entropy_bonus", agg="seq-mean-token-mean")
+    out = ef.policy_loss(b, "entropy_bonus", ef.LossSpec(agg="seq-mean-token-mean"))
     (gH,) = torch.autograd.grad(out.loss, b.entropy)
     m = b.mask
     expected = -0.001 * m / m.sum(-1, keepdim=True) / m.shape[0]

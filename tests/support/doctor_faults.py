@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 
-def prepare_with_local_all_reduce(micro_batches, method, agg="token-mean", group=None):
+def prepare_with_local_all_reduce(micro_batches, method, group=None):
     """``prepare_statistics`` whose sums / maxima / minima skip the collective: each rank keeps
     its own partial value (a broken all_reduce), while the all_gathers still work."""
     from entflow.core.distributed import Reducer
@@ -13,7 +13,7 @@ def prepare_with_local_all_reduce(micro_batches, method, agg="token-mean", group
     original = Reducer._all_reduce
     Reducer._all_reduce = lambda self, x, op: x
     try:
-        return prepare_statistics(micro_batches, method, agg=agg, group=group)
+        return prepare_statistics(micro_batches, method, group=group)
     finally:
         Reducer._all_reduce = original
 

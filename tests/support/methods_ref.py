@@ -114,10 +114,10 @@ def ref_cov(b: ef.TokenBatch) -> torch.Tensor:
     return torch.where(m, c, torch.zeros_like(c))
 
 
-def loss_grad(b: ef.TokenBatch, method, **kw) -> tuple[ef.LossOutput, torch.Tensor]:
-    """policy_loss and d loss / d logp (logp's grad reset first)."""
+def loss_grad(b: ef.TokenBatch, method) -> tuple[ef.LossOutput, torch.Tensor]:
+    """policy_loss (GRPO's LossSpec) and d loss / d logp (logp's grad reset first)."""
     b.logp.grad = None
-    out = ef.policy_loss(b, method, **kw)
+    out = ef.policy_loss(b, method)
     (g,) = torch.autograd.grad(out.loss, b.logp, retain_graph=False, allow_unused=True)
     return out, (torch.zeros_like(b.logp) if g is None else g)
 

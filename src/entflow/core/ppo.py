@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from entflow.errors import ParameterError
@@ -18,6 +20,42 @@ def check_clip_bounds(owner: str, clip_low: float, clip_high: float, dual_clip: 
         raise ParameterError(owner, "clip_high", f"must be >= 0 (inf for no clipping), got {clip_high}")
     if dual_clip is not None and not dual_clip > 1:
         raise ParameterError(owner, "dual_clip", f"must be > 1 or None, got {dual_clip}")
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """The settings of the PPO-clip loss (docs/design.md §4), validated once when made.
+
+    ``clip_low``, ``clip_high``: ε_low ∈ [0, 1], ε_high ≥ 0 (inf = that side unclipped; a method
+    that sets clip bounds overrides both); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
+    or None; ``agg``: one of :data:`AGG_MODES`; ``max_len``: the fixed T_max of
+    ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation limit), or None for the batch's padded
+    length. The defaults are GRPO's. A bad value raises :class:`ParameterError` naming the field
+    and the value; ``dataclasses.replace(spec, agg=...)`` validates again.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg: str = "token-mean"
+    max_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("clip_low", "clip_high", "dual_clip"):
+            value = getattr(self, name)
+            if value is None and name == "dual_clip":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ParameterError("LossSpec", name, f"must be a number, got {value!r}")
+        check_clip_bounds("LossSpec", self.clip_low, self.clip_high, self.dual_clip)
+        if self.agg not in AGG_MODES:
+            raise ParameterError("LossSpec", "agg", f"must be one of {AGG_MODES}, got {self.agg!r}")
+        check_max_len(self.max_len, 1, owner="LossSpec")
+
+    @property
+    def clip(self) -> tuple[float, float, float | None]:
+        """``(clip_low, clip_high, dual_clip)``."""
+        return self.clip_low, self.clip_high, self.dual_clip
 
 
 def ppo_clip_loss(
@@ -74,16 +112,14 @@ def aggregation_count(mask: torch.Tensor, agg: str, max_len: int | None = None) 
     raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
 
 
-def check_max_len(max_len: int | None, length: int) -> None:
+def check_max_len(max_len: int | None, length: int, owner: str = "policy_loss") -> None:
     """``max_len`` (the fixed T of seq-mean-token-sum-norm) must be a positive int >= the padded length."""
     if max_len is None:
         return
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ParameterError("policy_loss", "max_len", f"must be a positive integer or None, got {max_len!r}")
+        raise ParameterError(owner, "max_len", f"must be a positive integer or None, got {max_len!r}")
     if length > max_len:
-        raise ParameterError(
-            "policy_loss", "max_len", f"must be >= the padded response length T = {length}, got {max_len}"
-        )
+        raise ParameterError(owner, "max_len", f"must be >= the padded response length T = {length}, got {max_len}")
 
 
 def aggregate(

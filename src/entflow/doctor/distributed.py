@@ -37,10 +37,10 @@ CASES: list[tuple[str, dict]] = [
 Prepare = Callable[..., list]
 
 
-def _default_prepare(micro_batches, method, agg="token-mean", group=None):
+def _default_prepare(micro_batches, method, group=None):
     from entflow.methods.objective import prepare_statistics
 
-    return prepare_statistics(micro_batches, method, agg=agg, group=group)
+    return prepare_statistics(micro_batches, method, group=group)  # GRPO's LossSpec: token-mean
 
 
 def _batch_data() -> dict[str, torch.Tensor]:
@@ -80,7 +80,7 @@ def _theta_grad(data, rows_per_mb, method, device, prepare: Prepare | None, grou
 
     stats = [None] * len(rows_per_mb)
     if prepare is not None:
-        stats = prepare([batch(s, False) for s in rows_per_mb], method, agg="token-mean", group=group)
+        stats = prepare([batch(s, False) for s in rows_per_mb], method, group=group)
     for s, st in zip(rows_per_mb, stats, strict=True):
         policy_loss(batch(s, True), method, stats=st, metrics="none").loss.backward()
     return theta.grad.detach().cpu()

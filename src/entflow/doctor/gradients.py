@@ -17,6 +17,7 @@ import torch
 
 from entflow.core.advantages import group_advantages
 from entflow.core.batch import TokenBatch
+from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import token_stats
 from entflow.doctor.result import CheckResult, compared, max_relative_to_peak, max_scaled_error, timed
 from entflow.doctor.token_stats import TEMPERATURE, reference_token_stats
@@ -65,7 +66,7 @@ def entflow_loss(logits: torch.Tensor, inputs: LossInputs, method: Method) -> to
         st.logp, inputs.old_logp, inputs.advantages, inputs.mask, entropy=st.entropy,
         old_entropy=inputs.old_entropy, sum_p2=st.sum_p2, sum_p2_logp=st.sum_p2_logp,
     )  # fmt: skip
-    return policy_loss(batch, method, CLIP, CLIP, metrics="none").loss
+    return policy_loss(batch, method, LossSpec(CLIP, CLIP), metrics="none").loss
 
 
 def reference_loss(logits64: torch.Tensor, inputs: LossInputs, method: Method) -> torch.Tensor:
@@ -82,7 +83,7 @@ def reference_loss(logits64: torch.Tensor, inputs: LossInputs, method: Method) -
         st.logp, inputs.old_logp, inputs.advantages, inputs.mask, entropy=st.entropy,
         old_entropy=inputs.old_entropy, sum_p2=st.sum_p2.detach(), sum_p2_logp=st.sum_p2_logp.detach(),
     )  # fmt: skip
-    return policy_loss(batch, method, CLIP, CLIP, metrics="none").loss
+    return policy_loss(batch, method, LossSpec(CLIP, CLIP), metrics="none").loss
 
 
 def make_inputs(N: int, T: int, V: int, seed: int = 1) -> tuple[torch.Tensor, LossInputs]:

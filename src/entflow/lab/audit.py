@@ -41,6 +41,7 @@ from entflow.analysis.render import render_markdown
 from entflow.analysis.tables import DASH, Column, Interval, Table
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
+from entflow.core.ppo import LossSpec
 from entflow.methods.objective import compute_advantages, policy_loss
 
 #: the audit's variants, in the order the table shows them
@@ -165,7 +166,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
             cur = _stats(model, roll, cfg)
             cb = _batch(cur, roll, adv)
             cb.entropy = cur.entropy
-            out = policy_loss(cb, grpo, 0.2, 0.2, None, "token-mean")
+            out = policy_loss(cb, grpo, LossSpec())
             model.zero_grad(set_to_none=True)
             out.loss.backward()
             _sgd(model, cfg.lr)
@@ -225,7 +226,7 @@ def tabular_head_entropy_change(
     idx = state.clamp(min=0)
     logp = torch.log_softmax(u, -1)[idx, roll.response_ids]  # [N, T]
     batch = TokenBatch(logp=logp, old_logp=logp.detach(), advantages=adv, mask=roll.mask)
-    policy_loss(batch, method, 0.2, 0.2, None, "token-mean").loss.backward()
+    policy_loss(batch, method, LossSpec()).loss.backward()
     with torch.no_grad():
         change = _entropy(u - lr * u.grad) - _entropy(u)  # [S]
     return change, state[valid]

@@ -20,10 +20,9 @@ from entflow.core.batch import TokenBatch
 from entflow.core.distributed import Reducer, StepStatistics, read_metrics
 from entflow.core.flow import update_statistics
 from entflow.core.ppo import (
-    AGG_MODES,
+    LossSpec,
     aggregate,
     aggregation_count,
-    check_clip_bounds,
     check_max_len,
     clip_indicator,
     ppo_clip_loss,
@@ -68,11 +67,23 @@ def compute_advantages(
     return adv.detach().masked_fill(~batch.valid, 0)
 
 
-def _check_loss_args(clip_low: float, clip_high: float, dual_clip: float | None, agg: str, max_len: int | None) -> None:
-    check_clip_bounds("policy_loss", clip_low, clip_high, dual_clip)
-    if agg not in AGG_MODES:  # checked up front so that an empty batch does not skip it
-        raise ParameterError("policy_loss", "agg", f"must be one of {AGG_MODES}, got {agg!r}")
-    check_max_len(max_len, 1)
+def _check_spec(spec: LossSpec) -> LossSpec:
+    if not isinstance(spec, LossSpec):  # e.g. a clip bound passed where the spec goes
+        raise ParameterError("policy_loss", "spec", f"must be a LossSpec, got {type(spec).__name__} {spec!r}")
+    return spec
+
+
+def _weights(method: Method, ctx: LossContext, token_weights: torch.Tensor | None) -> torch.Tensor | None:
+    """The method's token weights times the caller's ``token_weights`` (detached), or None."""
+    weights = method.token_weights(ctx)
+    if token_weights is None:
+        return weights
+    try:
+        extra = token_weights.detach().to(ctx.adv.dtype).expand_as(ctx.adv)
+    except RuntimeError as e:
+        expected = f"[N, T] or [N, 1] with [N, T] = {list(ctx.adv.shape)}"
+        raise ShapeError("token_weights", expected, list(token_weights.shape)) from e
+    return extra if weights is None else weights * extra
 
 
 def _loss_context(
@@ -110,12 +121,8 @@ def _method_statistics(method: Method, ctxs: list[LossContext], reducer: Reducer
 
 def prepare_statistics(
     micro_batches: list[TokenBatch],
-    method: str | Method | None,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
-    max_len: int | None = None,
+    method: str | Method | None = "grpo",
+    spec: LossSpec = LossSpec(),
     group: Any = None,
 ) -> list[StepStatistics]:
     """Every batch-level statistic of ``method`` over the whole optimisation batch → one
@@ -126,8 +133,8 @@ def prepare_statistics(
             be detached, but its values must be those the loss will see (for the first PPO
             epoch: ``old_logp``; otherwise a no-grad forward of the current policy).
         method: the method object the loss will use (its random draws advance here).
-        clip_low, clip_high, dual_clip, agg, max_len: as given to ``policy_loss``. For
-            ``seq-mean-token-sum-norm`` without ``max_len`` the longest micro-batch is used.
+        spec: the :class:`LossSpec` given to ``policy_loss``. For ``seq-mean-token-sum-norm``
+            without ``spec.max_len`` the longest micro-batch is used.
         group: a ``torch.distributed`` process group to reduce over ranks (every rank calls this
             with its own micro-batches), or None for this process only (gradient accumulation).
 
@@ -145,8 +152,8 @@ def prepare_statistics(
     method = resolve_method(method)
     if not micro_batches:
         raise ShapeError("micro_batches", "a non-empty list of TokenBatch", "an empty list")
-    _check_loss_args(clip_low, clip_high, dual_clip, agg, max_len)
-    clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
+    agg, max_len, dual_clip = _check_spec(spec).agg, spec.max_len, spec.dual_clip
+    clip_low, clip_high = method.clip_bounds() or (spec.clip_low, spec.clip_high)
     agg = method.aggregation() or agg
     device = micro_batches[0].logp.device
     reducer = Reducer([tuple(b.logp.shape) for b in micro_batches], device, group=group, shared=True)
@@ -172,12 +179,9 @@ def prepare_statistics(
 
 def policy_loss(
     batch: TokenBatch,
-    method: str | Method | None = None,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
-    max_len: int | None = None,
+    method: str | Method | None = "grpo",
+    spec: LossSpec = LossSpec(),
+    token_weights: torch.Tensor | None = None,
     metrics: str = "float",
     stats: StepStatistics | None = None,
 ) -> LossOutput:
@@ -189,12 +193,14 @@ def policy_loss(
         method: a method object, or a registered name / composition ``"a+b"``, or None. Pass
             stateful or stochastic methods as objects (by name they are rebuilt every call;
             that warns once).
-        clip_low, clip_high: ε_low, ε_high (a method that sets clip bounds overrides them).
-        dual_clip: optional dual-clip constant c > 1 for A < 0.
-        agg: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"`` (a
-            method that fixes its aggregation, a sequence-level loss, overrides it).
-        max_len: the fixed T_max of ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation
-            limit); None = this batch's padded length.
+        spec: the loss's settings, a :class:`LossSpec` (ε_low, ε_high — a method that sets clip
+            bounds overrides them —, dual clip, aggregation, Dr. GRPO's ``max_len``); the
+            default is GRPO's (a method that fixes its aggregation, a sequence-level
+            loss, overrides ``spec.agg``).
+        token_weights: optional per-token weights ``[N, T]`` (or ``[N, 1]``), detached, that
+            multiply the method's token weights, e.g. a trainer's importance-sampling
+            correction (TRL's vLLM ratio, verl's ``rollout_is_weights``). They weight the
+            policy-gradient term only, not the method's extra loss terms.
         metrics: ``"float"`` (default: floats, one host sync at the end), ``"tensor"`` (0-d
             detached tensors on the batch's device, no sync) or ``"none"`` (skip the §8
             statistics and method metrics).
@@ -202,7 +208,8 @@ def policy_loss(
             None = every batch-level statistic is taken over this call's batch alone.
 
     Returns:
-        :class:`LossOutput`. Its loss is ``agg(w_t · ℓ_t) + Σ method terms``; its gradient
+        :class:`LossOutput`. Its loss is ``agg(w_t · ℓ_t) + Σ method terms`` (w_t: the method's
+        token weights times ``token_weights``); its gradient
         w.r.t. ``logp`` is ``−w_t·I_t·A_t·r_t·m_t / Σm`` for token-mean. A batch without a
         valid token gives loss 0 (still attached to the graph) and ``empty_batch = 1``.
 
@@ -212,8 +219,8 @@ def policy_loss(
     method = resolve_method(method)
     if metrics not in METRICS_MODES:
         raise ParameterError("policy_loss", "metrics", f"must be one of {METRICS_MODES}, got {metrics!r}")
-    _check_loss_args(clip_low, clip_high, dual_clip, agg, max_len)
-    clip_low, clip_high = method.clip_bounds() or (clip_low, clip_high)
+    agg, max_len, dual_clip = _check_spec(spec).agg, spec.max_len, spec.dual_clip
+    clip_low, clip_high = method.clip_bounds() or (spec.clip_low, spec.clip_high)
     agg = method.aggregation() or agg  # a sequence-level loss fixes the response mean
     if stats is not None:
         _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
@@ -227,7 +234,7 @@ def policy_loss(
         ctx.stats = _method_statistics(method, [ctx], Reducer([tuple(batch.logp.shape)], batch.logp.device))[0]
     adv = ctx.adv
     token_loss = method.token_loss(ppo_clip_loss(adv, ratio, clip_low, clip_high, dual_clip), ctx)
-    weights = method.token_weights(ctx)
+    weights = _weights(method, ctx, token_weights)
     weights = torch.ones_like(adv) if weights is None else weights.detach()
     weights = weights.masked_fill(~valid, 0)
     # zero the off-mask loss so that padding garbage (even inf) cannot leak into the sum

@@ -26,8 +26,9 @@ def audit_entropy_change(
     valid = batch.valid
     truth = true_dH[valid]
     out = {"audit/true_dH_mean": float(truth.mean()) if truth.numel() else math.nan}
+    clip = cfg.loss_spec().clip
     for name in ESTIMATORS:
-        est = (entropy_change(name, batch, cfg.clip_low, cfg.clip_high, cfg.dual_clip) * weights)[valid]
+        est = (entropy_change(name, batch, *clip) * weights)[valid]
         out[f"audit/{name}/pearson"] = pearson(est, truth)
         out[f"audit/{name}/spearman"] = spearman(est, truth)
         out[f"audit/{name}/mse"] = scale_fitted_mse(est, truth)[0]

@@ -14,6 +14,9 @@ import yaml
 
 from entflow.errors import ConfigError, EntflowError
 
+if typing.TYPE_CHECKING:
+    from entflow.core.ppo import LossSpec
+
 
 @dataclass
 class TrainConfig:
@@ -152,6 +155,12 @@ class TrainConfig:
         :class:`~entflow.hf.setup.RealTrainConfig` override it. Raises :class:`ConfigError`."""
         if not isinstance(self.task, str) or not self.task:
             raise ConfigError("task", f"must name a task, got {self.task!r}")
+
+    def loss_spec(self) -> LossSpec:
+        """The loss's settings: ``clip_low``, ``clip_high``, ``dual_clip``, ``agg``."""
+        from entflow.core.ppo import LossSpec
+
+        return LossSpec(self.clip_low, self.clip_high, self.dual_clip, self.agg)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -306,7 +306,7 @@ def policy_update(
                 cur, topk = response_topk_stats(model, **roll.select(idx), **kw, topk=needs.topk)
             batch = mini_batch(full, adv, idx, cur)
             batch.topk_logp = topk
-            out = policy_loss(batch, method, cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.agg)
+            out = policy_loss(batch, method, cfg.loss_spec())
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             if cfg.grad_clip is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,10 +16,11 @@ from entflow.core.batch import TokenBatch
 from entflow.core.distributed import StepStatistics
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.core.lm_head import hidden_head_reason, last_hidden_state
+from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.errors import ConfigError
 from entflow.integrations.trl.compat import causal_lm, completion_mask, forward_inputs, lm_head_tensors
-from entflow.methods.base import Composite, LossContext, Method
+from entflow.methods.base import Method
 from entflow.methods.objective import LossOutput, policy_loss
 
 # TRL's batch key → TokenBatch field, for the rollout values the adapter stores in the batch dict
@@ -30,33 +30,6 @@ ROLLOUT_KEYS = {
     "ef_sum_p2": "sum_p2",
     "ef_sum_p2_logp": "sum_p2_logp",
 }
-
-
-# --------------------------------------------------------------------------------------------
-# The vLLM importance-sampling correction as a token weight
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(repr=False)
-class SamplerCorrection(Method):
-    """TRL's vLLM importance-sampling ratio ρ (detached, ``[N, T]`` or ``[N, 1]``) as a token
-    weight: ℓ_t ← ρ_t·ℓ_t, exactly where TRL applies it (not on the KL or entropy terms)."""
-
-    name = "vllm_is_correction"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.ratio: torch.Tensor | None = None
-
-    def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
-        if self.ratio is None:
-            return None
-        return self.ratio.detach().to(ctx.adv.dtype).expand_as(ctx.adv)
-
-
-def loss_method(method: Method, correction: SamplerCorrection | None) -> Method:
-    """The method the loss runs: ``method``, with the sampler correction as a last part if any."""
-    return method if correction is None else Composite([*method.parts, correction])
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,15 +243,16 @@ def loss_scale(
 def trl_loss(
     batch: TokenBatch,
     method: Method,
-    clip: tuple[float, float, float | None],
-    agg: str,
-    max_len: int | None,
+    spec: LossSpec,
     scale: float | torch.Tensor,
     stats: StepStatistics | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossOutput]:
     """``policy_loss`` on one micro-batch, times ``scale`` (TRL's normalisation): with ``stats``
     (global statistics and denominators of the whole optimizer step, from
     ``prepare_statistics``), the summed micro-batch losses are the full-batch loss and ``scale``
-    is the process count (DDP averages gradients over processes); without, see :func:`loss_scale`."""
-    out = policy_loss(batch, method, *clip, agg, max_len, stats=stats)
+    is the process count (DDP averages gradients over processes); without, see :func:`loss_scale`.
+    ``token_weights``: TRL's vLLM importance-sampling ratio ρ ``[N, T]`` or ``[N, 1]`` (detached),
+    ℓ_t ← ρ_t·ℓ_t exactly where TRL applies it (not on the KL or entropy terms)."""
+    out = policy_loss(batch, method, spec, token_weights=token_weights, stats=stats)
     return out.loss * scale, out

@@ -44,6 +44,7 @@ from trl import GRPOTrainer
 
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import StepStatistics
+from entflow.core.ppo import LossSpec
 from entflow.errors import ConfigError
 from entflow.integrations.trl.compat import (
     completion_mask,
@@ -54,9 +55,7 @@ from entflow.integrations.trl.compat import (
 from entflow.integrations.trl.config import LOSS_TYPE_AGG, EntflowGRPOConfig, build_method, check_compatibility
 from entflow.integrations.trl.loss import (
     ROLLOUT_KEYS,
-    SamplerCorrection,
     advantage_batch,
-    loss_method,
     loss_scale,
     rollout_token_stats,
     scored_rewards,
@@ -111,8 +110,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
         self._ef_trl_old_logps = trl_computes_old_logps(
             self.args.gradient_accumulation_steps, self._ef_generate_every, self.use_vllm, is_correction
         )
-        self._ef_is_correction = SamplerCorrection() if is_correction else None
-        self._ef_loss_method = loss_method(self.entflow_method, self._ef_is_correction)
+        # TRL's vLLM importance-sampling ratio weights the policy-gradient term (policy_loss's token_weights)
+        self._ef_is_correction = is_correction
         self._ef_capture = False
         self._ef_captured_entropy: torch.Tensor | None = None
         self._ef_rewards_per_func: torch.Tensor | None = None
@@ -245,9 +244,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
             compute_aux_loss=self.aux_loss_enabled,
             **extra,
         )
-        if self._ef_is_correction is not None:
-            self._ef_is_correction.ratio = inputs["importance_sampling_ratio"]
         batch = self._ef_token_batch(inputs, logps, entropies)
+        weights = inputs["importance_sampling_ratio"] if self._ef_is_correction else None
         if use_stats:
             stats, scale = self._ef_stats[self._step % ga], self._ef_world
         else:
@@ -261,8 +259,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
                 self.args.steps_per_generation,
                 train=mode == "train",
             )
-        clip = (self.epsilon_low, self.epsilon_high, self.args.delta)
-        loss, out = trl_loss(batch, self._ef_loss_method, clip, self._ef_agg, self._ef_max_len, scale, stats)
+        loss, out = trl_loss(batch, self.entflow_method, self._ef_loss_spec, scale, stats, token_weights=weights)
 
         if self.aux_loss_enabled:  # MoE load balancing, scaled as TRL does
             norm = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -278,6 +275,11 @@ class EntflowGRPOTrainer(GRPOTrainer):
     def _ef_max_len(self) -> int | None:
         """Dr. GRPO's constant: TRL normalises by ``max_completion_length``, not the padded length."""
         return self.max_completion_length if self._ef_agg == "seq-mean-token-sum-norm" else None
+
+    @property
+    def _ef_loss_spec(self) -> LossSpec:
+        """The loss settings TRL's own loss uses: ε_low, ε_high, ``delta`` (dual clip), the aggregation."""
+        return LossSpec(self.epsilon_low, self.epsilon_high, self.args.delta, self._ef_agg, self._ef_max_len)
 
     def _ef_token_batch(
         self, inputs: dict[str, Any], logp: torch.Tensor, entropy: torch.Tensor, rollout_entropy: bool = True
@@ -319,8 +321,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
             h = inputs.get("ef_old_entropy")
             h = torch.zeros_like(values) if h is None else h
             micro.append(self._ef_token_batch(inputs, values, h, rollout_entropy=False))
-        clip = (self.epsilon_low, self.epsilon_high, self.args.delta)
-        return prepare_statistics(micro, self._ef_loss_method, *clip, self._ef_agg, self._ef_max_len, self._ef_group)
+        return prepare_statistics(micro, self.entflow_method, self._ef_loss_spec, self._ef_group)
 
     @no_grad_forward
     def _ef_current_logps(self, inputs: dict[str, Any]) -> torch.Tensor:
@@ -334,7 +335,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
 
     def _ef_log_metrics(self, metrics: dict[str, float], batch: TokenBatch, mode: str) -> None:
         named = trl_named(metrics)
-        lo, hi = self._ef_loss_method.clip_bounds() or (self.epsilon_low, self.epsilon_high)
+        lo, hi = self.entflow_method.clip_bounds() or (self.epsilon_low, self.epsilon_high)
         low, high = sequence_clip_fractions(batch, lo, hi)
         if self.accelerator.num_processes > 1:
             low, high = self.accelerator.gather(low), self.accelerator.gather(high)

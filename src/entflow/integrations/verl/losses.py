@@ -31,6 +31,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 import entflow as ef
 from entflow.core.batch import TokenBatch
+from entflow.core.ppo import LossSpec
 from entflow.errors import ConfigError
 from entflow.integrations.verl.spec import (
     GENERIC_MODE,
@@ -43,7 +44,6 @@ from entflow.integrations.verl.spec import (
     spec_from_policy_loss,
 )
 from entflow.methods import Method, list_methods
-from entflow.methods.base import Composite, LossContext
 
 # verl's loss_agg_mode → entflow's agg (the rescaling in verl_scale makes up the difference)
 VERL_AGG = {
@@ -88,18 +88,6 @@ def verl_scale(loss_agg_mode: str, mask: torch.Tensor, global_batch_info: Mappin
     raise ConfigError(
         "actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}"
     )
-
-
-class RolloutWeights(Method):
-    """verl's rollout-correction importance weights as a token weighter (detached, as verl's)."""
-
-    name = "rollout_is_weights"
-
-    def __init__(self, weights: torch.Tensor):
-        self.weights = weights
-
-    def token_weights(self, ctx: LossContext) -> torch.Tensor:
-        return self.weights.detach().to(ctx.adv.dtype)
 
 
 def clip_settings(config: Any, spec: MethodSpec, method: Method) -> tuple[float, float, float | None]:
@@ -195,18 +183,19 @@ def compute_policy_loss(
         validate=False,
     )
     batch = TokenBatch(logp=log_prob, **fields)
-    # verl's rollout-correction weights multiply the per-token policy-gradient loss, as in its own losses
-    full = method if rollout_is_weights is None else Composite([*method.parts, RolloutWeights(rollout_is_weights)])
+    # verl's rollout-correction weights multiply the per-token policy-gradient loss (detached), as in its own losses
+    weights = None if rollout_is_weights is None else rollout_is_weights.detach()
     agg = VERL_AGG[loss_agg_mode]
     info = config.get("global_batch_info")
     if spec.statistics == "global":
         max_len = config.get("loss_scale_factor") if agg == "seq-mean-token-sum-norm" else None
+        loss_spec = LossSpec(clip_low, clip_high, dual, agg, max_len)
         detached = TokenBatch(logp=log_prob.detach(), **fields)
-        (stats,) = ef.prepare_statistics([detached], full, clip_low, clip_high, dual, agg, max_len, group=group)
-        out = ef.policy_loss(batch, full, clip_low, clip_high, dual, agg, max_len=max_len, stats=stats)
+        (stats,) = ef.prepare_statistics([detached], method, loss_spec, group=group)
+        out = ef.policy_loss(batch, method, loss_spec, token_weights=weights, stats=stats)
         scale = global_scale(loss_agg_mode, mask, info, group)
     else:
-        out = ef.policy_loss(batch, full, clip_low, clip_high, dual, agg)
+        out = ef.policy_loss(batch, method, LossSpec(clip_low, clip_high, dual, agg), token_weights=weights)
         scale = verl_scale(loss_agg_mode, mask, info)
     return out.loss * scale, out, scale
 

@@ -93,5 +93,5 @@ def test_method_in_trl_equals_compute_advantages_and_policy_loss(tiny, tmp_path,
     assert float(adv.abs().max()) > 0  # the batch has signal
     assert torch.allclose(adv, x["advantages"], rtol=1e-5, atol=1e-6)
     batch = ef.TokenBatch(stats.logp, stats.logp.detach(), adv, mask, entropy=stats.entropy, old_entropy=H)
-    out = ef.policy_loss(batch, m, agg="token-mean")
+    out = ef.policy_loss(batch, m, ef.LossSpec(agg="token-mean"))
     assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-6, abs=1e-7)

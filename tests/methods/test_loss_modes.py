@@ -35,7 +35,7 @@ def fresh(b: ef.TokenBatch) -> ef.TokenBatch:
 
 def ours(b: ef.TokenBatch, method, **kw) -> tuple[float, torch.Tensor]:
     b = fresh(b)
-    out = ef.policy_loss(b, method, **kw)
+    out = ef.policy_loss(b, method, ef.LossSpec(**kw))
     return float(out.loss.detach()), grad_of(out.loss, b.logp)
 
 

@@ -20,7 +20,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "trl": ("trl", "transformers", "datasets", "accelerate"),
     "verl": ("verl",),
     "triton": ("triton",),
-    "real": ("transformers", "datasets", "accelerate", "gguf", "math_verify", "reasoning_gym"),
+    "real": ("transformers", "datasets", "accelerate", "gguf", "math_verify", "reasoning_gym", "peft"),
 }
 
 # subcommand -> the extra it cannot run without (the others need only the core install)

@@ -87,7 +87,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "simko": ("simko", {}, {}),
     "erc": ("erc", {}, {}),
     "aer": ("aer", {}, {}),
-    # verl 0.9.1's policy-loss modes (issue 32; docs/methods.md), at verl's defaults: the loss's clip
+    # verl 0.9.1's policy-loss modes (docs/methods.md), at verl's defaults: the loss's clip
     # bounds 0.2 (GMPO's log-space clip, DPPO's TV thresholds) and DPPO's IS truncation clip_ratio_c = 3
     "geo_mean": ("geo_mean", {}, {}),
     "dppo_tv": ("dppo_tv", {}, {"dual_clip": 3.0}),

@@ -9,14 +9,12 @@ batch-level statistic and every aggregation; and the per-call default is shown t
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.distributed as dist
 
 import entflow as ef
-from support.gloo import spawn_ranks
+from support.gloo import report_from_rank0, spawn_ranks
 
 D = torch.float64
 N, T, F = 16, 6, 3
@@ -149,16 +147,12 @@ def _worker(rank: int, port: int, out_path: str) -> None:
         # controllers see rank-averaged metrics: one all_reduce
         local = {"entropy": torch.tensor(float(rank), dtype=D), "x": 2.0 * rank}
         report["average_metrics"] = ef.average_metrics(local)
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump(report, f)
+        report_from_rank0(rank, report, out_path)
     finally:
         dist.destroy_process_group()
 
 
 def test_two_gloo_ranks_two_micro_batches_equal_one_process(tmp_path):
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
     report = spawn_ranks(_worker, WORLD, tmp_path / "report.json")
     assert report.pop("average_metrics") == {"entropy": 0.5, "x": 1.0}
     assert report.pop("per_call_streams") == {"equals_seed_plus_rank": True, "ranks_differ": True}

@@ -10,19 +10,7 @@ import torch
 
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.doctor import CHECKS, hidden_stats, run_checks
-
-
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the gradient flowing back by ``factor``."""
-
-    @staticmethod
-    def forward(ctx, x, factor):
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.factor, None
+from support.scale_grad import ScaleGrad
 
 
 def _changed(field: str, change):
@@ -35,7 +23,7 @@ def _changed(field: str, change):
 
 def _weight_grad_scaled(factor: float):
     def fn(hidden, weight, *args, **kwargs):
-        return token_stats_from_hidden(hidden, _ScaleGrad.apply(weight, factor), *args, **kwargs)
+        return token_stats_from_hidden(hidden, ScaleGrad.apply(weight, factor), *args, **kwargs)
 
     return fn
 

@@ -10,19 +10,7 @@ import torch
 import entflow as ef
 from entflow.doctor import gradients, token_stats
 from entflow.doctor.result import CheckResult, max_relative_to_peak, max_scaled_error
-
-
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the gradient flowing back by ``factor``."""
-
-    @staticmethod
-    def forward(ctx, x, factor):
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.factor, None
+from support.scale_grad import ScaleGrad
 
 
 def _with_entropy(change):
@@ -37,7 +25,7 @@ def _grad_scaled(factor: float):
     """token_stats whose logits receive ``factor`` × the true gradient (values unchanged)."""
 
     def fn(logits, *args, **kwargs):
-        return ef.token_stats(_ScaleGrad.apply(logits, factor), *args, **kwargs)
+        return ef.token_stats(ScaleGrad.apply(logits, factor), *args, **kwargs)
 
     return fn
 
@@ -125,7 +113,7 @@ def test_loss_gradients_pass_for_every_method():
 
 def test_loss_gradients_fail_when_the_gradient_is_scaled_by_1_01():
     def scaled(logits, inputs, method):
-        return gradients.entflow_loss(_ScaleGrad.apply(logits, 1.01), inputs, method)
+        return gradients.entflow_loss(ScaleGrad.apply(logits, 1.01), inputs, method)
 
     results = gradients.check_loss_gradients("cpu", quick=True, loss_fn=scaled)
     assert _statuses(results) == {f"loss_gradient[cpu,{n}]": "FAIL" for n in NAMES}

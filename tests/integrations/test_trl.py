@@ -27,6 +27,7 @@ import entflow as ef
 from entflow.errors import ConfigError
 from entflow.integrations.trl import STATE_FILE, EntflowGRPOConfig, EntflowGRPOTrainer
 from support.gloo import free_port
+from support.trl_capture import CapturingTrainer, captured_stats, recording, rel, rewards_and_groups, trl_args
 from support.trl_tiny import continuous_reward, save_tiny_llama
 
 
@@ -40,27 +41,8 @@ reward_ones = continuous_reward
 
 
 def base_args(out, **kw):
-    args = dict(
-        output_dir=str(out),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=6,
-        gradient_accumulation_steps=2,
-        max_steps=1,
-        optim="sgd",  # plain SGD: the update is lr·gradient, so a wrong loss scale shows (Adam would hide it)
-        learning_rate=0.5,
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        seed=0,
-        use_cpu=True,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        bf16=False,  # TRL defaults to bf16 autocast, also on CPU; float32 makes the comparisons exact
-    )
-    args.update(kw)
-    return args
+    """The equivalence tests' keywords: 2 micro-batches of 4 (tests/support/trl_capture.py's rest)."""
+    return trl_args(out, **{"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, **kw})
 
 
 def weights(trainer) -> dict[str, torch.Tensor]:
@@ -69,10 +51,6 @@ def weights(trainer) -> dict[str, torch.Tensor]:
 
 def initial_weights(path) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,17 +290,6 @@ def test_methods_train_log_and_resume(tiny, tmp_path, method, params, metric):
 # --------------------------------------------------------------------------------------------
 
 
-class _Capturing(EntflowGRPOTrainer):
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        self.captured_inputs = {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
-        self.captured_weights = {
-            k: v.detach().clone() for k, v in self.accelerator.unwrap_model(model).state_dict().items()
-        }
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self.captured_loss = loss.detach().clone()
-        return loss
-
-
 def test_composed_loss_equals_policy_loss(tiny, tmp_path):
     path, tok, data = tiny
     # entropy_advantage reads the rollout entropy at advantage time and the tabular estimator needs
@@ -335,28 +302,15 @@ def test_composed_loss_equals_policy_loss(tiny, tmp_path):
         entflow_method_params=params,
     )
     seen: dict[str, float] = {}
-
-    def reward(completions, **kwargs):
-        r = reward_ones(completions)
-        seen.update(zip(completions, r, strict=True))
-        return r
-
-    trainer = _Capturing(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    reward = recording(reward_ones, seen)
+    trainer = CapturingTrainer(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
     trainer.train()
     x = trainer.captured_inputs
-    ids = torch.cat([x["prompt_ids"], x["completion_ids"]], 1)
-    attn = torch.cat([x["prompt_mask"], x["completion_mask"]], 1)
-    T = x["completion_ids"].shape[1]
-    model = AutoModelForCausalLM.from_pretrained(path)  # a fresh copy (TRL patches the trained one's forward)
-    model.load_state_dict(trainer.captured_weights)
     # independent forward: plain logits from transformers, then entflow's token_stats
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, -T - 1 : -1]
-    stats = ef.token_stats(logits, x["completion_ids"], temperature=0.7)
+    stats = captured_stats(trainer, path, temperature=0.7)
     mask = x["completion_mask"]
     # independent advantages: rewards by completion text, groups = identical prompts
-    texts = tok.batch_decode(x["completion_ids"], skip_special_tokens=True)
-    rewards = torch.tensor([seen[t] for t in texts])
-    _, group = torch.unique(x["prompt_ids"], dim=0, return_inverse=True)
+    rewards, group = rewards_and_groups(trainer, tok, seen)
     m = ef.get_method(method, **params)
     H = stats.entropy.detach()
     probe = ef.TokenBatch(

@@ -16,7 +16,6 @@ token means, over gradient-accumulation steps) → entflow ``sapo`` with ``loss_
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("trl")
 
@@ -24,6 +23,7 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from support.trl_capture import rel, two_pass_run
 from support.trl_tiny import continuous_reward, save_tiny_llama
 
 
@@ -37,20 +37,7 @@ reward = continuous_reward
 
 
 def run(cls, cfg_cls, path, tok, data, out, **kw):
-    args = cfg_cls(
-        output_dir=str(out), per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
-        gradient_accumulation_steps=2, max_steps=2, num_iterations=2, optim="sgd", learning_rate=2.0,
-        lr_scheduler_type="constant", max_grad_norm=0.0, seed=0, use_cpu=True, report_to="none",
-        logging_steps=1, save_strategy="no", disable_tqdm=True, bf16=False, **kw,
-    )  # fmt: skip
-    trainer = cls(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
-    trainer.train()
-    w = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
-    return w, list(trainer._logs["completion"]), trainer
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+    return two_pass_run(cls, cfg_cls, (path, tok, data), out, reward, **kw)
 
 
 CASES = {

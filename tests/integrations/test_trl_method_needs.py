@@ -1,4 +1,4 @@
-"""Issue 23's methods whose needs go beyond TRL's defaults, in ``EntflowGRPOTrainer``:
+"""The methods whose needs go beyond TRL's defaults, in ``EntflowGRPOTrainer``:
 
 - ``archer`` reads reference log-probs with its own KL: the adapter sets TRL's ``beta`` so that
   TRL loads the reference model, and the loss is entflow's ``policy_loss`` (TRL's KL is not added);
@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM
 
 import entflow as ef
 from entflow.errors import ConfigError
-from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+from entflow.integrations.trl import EntflowGRPOConfig
 from entflow.integrations.trl.config import REFERENCE_ONLY_BETA
+from support.trl_capture import CapturingTrainer, completion_logits, trl_args
 from support.trl_tiny import continuous_reward, save_tiny_llama
 
 
@@ -36,34 +37,7 @@ reward = continuous_reward
 
 
 def args_for(out, **kw) -> dict:
-    args = dict(
-        output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=6,
-        gradient_accumulation_steps=1, max_steps=2, optim="sgd", learning_rate=0.5, lr_scheduler_type="constant",
-        max_grad_norm=0.0, seed=0, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
-        disable_tqdm=True, bf16=False, loss_type="dapo",
-    )  # fmt: skip
-    args.update(kw)
-    return args
-
-
-class _Capturing(EntflowGRPOTrainer):
-    """Keeps the last micro-batch's inputs, the weights it was computed with and its loss."""
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        self.captured_inputs = {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
-        self.captured_weights = {
-            k: v.detach().clone() for k, v in self.accelerator.unwrap_model(model).state_dict().items()
-        }
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self.captured_loss = loss.detach().clone()
-        return loss
-
-
-def _logits(model, x) -> torch.Tensor:
-    ids = torch.cat([x["prompt_ids"], x["completion_ids"]], 1)
-    attn = torch.cat([x["prompt_mask"], x["completion_mask"]], 1)
-    T = x["completion_ids"].shape[1]
-    return model(input_ids=ids, attention_mask=attn).logits[:, -T - 1 : -1]
+    return trl_args(out, **{"max_steps": 2, "loss_type": "dapo", **kw})
 
 
 def test_archer_trains_in_trl_with_the_reference_and_entflows_loss(tiny, tmp_path):
@@ -71,7 +45,7 @@ def test_archer_trains_in_trl_with_the_reference_and_entflows_loss(tiny, tmp_pat
     params = {"kl_coef": 0.05, "high_kl_coef": 0.01}  # large enough that the KL shows in the loss
     args = EntflowGRPOConfig(**args_for(tmp_path), entflow_method="archer", entflow_method_params=params)
     assert args.beta == REFERENCE_ONLY_BETA  # TRL loads the reference model and scores the completions
-    trainer = _Capturing(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    trainer = CapturingTrainer(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
     assert trainer.ref_model is not None
     trainer.train()
 
@@ -85,12 +59,12 @@ def test_archer_trains_in_trl_with_the_reference_and_entflows_loss(tiny, tmp_pat
     ref = AutoModelForCausalLM.from_pretrained(path)
     model.load_state_dict(trainer.captured_weights)
     with torch.no_grad():
-        ref_logp = ef.token_stats(_logits(ref, x), x["completion_ids"], stats=("logp",)).logp
+        ref_logp = ef.token_stats(completion_logits(ref, x), x["completion_ids"], stats=("logp",)).logp
     mask = x["completion_mask"]
     m = mask.bool()
     err = float((x["ref_per_token_logps"] - ref_logp)[m].abs().max())
     assert err < 1e-5, err
-    stats = ef.token_stats(_logits(model, x), x["completion_ids"], stats=("logp", "entropy"))
+    stats = ef.token_stats(completion_logits(model, x), x["completion_ids"], stats=("logp", "entropy"))
     assert float(((stats.logp.detach() - ref_logp).abs() * mask).max()) > 1e-3  # a KL to pay
     old = x.get("old_per_token_logps")
     batch = ef.TokenBatch(

@@ -11,8 +11,6 @@ log-prob is its rank's gradient / 2, and verl logs the rank-average of the losse
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,7 +20,7 @@ pytest.importorskip("verl")
 import entflow as ef
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import WORKER_METHODS
-from support.gloo import spawn_ranks
+from support.gloo import report_from_rank0, spawn_ranks
 
 D = torch.float64
 N, T, WORLD = 12, 7, 2
@@ -111,16 +109,12 @@ def _worker(rank: int, port: int, out_path: str) -> None:
                     "grad_entropy": float((full[1] - ref_h).abs().max()),
                     "grad_norm": float(ref_lp.abs().max()),
                 }
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump(report, f)
+        report_from_rank0(rank, report, out_path)
     finally:
         dist.destroy_process_group()
 
 
 def test_two_gloo_ranks_with_global_statistics_equal_one_process(tmp_path):
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
     report = spawn_ranks(_worker, WORLD, tmp_path / "report.json")
     for name, _, agg in CASES:
         r = report[f"global/{name}/{agg}"]

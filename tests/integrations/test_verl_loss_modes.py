@@ -32,7 +32,7 @@ import entflow as ef  # noqa: E402
 from entflow.errors import ParameterError  # noqa: E402
 from entflow.integrations.verl.losses import entflow_ppo_loss  # noqa: E402
 from entflow.integrations.verl.spec import WORKER_METHODS  # noqa: E402
-from support.verl_util import actor_config, entflow_config, verl_micro_batch  # noqa: E402
+from support.verl_util import actor_config, close, entflow_config, loss_and_grad, near, verl_micro_batch  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]
 GLOBAL_INFO = [None, {"dp_size": 2, "batch_num_tokens": 131, "global_batch_size": 16, "loss_scale_factor": None}]
@@ -64,21 +64,6 @@ def rollout(seed: int, N: int = 10, T: int = 9, noise: float = 0.5) -> dict[str,
     return {"old": old, "logp": logp, "adv": (adv[:, None] * mask).contiguous(), "mask": mask}
 
 
-def grads(fn, x: torch.Tensor) -> tuple[float, torch.Tensor]:
-    leaf = x.detach().clone().requires_grad_()
-    loss = fn(leaf)
-    (g,) = torch.autograd.grad(loss, leaf)
-    return float(loss.detach()), g
-
-
-def near(a: float, b: float, tol: float) -> bool:
-    return abs(a - b) <= tol * max(1.0, abs(b))
-
-
-def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    return float((a - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))
-
-
 def both(mode: str, t: dict, agg: str, info: dict | None, **override):
     """(verl loss, grad), (entflow loss, grad) through verl's policy-loss registry."""
     verl_extra, params, kw = SETUP[mode]
@@ -89,8 +74,8 @@ def both(mode: str, t: dict, agg: str, info: dict | None, **override):
         cfg.global_batch_info.update(info or {})
     fv, fe = core_algos.get_policy_loss_fn(mode), core_algos.get_policy_loss_fn(f"entflow.{mode}")
     WORKER_METHODS.clear()
-    v = grads(lambda lp: fv(t["old"], lp, t["adv"], t["mask"], agg, cv)[0], t["logp"])
-    e = grads(lambda lp: fe(t["old"], lp, t["adv"], t["mask"], agg, ce)[0], t["logp"])
+    v = loss_and_grad(lambda lp: fv(t["old"], lp, t["adv"], t["mask"], agg, cv)[0], t["logp"])
+    e = loss_and_grad(lambda lp: fe(t["old"], lp, t["adv"], t["mask"], agg, ce)[0], t["logp"])
     return v, e
 
 
@@ -148,7 +133,7 @@ def test_dro_beta_matters_and_is_required():
     t = rollout(1)
     (_, gv), (_, ge) = both("dro", t, "token-mean", None)
     cv = actor_config(PolicyLossConfig(loss_mode="dro", dro_beta=2.0))
-    g2 = grads(
+    g2 = loss_and_grad(
         lambda lp: core_algos.get_policy_loss_fn("dro")(t["old"], lp, t["adv"], t["mask"], "token-mean", cv)[0],
         t["logp"],
     )[1]
@@ -172,7 +157,7 @@ def test_verls_ppo_loss_equals_entflows_loss_function(mode):
     cv = actor_config(PolicyLossConfig(loss_mode=mode, **verl_extra), **kw)
     ce = entflow_config(f"entflow.{mode}", params=params, **kw)
     WORKER_METHODS.clear()
-    lv, gv = grads(lambda lp: ppo_loss(cv, {"log_probs": flat(lp)}, data)[0], t["logp"])
-    le, ge = grads(lambda lp: entflow_ppo_loss(ce, {"log_probs": flat(lp)}, data)[0], t["logp"])
+    lv, gv = loss_and_grad(lambda lp: ppo_loss(cv, {"log_probs": flat(lp)}, data)[0], t["logp"])
+    le, ge = loss_and_grad(lambda lp: entflow_ppo_loss(ce, {"log_probs": flat(lp)}, data)[0], t["logp"])
     tol = TOL.get(mode, 1e-10)
     assert near(le, lv, tol) and close(ge, gv, tol)

@@ -7,6 +7,8 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -18,6 +20,15 @@ def free_port() -> int:
 
 
 def spawn_ranks(worker: Callable[[int, int, str], None], world: int, out_path: Path) -> dict:
-    """Run ``worker(rank, port, out_path)`` on ``world`` processes; return the JSON rank 0 wrote."""
+    """Run ``worker(rank, port, out_path)`` on ``world`` processes; return the JSON rank 0 wrote
+    (``report_from_rank0``). Skips the test where torch.distributed is not built in."""
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
     mp.spawn(worker, args=(free_port(), str(out_path)), nprocs=world, join=True)
     return json.loads(Path(out_path).read_text())
+
+
+def report_from_rank0(rank: int, report: dict, out_path: str) -> None:
+    """Rank 0 writes its ``report`` as JSON to ``out_path`` (what ``spawn_ranks`` returns)."""
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(report))

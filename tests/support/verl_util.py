@@ -71,3 +71,21 @@ def verl_micro_batch(t: dict, non_tensor: dict | None = None, P: int = 5, seed: 
         return torch.cat(parts)
 
     return data, flat
+
+
+def loss_and_grad(fn, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """(``fn(x)``, its gradient w.r.t. ``x``) on a fresh leaf copy of ``x``."""
+    leaf = x.detach().clone().requires_grad_()
+    loss = fn(leaf)
+    (g,) = torch.autograd.grad(loss, leaf)
+    return float(loss.detach()), g
+
+
+def near(a: float, b: float, tol: float) -> bool:
+    """|a − b| <= tol · max(1, |b|)."""
+    return abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
+    """max|a − b| <= tol · max(1, max|b|)."""
+    return float((a - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))

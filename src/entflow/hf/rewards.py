@@ -78,6 +78,15 @@ def parse_answer(text: str) -> list:
     return parse(text, parsing_timeout=None)
 
 
+def _warm_up_verifier() -> None:
+    """Import ``math-verify`` (and sympy) and run one parse, so that a time limit measures the
+    responses, not the imports (seconds on a loaded machine)."""
+    try:
+        answers_equal(_parse_gold("1"), parse_answer("1"))
+    except ImportError:
+        pass  # the reward itself will report it
+
+
 def answers_equal(gold: Sequence, pred: Sequence) -> bool:
     """Symbolic equality of two parsed answers (``math_verify.verify``, no own timeout)."""
     from math_verify import verify
@@ -189,6 +198,8 @@ class GuardedReward:
         self.__name__ = self.name  # TRL logs reward functions by __name__
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        if self.calls == 0 and getattr(self.fn, "__module__", None) == __name__:
+            _warm_up_verifier()  # the first parse imports sympy and builds grammars: not the response's time
         n = len(completions)
         out = []
         for i in range(n):

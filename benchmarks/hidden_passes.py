@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from _schedule import interleaved  # benchmarks/_schedule.py
+
 MIB = 1024 * 1024
 VARIANTS = ("trl_hidden", "trl_logits", "update_hidden", "update_logits")
 STATS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
@@ -186,10 +188,8 @@ def main() -> None:
     variants = args.variants.split(",")
     results: dict[str, list[dict]] = {v: [] for v in variants}
     start = time.time()
-    for rep in range(args.runs):
-        k = rep % len(variants)
-        order = variants[k:] + variants[:k]
-        for v in order if rep % 2 == 0 else order[::-1]:
+    for rep, order in interleaved(variants, args.runs):
+        for v in order:
             r = run(v, args)
             results[v].append(r)
             print(f"run {rep + 1}/{args.runs} {v:14s} {r['time_s']:7.2f} s {r['peak_extra_mib']:7.0f} MiB", flush=True)

@@ -46,6 +46,7 @@ import sys
 import time
 
 from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+from _schedule import interleaved  # benchmarks/_schedule.py
 
 MIB = 1024 * 1024
 VARIANTS = ("hidden2", "hidden4", "logits_ts", "trl2", "trl_s2", "naive")
@@ -256,11 +257,7 @@ def main() -> None:
     for dim in (int(d) for d in args.dims.split(",")):
         results: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
         start = time.time()
-        for rep in range(args.runs):
-            k = rep % len(pairs)
-            order = pairs[k:] + pairs[:k]  # rotate, so no variant always runs first or last
-            if rep % 2:
-                order = order[::-1]
+        for rep, order in interleaved(pairs, args.runs):
             for v, m in order:
                 r = run(v, m, dim, args)
                 results[(v, m)].append(r)

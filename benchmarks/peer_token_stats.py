@@ -31,6 +31,7 @@ import sys
 import time
 
 from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+from _schedule import interleaved  # benchmarks/_schedule.py
 
 MIB = 1024 * 1024
 VARIANTS = ("entflow2", "entflow4", "trl", "verl", "naive")
@@ -142,11 +143,7 @@ def main() -> None:
     pairs = [(v, m) for m in args.modes.split(",") for v in args.variants.split(",")]
     results: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
     start = time.time()
-    for rep in range(args.runs):
-        k = rep % len(pairs)
-        order = pairs[k:] + pairs[:k]  # rotate, so no variant always runs first or last
-        if rep % 2:
-            order = order[::-1]
+    for rep, order in interleaved(pairs, args.runs):
         for v, m in order:
             r = run(v, m, args)
             results[(v, m)].append(r)

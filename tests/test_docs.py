@@ -7,6 +7,7 @@ link or anchor; these tests need no mkdocs.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -40,6 +41,28 @@ def _notes(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", [README, CHANGELOG, *DOCS, CLAIMS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_working_notes_in_docs_and_claims(path):
     assert _notes(path) == []
+
+
+RESULTS = sorted((ROOT / "docs" / "results").rglob("*.json"))
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_working_notes_in_committed_results(path):
+    """The claims tables that the docs link (their ``paper`` and ``note`` fields are shown to users)
+    cite papers and docs, never the tracker: every string value is checked, JSON escapes decoded."""
+
+    def strings(obj):
+        if isinstance(obj, dict):
+            for v in obj.values():
+                yield from strings(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from strings(v)
+        elif isinstance(obj, str):
+            yield obj
+
+    found = [s[:100] for s in strings(json.loads(path.read_text())) if WORKING_NOTE.search(s)]
+    assert found == []
 
 
 def test_no_tracker_references_in_the_code():

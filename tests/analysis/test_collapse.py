@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from entflow.analysis.collapse import SCHEMA, analyze_series
+from entflow.analysis.collapse import MIN_R2, SCHEMA, analyze_series, uninformative
 from entflow.analysis.curves import ema
 from entflow.analysis.law import MIN_POINTS, fit_law, fit_mirror
 from entflow.analysis.tables import collapse_table
@@ -31,10 +31,12 @@ def law_run(n=200, a=0.1, b=0.6, sigma=0.005, seed=0, tau=30.0):
 def test_law_fit_recovers_known_coefficients():
     s, H, R = law_run()
     an = analyze_series(s, H, R)
-    d = an.to_dict()["fit"]
+    fit = an.to_dict()["fit"]
+    assert fit["model"] == "law" and fit["informative"]
+    d = fit["law"]
     assert d["a"] == pytest.approx(0.1, rel=0.03)
     assert d["b"] == pytest.approx(0.6, abs=0.005)
-    assert d["ceiling"] == pytest.approx(0.5, abs=0.005)
+    assert d["ceiling"] == pytest.approx(0.5, abs=0.005) and fit["ceiling"] == d["ceiling"]
     assert d["r2"] > 0.98
     lo, hi = d["ci"]["a"]
     assert lo < 0.1 < hi and lo < d["a"] < hi
@@ -188,10 +190,12 @@ def test_schema_and_table():
     json.dumps(d, allow_nan=False)
     assert d["schema"] == SCHEMA
     for path in (
-        "fit.a",
-        "fit.b",
+        "fit.law.a",
+        "fit.law.b",
         "fit.r2",
         "fit.ceiling",
+        "fit.ceiling_ci",
+        "fit.informative",
         "prediction.final",
         "prediction.interval",
         "entropy.retention",
@@ -206,7 +210,7 @@ def test_schema_and_table():
     rows = table.text()
     assert "collapsed" in table.title and [c.header for c in table.columns] == ["quantity", "value", "evidence"]
     assert all(len(r) == 3 and all(isinstance(c, str) for c in r) for r in rows)
-    assert any(r[0] == "law ceiling −a+b" and r[1] == f"{d['fit']['ceiling']:.4g}" for r in rows)
+    assert any(r[0] == "ceiling, law (selected)" and r[1] == f"{d['fit']['ceiling']:.4g}" for r in rows)
 
 
 @pytest.mark.parametrize(
@@ -228,3 +232,70 @@ def test_bad_input_is_a_typed_error(kwargs, field):
         analyze_series(base["steps"], base["entropy"], base["reward"])
     assert e.value.field == field
     assert MIN_POINTS == 4
+
+
+def mirror_run(n=120, seed=1):
+    s = np.arange(1, n + 1, dtype=float)
+    H = 0.1 + 1.5 * np.exp(-s / 25)
+    R = 0.7 * np.exp(-1.2 * H) + np.random.default_rng(seed).normal(0, 0.003, n)
+    return s, H, R
+
+
+def test_the_selected_forms_ceiling_is_shown_everywhere():
+    """Mirror data: the held-out error selects the mirror form, and its ceiling q (not the law's
+    −a + b) is the analysis' ceiling, analysis.json's fit.ceiling, the verdict's evidence and the
+    table's "selected" row; the law's ceiling is still shown, labelled "other"."""
+    s, H, R = mirror_run()
+    an = analyze_series(s, H, R)
+    q = fit_mirror(H, R).params["q"]  # the independent fit of the same form
+    law_ceiling = fit_law(H, R).ceiling
+    assert an.model == "mirror" and an.selected is an.mirror
+    assert an.ceiling == pytest.approx(q, rel=1e-9) and abs(q - law_ceiling) > 0.01
+    d = an.to_dict()
+    assert d["fit"]["model"] == "mirror" and d["fit"]["ceiling"] == pytest.approx(q, rel=1e-9)
+    assert d["fit"]["ceiling_ci"] == list(an.mirror.ci["ceiling"]) and d["fit"]["r2"] == an.mirror.r2
+    assert d["fit"]["law"]["ceiling"] == pytest.approx(law_ceiling, rel=1e-9)
+    assert any(e.startswith(f"mirror ceiling q = {q:.4g}") for e in d["collapse"]["evidence"])
+    assert not any("−a+b =" in e for e in d["collapse"]["evidence"])
+    rows = {r[0]: r for r in collapse_table(an).text()}
+    assert rows["ceiling, mirror (selected)"][1] == f"{q:.4g}"
+    assert rows["ceiling, law (other)"][1] == f"{law_ceiling:.4g}" and "not selected" in rows["ceiling, law (other)"][2]
+    assert rows["selected form"][1] == "mirror"
+
+
+@pytest.mark.parametrize(
+    ("r2", "interval", "span", "reason"),
+    [
+        (0.5, (0.2, 0.7), 0.5, ""),  # on both bounds: informative
+        (0.4999, (0.2, 0.3), 0.5, "explains little"),
+        (math.nan, (0.2, 0.3), 0.5, "explains little"),
+        (0.9, (0.2, 0.7001), 0.5, "wider than the range of R"),
+        (0.9, (math.nan, 0.3), 0.5, "undefined"),
+    ],
+)
+def test_the_informative_bound_on_both_sides(r2, interval, span, reason):
+    why = uninformative(r2, interval, span)
+    assert MIN_R2 == 0.5
+    assert (why == "") if not reason else (reason in why)
+
+
+def test_a_fit_that_explains_little_is_reported_as_not_informative():
+    """30 noisy steps with no relation between H and R (R² ≈ 0, as a short real TRL log): the
+    ceiling and the prediction are "not informative" in the analysis, analysis.json and the
+    table; the law data of law_run is informative on both counts."""
+    rng = np.random.default_rng(4)
+    s = np.arange(1, 31, dtype=float)
+    H = 1.0 + 0.1 * rng.normal(size=30)
+    R = 0.5 + 0.2 * rng.normal(size=30)
+    an = analyze_series(s, H, R)
+    d = an.to_dict()
+    assert an.selected.r2 < MIN_R2 and not an.informative
+    assert d["fit"]["informative"] is False and "explains little" in d["fit"]["note"]
+    assert d["prediction"]["informative"] is False and d["prediction"]["note"]
+    rows = {r[0]: r for r in collapse_table(an).text()}
+    assert rows[f"ceiling, {an.model} (selected)"][1] == "not informative"
+    assert rows[f"predicted final ({d['prediction']['model']})"][1] == "not informative"
+    assert any("not informative" in e for e in d["collapse"]["evidence"])
+    good = analyze_series(*law_run()).to_dict()
+    assert good["fit"]["informative"] and good["prediction"]["informative"]
+    assert good["fit"]["note"] == good["prediction"]["note"] == ""

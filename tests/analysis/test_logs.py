@@ -5,13 +5,14 @@ overrides, bad input, and the CLI."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from entflow.analysis.collapse import analyze_log
+from entflow.analysis.collapse import analyze_log, analyze_series
 from entflow.analysis.log_keys import KEY_TABLE, add_key
 from entflow.analysis.log_readers import read_log
 from entflow.cli.main import main
@@ -33,7 +34,7 @@ N = 120
 
 
 def check_fit(analysis, target):
-    fit = analysis.to_dict()["fit"]
+    fit = analysis.to_dict()["fit"]["law"]
     assert analysis.target == target
     assert fit["a"] == pytest.approx(A, rel=0.05)
     assert fit["b"] == pytest.approx(B, abs=0.005)
@@ -167,9 +168,35 @@ def test_bad_logs_name_file_and_key(tmp_path, case):
         _verl_lines(p, good + good)
         key = "actor/entropy"
     with pytest.raises(LogError) as e:
-        analyze_log(p)
+        analyze_log(p, strict=case == "nan")  # without strict a NaN step is dropped (next test)
     assert e.value.key == key and e.value.path == str(p)
     assert str(p) in str(e.value) and key in str(e.value)
+    if case == "nan":
+        assert "first at step 5" in str(e.value)
+
+
+def test_nan_steps_are_dropped_and_counted(tmp_path):
+    """A NaN entropy at two steps and an inf reward at a third: those three steps are left out, the
+    count is in source.warnings, and the analysis equals analyze_series on the remaining steps."""
+    rows = [
+        (s, {"actor/entropy": 1.5 * math.exp(-s / 8) + 0.1, "critic/score/mean": 0.5 - 0.3 * math.exp(-s / 8)})
+        for s in range(1, 31)
+    ]
+    rows[3][1]["actor/entropy"] = rows[9][1]["actor/entropy"] = float("nan")
+    rows[6][1]["critic/score/mean"] = float("inf")
+    p = _verl_lines(tmp_path / "run.jsonl", rows)
+    _, an = analyze_log(p)
+    warnings = an.source["warnings"]
+    assert len(warnings) == 2
+    assert "dropped 2 step(s) where actor/entropy is NaN or inf (first at step 4)" in warnings[0]
+    assert "dropped 1 step(s) where critic/score/mean is NaN or inf (first at step 7)" in warnings[1]
+    kept = [(s, d) for s, d in rows if s not in (4, 7, 10)]
+    ref = analyze_series(
+        [s for s, _ in kept], [d["actor/entropy"] for _, d in kept], [d["critic/score/mean"] for _, d in kept]
+    )
+    assert an.n_points == 27 == ref.n_points
+    assert an.law.params == pytest.approx(ref.law.params, rel=1e-12)
+    assert an.entropy["retention"] == pytest.approx(ref.entropy["retention"], rel=1e-12)
 
 
 def test_mixed_runs_in_one_folder(tmp_path):
@@ -196,7 +223,8 @@ def test_cli_on_verl_log_writes_report_and_json(verl_logs, tmp_path, capsys):
     assert main(["analyze", str(verl_logs["file"]), "--out", str(out), "--json"]) == 0
     d = json.loads((out / "analysis.json").read_text())
     for key in ("a", "b", "r2", "ceiling"):
-        assert isinstance(d["fit"][key], float)
+        assert isinstance(d["fit"]["law"][key], float)
+    assert isinstance(d["fit"]["ceiling"], float) and d["fit"]["model"] in ("law", "mirror")
     assert d["source"]["format"] == "verl-jsonl" and d["source"]["keys"]["entropy"] == "actor/entropy"
     assert len(d["prediction"]["interval"]) == 2 and d["prediction"]["final"] is not None
     _, H, _, _, _ = law_series(N)  # retention by hand: mean of the last 20 % (24) / first 5 % (6)
@@ -204,9 +232,13 @@ def test_cli_on_verl_log_writes_report_and_json(verl_logs, tmp_path, capsys):
     assert d["collapse"]["verdict"] in ("collapsed", "collapsing", "healthy", "rising")
     assert {p.name for p in (out / "plots").glob("*.png")} == {"entropy_reward.png", "law_fit.png"}
     html = (out / "report.html").read_text()
-    assert "law ceiling" in html and "plots/law_fit.png" in html
+    assert f"ceiling, {d['fit']['model']} (selected)" in html and "plots/law_fit.png" in html
     printed = capsys.readouterr().out
-    assert "law ceiling" in printed and "verl-jsonl" in printed
+    assert f"ceiling, {d['fit']['model']} (selected)" in printed and "verl-jsonl" in printed
+    # a verl log gets verl's Hydra overrides for the suggested method, in the terminal and the report
+    if d["suggestion"]["method"] != "grpo":
+        line = f"+actor_rollout_ref.actor.policy_loss.method={d['suggestion']['method']}"
+        assert line in printed and line in html and d["suggestion"]["trainer"] == "verl"
 
 
 def test_cli_default_out_and_bad_input(tmp_path, capsys):

@@ -118,7 +118,7 @@ def test_print_summary_rich(tmp_path: Path):
     console = Console(record=True, width=250)
     print_summary([run], console)  # run directories are summarized on the fly
     assert console.export_text() == text
-    assert "H retain" in text and "grpo-s3" in text and "0.28" in text
+    assert "retain" in text and "best³" in text and "grpo-s3" in text and "0.28" in text
     assert "+0.650 (1)" in text and "+0.050 (2)" in text  # audit table: mean Spearman (rank)
 
 

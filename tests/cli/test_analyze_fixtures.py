@@ -33,6 +33,70 @@ def test_analyze_a_committed_log(log, tmp_path, capsys):
     assert data["steps"]["n_points"] == len(H) == 60
     X = np.stack([-np.exp(H), np.ones_like(H)], axis=1)
     (a, b), *_ = np.linalg.lstsq(X, R, rcond=None)
-    assert data["fit"]["a"] == pytest.approx(a, rel=1e-6) and data["fit"]["b"] == pytest.approx(b, rel=1e-6)
+    law = data["fit"]["law"]
+    assert law["a"] == pytest.approx(a, rel=1e-6) and law["b"] == pytest.approx(b, rel=1e-6)
     assert data["entropy"]["last"] == pytest.approx(H[-1], rel=1e-6)
     assert data["collapse"]["verdict"] == "collapsed"  # 3.1 nats → 0.001: the run collapsed
+
+
+def test_the_terminal_at_80_columns_agrees_with_the_report(tmp_path, capsys, monkeypatch):
+    """The TRL fixture at 80 columns: the table's lines fit (only the copyable configuration lines
+    may run past), its headers are whole, and the terminal shows the same EntflowGRPOConfig lines
+    for the suggested method as report.html (both from collapse.suggestion_lines), the selected
+    form's ceiling, and the page title once."""
+    import html
+
+    from entflow.analysis.collapse import suggestion_lines
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "out"
+    assert main(["analyze", str(FIX / "trl" / "trainer_state.json"), "--out", str(out), "--json"]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((out / "analysis.json").read_text())
+    sug = data["suggestion"]
+    lines = suggestion_lines(sug["method"], sug["params"], "trl")
+    assert sug["trainer"] == "trl" and sug["lines"] == lines and lines
+    assert "EntflowGRPOConfig(" in "".join(lines) and f"entflow_method={sug['method']!r}," in "".join(lines)
+    for line in lines:
+        assert f"    {line}\n" in printed, line
+    assert "entflow train --method" not in printed  # a TRL user is not sent to entflow's own trainer
+    table = [ln for ln in printed.splitlines() if not ln.startswith("    ") or ln.startswith("    entflow analyze")]
+    assert max(len(ln) for ln in table) <= 80
+    assert "quantity" in printed and "evidence" in printed and "…" not in printed
+    model = data["fit"]["model"]
+    assert f"ceiling, {model} (selected)" in printed and f"{data['fit']['ceiling']:.4g}" in printed
+    page = (out / "report.html").read_text()
+    assert html.escape("\n".join(lines)) in page
+    title = html.escape(f"entflow analyze: {FIX / 'trl' / 'trainer_state.json'}")
+    assert page.count(title) == 2  # <title> and <h1>, not again as the table's heading
+    assert page.count("<h1>") == 1 and f"ceiling, {model} (selected)" in page
+
+
+def _with_nan(tmp_path: Path) -> tuple[Path, int]:
+    """The TRL fixture with the entropy of its 10th logged step set to NaN; returns (file, step)."""
+    state = json.loads((FIX / "trl" / "trainer_state.json").read_text())
+    rows = [h for h in state["log_history"] if "entropy" in h]
+    rows[9]["entropy"] = float("nan")
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps(state))  # json writes NaN, as transformers' save_to_json does
+    return path, rows[9]["step"]
+
+
+def test_a_nan_step_is_dropped_with_a_warning(tmp_path, capsys):
+    path, step = _with_nan(tmp_path)
+    assert main(["analyze", str(path), "--out", str(tmp_path / "out"), "--json"]) == 0
+    printed = capsys.readouterr().out
+    warning = f"warning: dropped 1 step(s) where entropy is NaN or inf (first at step {step})"
+    assert warning in " ".join(printed.split())
+    data = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert data["steps"]["n_points"] == 59 and len(data["source"]["warnings"]) == 1
+
+
+def test_strict_refuses_a_nan_step_in_one_line(tmp_path, capsys):
+    path, step = _with_nan(tmp_path)
+    assert main(["analyze", str(path), "--out", str(tmp_path / "out"), "--strict"]) == 2
+    out = capsys.readouterr()
+    lines = [ln for ln in (out.out + out.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    assert str(path) in lines[0] and "[entropy]" in lines[0] and f"first at step {step}" in lines[0]
+    assert not (tmp_path / "out" / "report.html").exists()

@@ -57,10 +57,46 @@ from entflow.analysis.log_readers import LogData, read_log
 from entflow.errors import AnalysisError, LogError
 from entflow.files import json_safe
 
-__all__ = ["HELDOUT_FRAC", "SCHEMA", "SUGGESTIONS", "CollapseAnalysis", "analyze_log", "analyze_series"]
+__all__ = [
+    "HELDOUT_FRAC",
+    "MIN_R2",
+    "SCHEMA",
+    "SUGGESTIONS",
+    "CollapseAnalysis",
+    "analyze_log",
+    "analyze_series",
+    "suggestion_lines",
+    "trainer_of",
+    "uninformative",
+]
 
-SCHEMA = "entflow.analysis/1"
+SCHEMA = "entflow.analysis/2"
 HELDOUT_FRAC = 0.30  # model choice: fit on the first 70 % of the points, score on the last 30 %
+# The one bound of "the fit says something" (docs/analyze.md §2, "When the fit knows little"): a
+# ceiling or a prediction is informative only when the selected form explains at least MIN_R2 of
+# R's variance and its 95 % interval is no wider than the span of R seen in the log.
+MIN_R2 = 0.5
+
+
+def uninformative(r2: float, interval: Any, span: float) -> str:
+    """Why a fitted number (a ceiling or a prediction) is not informative, or ``""`` when it is.
+
+    Args:
+        r2: R² of the form it comes from, on all the points.
+        interval: its ``[low, high]`` interval.
+        span: max − min of the R values in the log.
+
+    Not informative when ``r2 < MIN_R2`` (or undefined), or the interval is not finite or wider than
+    ``span``: then it says less than the log itself.
+    """
+    lo, hi = (float(x) for x in interval)
+    if not (math.isfinite(r2) and r2 >= MIN_R2):
+        return f"the fit explains little of R (R² {r2:.3f} < {MIN_R2:g})"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "its interval is undefined"
+    if hi - lo > span:
+        return f"its 95 % interval [{lo:.3g}, {hi:.3g}] is wider than the range of R in the log ({span:.3g})"
+    return ""
 
 
 def _fit_form(model: str, H: np.ndarray, R: np.ndarray, level: float) -> FormFit | None:
@@ -89,6 +125,7 @@ class CollapseAnalysis:
     heldout_rmse: dict[str, float]
     heldout_n: int
     prediction: dict[str, Any]
+    fit_note: str
     entropy: dict[str, Any]
     reward: dict[str, Any]
     collapse: dict[str, Any]
@@ -97,27 +134,44 @@ class CollapseAnalysis:
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def selected(self) -> FormFit:
+        """The form the held-out error selected (:attr:`model`): the law or the mirror form."""
+        return self.mirror if self.model == "mirror" and self.mirror is not None else self.law
+
+    @property
     def ceiling(self) -> float:
-        """The law's ceiling −a + b (paper 003)."""
-        return self.law.ceiling
+        """The selected form's ceiling, R at H = 0: −a + b (paper 003) or q (the mirror form)."""
+        return self.selected.ceiling
+
+    @property
+    def informative(self) -> bool:
+        """Whether the ceiling says something (:func:`uninformative`; :attr:`fit_note` says why not)."""
+        return not self.fit_note
 
     def to_dict(self) -> dict[str, Any]:
         """The stable ``analysis.json`` object (NaN → None); see docs/analyze.md for every key."""
-        law, mir = self.law, self.mirror
+        law, mir, sel = self.law, self.mirror, self.selected
         out = {
             "schema": SCHEMA,
             "source": self.source,
             "target": self.target,
             "steps": {"first": self.steps[0], "last": self.steps[1], "n_points": self.n_points},
             "fit": {
-                "model": self.model,
-                "a": law.params["a"],
-                "b": law.params["b"],
-                "r2": law.r2,
-                "ceiling": law.ceiling,
-                "n": law.n,
-                "level": law.level,
-                "ci": {k: list(v) for k, v in law.ci.items()},
+                "model": sel.model,
+                "ceiling": sel.ceiling,
+                "ceiling_ci": list(sel.ci["ceiling"]),
+                "r2": sel.r2,
+                "informative": self.informative,
+                "note": self.fit_note,
+                "n": sel.n,
+                "level": sel.level,
+                "law": {
+                    "a": law.params["a"],
+                    "b": law.params["b"],
+                    "r2": law.r2,
+                    "ceiling": law.ceiling,
+                    "ci": {k: list(v) for k, v in law.ci.items()},
+                },
                 "mirror": None
                 if mir is None
                 else {
@@ -200,10 +254,13 @@ def _choose_model(H: np.ndarray, R: np.ndarray, level: float) -> tuple[str, dict
 
 
 def _early_prediction(
-    steps: np.ndarray, H: np.ndarray, R: np.ndarray, frac: float, level: float, model: str
+    steps: np.ndarray, H: np.ndarray, R: np.ndarray, frac: float, level: float, forms: dict[str, FormFit | None]
 ) -> dict[str, Any]:
     """:func:`entflow.analysis.law.early_prediction` (its point prediction and naive forecasts),
-    with a prediction interval for the law and the mirror form fitted on the same early points."""
+    with a prediction interval for the law and the mirror form fitted on the same early points.
+    ``forms``: the selected form first, then the other, fitted on all the points (their R² decide,
+    with the interval, whether the prediction is informative: :func:`uninformative`)."""
+    model = next(iter(forms))
     ep = early_prediction(steps, H, R, frac)
     n, n_fit = ep.n, ep.n_fit
     out: dict[str, Any] = {
@@ -218,6 +275,7 @@ def _early_prediction(
         "at_entropy": ep.at_entropy,
         "by_model": {},
         "baselines": {},
+        "informative": False,
         "note": "",
     }
     if not ep.held_out:
@@ -239,6 +297,9 @@ def _early_prediction(
     if chosen is not None:
         out["model"] = model if model in out["by_model"] else "law"
         out["final"], out["interval"], out["error"] = chosen["final"], chosen["interval"], chosen["error"]
+        form = forms.get(out["model"])
+        why = uninformative(form.r2 if form is not None else math.nan, out["interval"], float(np.ptp(R)))
+        out["informative"], out["note"] = not why, why
     else:
         out["note"] = "the early points cannot be fitted (all entropies equal?)"
     return out
@@ -251,8 +312,8 @@ SUGGESTIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "kl_cov",
         {"ratio": 0.002, "beta": 1.0},
         "kl_cov(ratio=0.002, beta=1.0, keep_ppo_clip=False)",
-        "entropy is spent and the reward has stalled at the law's ceiling: KL-Cov (paper 003 Alg. 1) "
-        "penalises the few high-covariance tokens that drive entropy down, lifting the ceiling",
+        "entropy is spent and the reward has stalled: KL-Cov (paper 003 Alg. 1) penalises the few "
+        "high-covariance tokens that drive entropy down, lifting the ceiling",
     ),
     "collapsing": (
         "clip_higher",
@@ -271,7 +332,54 @@ SUGGESTIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
 }
 
 
-def _suggest(verdict: str) -> dict[str, Any]:
+TRAINERS = ("entflow", "trl", "verl")
+_VERL_LOSS = "actor_rollout_ref.actor.policy_loss"
+
+
+def trainer_of(log_format: str, entropy_key: str | None) -> str:
+    """Which trainer wrote a log, for the suggestion's configuration lines: ``verl`` (a verl
+    file-logger log, or verl's ``actor/entropy`` key), ``trl`` (``trainer_state.json``, or TRL's
+    ``entropy`` / ``train/entropy`` key in TensorBoard or a CSV export), else ``entflow``."""
+    if log_format == "entflow-run":
+        return "entflow"
+    if log_format == "verl-jsonl" or (entropy_key or "").startswith("actor/"):
+        return "verl"
+    if log_format == "trl-state" or entropy_key in ("entropy", "train/entropy"):
+        return "trl"
+    return "entflow"
+
+
+def suggestion_lines(method: str, params: dict[str, Any], trainer: str) -> list[str]:
+    """The lines that switch ``trainer`` to ``method`` with ``params`` (docs/integrations.md): an
+    ``entflow train`` command, the ``EntflowGRPOConfig`` fields of TRL, or verl's Hydra overrides.
+    Empty for ``grpo`` (no change). The terminal and ``report.html`` both show these lines."""
+    if trainer not in TRAINERS:
+        raise AnalysisError("trainer", f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
+    if method == "grpo":
+        return []
+    if trainer == "trl":
+        return [
+            "from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer",
+            "args = EntflowGRPOConfig(",
+            "    ...,  # your GRPOConfig arguments",
+            f"    entflow_method={method!r},",
+            f"    entflow_method_params={params!r},",
+            ")",
+            "trainer = EntflowGRPOTrainer(..., args=args)  # was: GRPOTrainer",
+        ]
+    if trainer == "verl":
+        return [
+            f"{_VERL_LOSS}._target_=entflow.integrations.verl.config.EntflowPolicyLossConfig",
+            f"{_VERL_LOSS}.loss_mode=entflow",
+            f"+{_VERL_LOSS}.method={method}",
+            *(f"+{_VERL_LOSS}.params.{k}={v}" for k, v in params.items()),
+            "trainer.use_v1=True",
+            "trainer.v1.trainer_mode=entflow",
+        ]
+    return [f"entflow train --method {method} " + " ".join(f"method.{k}={v}" for k, v in params.items())]
+
+
+def _suggest(verdict: str, trainer: str = "entflow") -> dict[str, Any]:
     name, params, spec, why = SUGGESTIONS[verdict]
     overrides = " ".join(f"method.{k}={v}" for k, v in params.items())
     return {
@@ -279,12 +387,16 @@ def _suggest(verdict: str) -> dict[str, Any]:
         "params": params,
         "spec": spec,
         "why": why,
+        "trainer": trainer,
+        "lines": suggestion_lines(name, params, trainer),
         "cli": f"entflow train --method {name} {overrides}".strip(),
         "trl": f"EntflowGRPOConfig(entflow_method={name!r}, entflow_method_params={params!r})",
     }
 
 
-def _verdict(ent: dict[str, Any], rew: dict[str, Any], law: FormFit, R_last: float, threshold: float) -> dict[str, Any]:
+def _verdict(
+    ent: dict[str, Any], rew: dict[str, Any], form: FormFit, fit_note: str, R_last: float, threshold: float
+) -> dict[str, Any]:
     ret = ent["retention"]
     evidence = [
         f"entropy retention {ret:.3f} (mean of the last 20 % / first 5 % of entropies: "
@@ -300,21 +412,34 @@ def _verdict(ent: dict[str, Any], rew: dict[str, Any], law: FormFit, R_last: flo
         + ("stalled" if rew["stalled"] else "still rising")
         + f" (stalled: late <= {rew['stall_ratio']:g} x early)"
     )
-    lo, hi = law.ci["ceiling"]
-    evidence.append(
-        f"law ceiling -a+b = {law.ceiling:.4g} [{lo:.4g}, {hi:.4g}] vs last R {R_last:.4g} "
-        f"(headroom {law.ceiling - R_last:.3g}); law R² {law.r2:.3f}"
-    )
+    name = "law ceiling −a+b" if form.model == "law" else "mirror ceiling q"
+    if fit_note:
+        evidence.append(f"{name}: not informative, {fit_note}")
+    else:
+        lo, hi = form.ci["ceiling"]
+        evidence.append(
+            f"{name} = {form.ceiling:.4g} [{lo:.4g}, {hi:.4g}] vs last R {R_last:.4g} "
+            f"(headroom {form.ceiling - R_last:.3g}); R² {form.r2:.3f}"
+        )
     if not math.isfinite(ret):
-        verdict = "healthy"
+        verdict, reason = "healthy", "entropy retention undefined (initial entropy not positive)"
         evidence.append("initial entropy is not positive: retention undefined")
     elif ret < threshold:
         verdict = "collapsed" if rew["stalled"] else "collapsing"
+        reason = f"entropy retention {ret:.3g} < {threshold:g}, " + (
+            "and the reward has stalled" if rew["stalled"] else "while the reward still rises"
+        )
     elif ret > 1 / threshold:
-        verdict = "rising"
+        verdict, reason = "rising", f"entropy retention {ret:.3g} > {1 / threshold:g}: entropy is growing"
     else:
-        verdict = "healthy"
-    return {"verdict": verdict, "collapsed": verdict == "collapsed", "threshold": threshold, "evidence": evidence}
+        verdict, reason = "healthy", f"entropy retention {ret:.3g} within [{threshold:g}, {1 / threshold:g}]"
+    return {
+        "verdict": verdict,
+        "collapsed": verdict == "collapsed",
+        "threshold": threshold,
+        "reason": reason,
+        "evidence": evidence,
+    }
 
 
 def analyze_series(
@@ -380,9 +505,12 @@ def analyze_series(
     model, rmse, n_out = _choose_model(RH, R, level)
     if model == "mirror" and mirror is None:
         model = "law"
+    selected, other = (mirror, law) if model == "mirror" else (law, mirror)
+    fit_note = uninformative(selected.r2, selected.ci["ceiling"], float(np.ptp(R)))
     ent = _entropy_summary(s, H)
     rs = _reward_summary(s, rew, stall_ratio)
-    verdict = _verdict(ent, rs, law, float(R[-1]), retention_threshold)
+    verdict = _verdict(ent, rs, selected, fit_note, float(R[-1]), retention_threshold)
+    forms = {model: selected, ("law" if model == "mirror" else "mirror"): other}
     return CollapseAnalysis(
         target=target,
         steps=(float(s[0]), float(s[-1])),
@@ -392,7 +520,8 @@ def analyze_series(
         model=model,
         heldout_rmse=rmse,
         heldout_n=n_out,
-        prediction=_early_prediction(Rs, RH, R, early_frac, level, model),
+        prediction=_early_prediction(Rs, RH, R, early_frac, level, forms),
+        fit_note=fit_note,
         entropy=ent,
         reward=rs,
         collapse=verdict,
@@ -401,12 +530,17 @@ def analyze_series(
     )
 
 
-def _finite(log: LogData, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _finite(log: LogData, key: str, strict: bool, warnings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The steps and values of ``key`` without its NaN / ±inf values, each drop counted in
+    ``warnings``; with ``strict`` a non-finite value is a :class:`LogError` naming the step."""
     s, v = log.series[key]
     bad = ~np.isfinite(v)
     if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise LogError(log.path, key, f"{int(bad.sum())} non-finite value(s), first at step {s[i]:g} ({v[i]})")
+        i, n = int(np.flatnonzero(bad)[0]), int(bad.sum())
+        if strict:
+            raise LogError(log.path, key, f"{n} non-finite value(s), first at step {s[i]:g} ({v[i]}) (strict)")
+        warnings.append(f"dropped {n} step(s) where {key} is NaN or inf (first at step {s[i]:g})")
+        s, v = s[~bad], v[~bad]
     return s, v
 
 
@@ -417,32 +551,37 @@ def analyze_log(
     reward_key: str | None = None,
     val_key: str | None = None,
     val_entropy_key: str | None = None,
+    strict: bool = False,
     **kwargs: Any,
 ) -> tuple[LogData, CollapseAnalysis]:
     """Read a log (or take a :class:`LogData`) and run :func:`analyze_series` on its series.
 
     The training series are the steps where both the entropy and the reward key were logged; the
     validation series is the ``val`` key with the ``val_entropy`` key at the same steps (else the
-    training entropy at the nearest step). ``kwargs`` go to :func:`analyze_series`. The result's
-    ``source`` holds ``format``, ``path`` and ``keys``.
+    training entropy at the nearest step). A step whose value of a key used is NaN or ±inf is
+    dropped from that key's series, and counted in ``source["warnings"]``; with ``strict`` it is
+    refused. ``kwargs`` go to :func:`analyze_series`. The result's ``source`` holds ``format``,
+    ``path``, ``keys``, ``notes``, ``warnings`` and ``trainer`` (:func:`trainer_of`, whose lines
+    the suggestion carries).
 
     Raises:
         LogError: anything :func:`read_log` / :func:`resolve_keys` raise, non-finite values of a
-            key used, or too few points for the fit (naming the file and the key).
+            key used (``strict``), or too few points for the fit (naming the file and the key).
     """
     log = path if isinstance(path, LogData) else read_log(path)
     keys = resolve_keys(
         log, {"entropy": entropy_key, "reward": reward_key, "val": val_key, "val_entropy": val_entropy_key}
     )
-    es, ev = _finite(log, keys["entropy"])
-    rs, rv = _finite(log, keys["reward"])
+    dropped: list[str] = []
+    es, ev = _finite(log, keys["entropy"], strict, dropped)
+    rs, rv = _finite(log, keys["reward"], strict, dropped)
     steps, ie, ir = np.intersect1d(es, rs, assume_unique=True, return_indices=True)
     val_args: dict[str, Any] = {}
     if keys["val"] is not None:
-        vs, vv = _finite(log, keys["val"])
+        vs, vv = _finite(log, keys["val"], strict, dropped)
         val_args = {"val_steps": vs, "val": vv}
         if keys["val_entropy"] is not None:
-            hs, hv = _finite(log, keys["val_entropy"])
+            hs, hv = _finite(log, keys["val_entropy"], strict, dropped)
             common, _, ih = np.intersect1d(vs, hs, assume_unique=True, return_indices=True)
             if common.size == vs.size:
                 val_args["val_entropy"] = hv[ih]
@@ -469,5 +608,13 @@ def analyze_log(
         keys_used = {k: v for k, v in keys_used.items() if k not in ("val", "val_entropy")}
         if keys["val"] is not None:
             log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
-    source = {"format": log.format, "path": str(log.path), "keys": keys_used, "notes": list(log.notes)}
-    return log, replace(result, source=source)
+    trainer = trainer_of(log.format, keys["entropy"])
+    source = {
+        "format": log.format,
+        "path": str(log.path),
+        "keys": keys_used,
+        "trainer": trainer,
+        "notes": list(log.notes),
+        "warnings": dropped,
+    }
+    return log, replace(result, source=source, suggestion=_suggest(result.collapse["verdict"], trainer))

@@ -7,6 +7,7 @@ anything, ``/`` included), which users may extend with :func:`add_key`, or an ov
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -70,6 +71,19 @@ def _match(log: LogData, patterns: Sequence[str]) -> tuple[str | None, list[str]
     return None, []
 
 
+def _keys_like(log: LogData, given: str, limit: int = 25) -> str:
+    """The log's keys that look like ``given`` (its last part inside them, or close spellings),
+    else every key of the log (the first ``limit``)."""
+    keys = log.keys()
+    tail = given.split("/")[-1]
+    near = [k for k in keys if tail and tail in k]
+    near += [k for k in difflib.get_close_matches(given, keys, n=8, cutoff=0.6) if k not in near]
+    if near:
+        return "keys like it: " + ", ".join(near[:8])
+    more = f" … ({len(keys)} in all)" if len(keys) > limit else ""
+    return "the log has: " + ", ".join(keys[:limit]) + more
+
+
 def resolve_keys(
     log: LogData, overrides: dict[str, str | None] | None = None, table: dict[str, list[str]] | None = None
 ) -> dict[str, str | None]:
@@ -84,8 +98,9 @@ def resolve_keys(
         given = (overrides or {}).get(role)
         if given:
             if given not in log.series:
-                near = [k for k in log.keys() if given.split("/")[-1] in k][:8]
-                raise LogError(log.path, given, f"--{role.replace('_', '-')}-key not in the log; similar: {near}")
+                raise LogError(
+                    log.path, given, f"--{role.replace('_', '-')}-key not in the log; {_keys_like(log, given)}"
+                )
             out[role] = given
             continue
         key, others = _match(log, patterns)

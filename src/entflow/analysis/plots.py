@@ -184,12 +184,13 @@ class _RunPlots:
         self.save(fig, name)
 
     def entropy_vs_accuracy(self, name: str) -> None:
-        """Paper 003: (entropy, accuracy) at each evaluation and the fitted R = −a·exp(H) + b."""
+        """Paper 003: (entropy, accuracy) at each evaluation and, where it can be fitted, R = −a·exp(H) + b;
+        the title names the fit only when one is drawn."""
         if not self.has("val/acc"):
             return
         fig = _figure((6, 4.5))
         ax = fig.subplots()
-        drawn = False
+        drawn = fitted = False
         for label, recs in self.runs:
             _, h, r, src = law_points(recs)
             if not h.size:
@@ -204,14 +205,12 @@ class _RunPlots:
             law = f"R = {-fit.a:+.3g}·e^H {fit.b:+.3g}"
             quality = f"R²={format_number(fit.r2, '.2f')}, ceiling {fit.ceiling:.3f}"
             ax.plot(hh, fit.predict(hh), "--", color=self.color[label], lw=1.2, label=f"{label}: {law} ({quality})")
+            fitted = True
         if drawn:
-            _decorate(
-                ax,
-                "policy entropy H (nats)",
-                "validation accuracy R",
-                "Entropy vs accuracy, fitted R = −a·exp(H) + b (paper 003)",
-                legend=6,
+            title = "Entropy vs accuracy" + (
+                ", fitted R = −a·exp(H) + b (paper 003)" if fitted else " (no fit: too few points)"
             )
+            _decorate(ax, "policy entropy H (nats)", "validation accuracy R", title, legend=6)
             self.save(fig, name)
 
 
@@ -333,7 +332,9 @@ def _save(fig: Any, path: Path) -> Path:
 
 def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     """``entropy_reward.png`` (entropy, reward and, when logged, response length and clip fraction against
-    the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the ceiling)."""
+    the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the
+    selected one solid, and its ceiling with its 95 % CI when the fit is informative; the title says
+    which is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -359,16 +360,31 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     out.append(plot_dir / "entropy_reward.png")
     fig.savefig(out[-1], dpi=100)
 
-    fig = Figure(figsize=(5, 4))
+    fig = Figure(figsize=(6, 4.5))
     ax = fig.subplots()
     target_key = keys.get(analysis.target) or keys["reward"]
     _, H, R = analysis.points
-    ax.scatter(H, R, s=8, alpha=0.6, label="logged")
+    ax.scatter(H, R, s=8, alpha=0.6, color="C0", label="logged")
     grid = np.linspace(0, max(float(np.max(H)), 1e-3), 100)
-    ax.plot(grid, analysis.law.predict(grid), "C1", label=f"law −a·e^H+b (R² {analysis.law.r2:.3f})")
+    forms = [(analysis.law, "law −a·e^H+b")]
     if analysis.mirror is not None:
-        ax.plot(grid, analysis.mirror.predict(grid), "C2--", label=f"mirror q·e^(−βH) (R² {analysis.mirror.r2:.3f})")
-    ax.axhline(analysis.ceiling, color="C1", ls=":", lw=1, label=f"ceiling {analysis.ceiling:.3g}")
+        forms.append((analysis.mirror, "mirror q·e^(−βH)"))
+    for form, name in forms:
+        chosen = form.model == analysis.model
+        style = "-" if chosen else "--"
+        color = "C1" if chosen else "C2"
+        which = "selected" if chosen else "other"
+        ax.plot(grid, form.predict(grid), style, color=color, label=f"{name}, {which} (R² {form.r2:.3f})")
+    if analysis.informative:
+        lo, hi = analysis.selected.ci["ceiling"]
+        ax.axhline(
+            analysis.ceiling, color="C1", ls=":", lw=1, label=f"ceiling ({analysis.model}) {analysis.ceiling:.3g}"
+        )
+        ax.axhspan(lo, hi, color="C1", alpha=0.1, label=f"95 % CI [{lo:.3g}, {hi:.3g}]")
+        title = f"R against H: both forms fitted, {analysis.model} selected (held-out error)"
+    else:
+        title = f"R against H: fit not informative (R² {analysis.selected.r2:.3f}), no ceiling"
+    ax.set_title(title, fontsize=9)
     ax.set_xlabel(keys.get("val_entropy") or keys["entropy"])
     ax.set_ylabel(target_key)
     ax.legend(fontsize=7)

@@ -23,22 +23,30 @@ __all__ = ["render_html", "render_html_page", "render_markdown", "render_rich"]
 
 
 def render_rich(table: Table) -> Any:
-    """A ``rich.table.Table``: title, the notes as its caption, one column per :class:`Column`
-    (text columns fold, number columns are right-aligned and at least 5 wide)."""
+    """A ``rich.table.Table``: title, the notes as its caption, one column per :class:`Column`.
+
+    Readable in an 80-column terminal: a number column's header is set one word per line and is as
+    wide as its longest word or value (never cut: no "gree…"); a text column folds its cells but
+    is at least as wide as its header's longest word (no "(metho d)") and 8 characters (or its
+    longest cell).
+    """
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text
 
     title = Text(table.title, style="table.title") if table.title else None  # literal, not markup
-    caption = Text(" ".join(table.notes), style="table.caption") if table.notes else None
+    caption = Text(" ".join(table.notes), style="table.caption", justify="left") if table.notes else None
     out = RichTable(title=title, caption=caption, box=box.SIMPLE_HEAD)
     cells = table.text()
     for j, col in enumerate(table.columns):
-        if col.align == "left":  # folds, but not below 8 characters (or its longest cell)
-            longest = max((len(row[j]) for row in cells), default=0)
-            out.add_column(Text(col.header), justify="left", overflow="fold", min_width=min(8, longest))
+        word = max((len(w) for w in col.header.split()), default=0)
+        longest = max((len(row[j]) for row in cells), default=0)
+        if col.align == "left":
+            width = max(word, min(8, longest))
+            out.add_column(Text(col.header), justify="left", overflow="fold", min_width=width)
         else:
-            out.add_column(Text(col.header), justify="right", min_width=5)
+            header = Text("\n".join(col.header.split()))
+            out.add_column(header, justify="right", no_wrap=True, min_width=max(word, longest, 5))
     for row in cells:
         out.add_row(*(Text(cell) for cell in row))
     return out

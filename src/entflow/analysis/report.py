@@ -375,15 +375,15 @@ def _write_all_plots(summaries: Sequence[dict[str, Any]], dirs: Sequence[Path], 
 
 def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: bool = False) -> Path:
     """``entflow analyze`` on any trainer's log (docs/analyze.md): ``out_dir/report.html`` (the
-    collapse table, the verdict with its evidence, the suggestion, the source and the plots),
-    ``out_dir/plots/*.png`` and, with ``write_json``, ``out_dir/analysis.json``. Returns the report."""
-    import html
+    title once, the collapse table, the verdict with its evidence, the suggestion with the lines of
+    the log's trainer, the source and its warnings, the plots), ``out_dir/plots/*.png`` and, with
+    ``write_json``, ``out_dir/analysis.json``. Returns the report."""
+    import dataclasses
     import json
 
     from entflow import files
     from entflow.analysis.plots import write_collapse_plots
-    from entflow.analysis.render import render_html, render_html_page
-    from entflow.analysis.tables import collapse_table
+    from entflow.analysis.tables import TRAINER_NAMES, collapse_table
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -391,16 +391,21 @@ def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: b
     d = analysis.to_dict()
     table = collapse_table(analysis)
     e = html.escape
-    sug, src = d["suggestion"], d["source"]
+    sug, src, col = d["suggestion"], d["source"], d["collapse"]
+    if sug["lines"]:
+        trainer = TRAINER_NAMES.get(sug["trainer"], sug["trainer"])
+        how = f"<p>In {e(trainer)}:</p><pre>{e(chr(10).join(sug['lines']))}</pre>"
+    else:
+        how = "<p>No change.</p>"
+    items = [f"<li>{e(x)}</li>" for x in (*src.get("warnings", []), *src.get("notes", []))]
     sections = [
-        render_html(table),
-        f"<h2>Verdict: {e(d['collapse']['verdict'])}</h2><ul>"
-        + "".join(f"<li>{e(x)}</li>" for x in d["collapse"]["evidence"])
+        render_html(dataclasses.replace(table, title="")),  # the title is the page's <h1>
+        f"<h2>Verdict: {e(col['verdict'])}</h2><p>{e(col['reason'])}</p><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in col["evidence"])
         + "</ul>",
-        f"<h2>Suggestion</h2><p><code>{e(sug['cli'])}</code><br><code>{e(sug['trl'])}</code></p><p>{e(sug['why'])}</p>",
-        f"<h2>Source</h2><p>{e(src['format'])}: {e(str(src['path']))}</p><p>keys: {e(json.dumps(src['keys']))}</p><ul>"
-        + "".join(f"<li>{e(x)}</li>" for x in src.get("notes", []))
-        + "</ul>",
+        f"<h2>Suggestion: {e(sug['spec'])}</h2><p>{e(sug['why'])}</p>{how}",
+        f"<h2>Source</h2><p>{e(src['format'])}: {e(str(src['path']))}</p><p>keys: {e(json.dumps(src['keys']))}</p>"
+        + (f"<ul>{''.join(items)}</ul>" if items else ""),
         *(f'<p><img src="plots/{e(p.name)}" alt="{e(p.name)}" style="max-width:100%"></p>' for p in plots),
     ]
     report = out / "report.html"

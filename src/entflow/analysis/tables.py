@@ -36,6 +36,7 @@ __all__ = [
     "audit_detail_table",
     "audit_matrix_table",
     "audit_ranking_table",
+    "collapse_footer",
     "collapse_table",
     "format_cell",
     "format_number",
@@ -178,6 +179,12 @@ TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("acc final", "val_acc_final", ".3f"),
     ("greedy", "val_acc_greedy_final", ".3f"),
 )
+# the legend of every abbreviation and mark of TERMINAL_COLUMNS
+TERMINAL_LEGEND = (
+    "H: rollout entropy (nats), mean of the first 5 % (init) and last 20 % (final) of steps; retain = "
+    "final / init; acc: validation accuracy, warm = the step-0 evaluation, best³ = the best mean of 3 "
+    "consecutive evaluations after it; greedy: the last greedy accuracy."
+)
 
 # the coverage table: pass@k of the warm start → the final policy, per split (coverage.json)
 COVERAGE_KS = (1, 16, 256)
@@ -275,11 +282,12 @@ def run_label(summary: dict[str, Any]) -> str:
 
 
 def headline_table(summaries: Sequence[dict[str, Any]], title: str = "entflow runs") -> Table:
-    """The terminal's summary: "run (method)" and the :data:`TERMINAL_COLUMNS`."""
+    """The terminal's summary: "run (method)" and the :data:`TERMINAL_COLUMNS`, with their legend."""
     return Table(
         title=title,
         columns=(Column("run (method)", align="left"), *_summary_columns(TERMINAL_COLUMNS, 0)),
         rows=[(run_label(s), *(s.get(key) for _, key, _ in TERMINAL_COLUMNS)) for s in summaries],
+        notes=(TERMINAL_LEGEND,),
         name="headline",
     )
 
@@ -365,61 +373,119 @@ def _iv(iv: Any) -> str:
     return f"[{_text(iv[0])}, {_text(iv[1])}]" if iv else "—"
 
 
+FORM_NAMES = {"law": "law −a·e^H+b", "mirror": "mirror q·e^(−βH)"}
+TRAINER_NAMES = {"entflow": "entflow", "trl": "TRL", "verl": "verl (Hydra overrides)"}
+
+
+def _ceiling_row(d: dict[str, Any], model: str, selected: bool) -> list[str]:
+    """One form's ceiling: the selected one as a result, or "not informative" with the reason;
+    the other form's labelled as such."""
+    fit = d["fit"]
+    form = fit[model]
+    numbers = f"95 % CI {_iv(form['ci']['ceiling'])}; R² {_text(form['r2'], '.3f')}"
+    if not selected:
+        return [f"ceiling, {model} (other)", _text(form["ceiling"]), f"{numbers}; not selected"]
+    if not fit["informative"]:
+        return [f"ceiling, {model} (selected)", "not informative", f"{fit['note']} (estimate {_text(form['ceiling'])})"]
+    return [f"ceiling, {model} (selected)", _text(form["ceiling"]), numbers]
+
+
 def collapse_table(analysis: Any) -> Table:
     """The table of one :class:`~entflow.analysis.collapse.CollapseAnalysis` (``entflow analyze`` on
-    any trainer's log): the law fit with intervals, the model choice, the early prediction next to
-    its baselines, entropy retention, the verdict and the suggestion."""
+    any trainer's log): R and the selected form (held-out error), each form's ceiling (the selected
+    one first, "not informative" when :func:`~entflow.analysis.collapse.uninformative` says so),
+    the forms' parameters, the early prediction next to its baselines, entropy and the reward's
+    slope. The verdict is in the title; :func:`collapse_footer` has the reason and the suggestion."""
     d = analysis.to_dict()
-    fit, pred, ent, col, sug = d["fit"], d["prediction"], d["entropy"], d["collapse"], d["suggestion"]
+    fit, pred, ent, rew, col = d["fit"], d["prediction"], d["entropy"], d["reward"], d["collapse"]
     src = d["source"] or {}
-    title = f"entflow analyze: {src.get('path', '')} ({src.get('format', 'series')}) — {col['verdict']}"
+    title = f"entflow analyze: {src.get('path', '')} ({src.get('format', 'series')}): {col['verdict']}"
+    model = fit["model"]
+    other = "mirror" if model == "law" else "law"
+    rmse = fit["heldout_rmse"]
     rows = [
         [
             "R (fitted target)",
-            f"{d['target']} ({_text(src.get('keys', {}).get(d['target']))})",
-            f"{d['steps']['n_points']} points",
+            _text(src.get("keys", {}).get(d["target"], d["target"])),
+            f"{'validation metric' if d['target'] == 'val' else 'training reward'}, {fit['n']} points",
         ],
-        ["law a", _text(fit["a"]), f"95 % CI {_iv(fit['ci']['a'])}"],
-        ["law b", _text(fit["b"]), f"95 % CI {_iv(fit['ci']['b'])}"],
-        ["law ceiling −a+b", _text(fit["ceiling"]), f"95 % CI {_iv(fit['ci']['ceiling'])}"],
-        ["law R²", _text(fit["r2"], ".3f"), "paper 003: R = −a·e^H + b"],
+        [
+            "selected form",
+            model,
+            f"held-out RMSE law {_text(rmse['law'])}, mirror {_text(rmse['mirror'])} (last {fit['heldout_n']} points)",
+        ],
+        _ceiling_row(d, model, True),
     ]
-    if fit["mirror"] is not None:
-        m = fit["mirror"]
-        rows.append(["mirror q·e^(−βH)", f"q {_text(m['q'])}, β {_text(m['beta'])}", f"R² {_text(m['r2'], '.3f')}"])
+    if fit[other] is not None:
+        rows.append(_ceiling_row(d, other, False))
+    law = fit["law"]
     rows.append(
         [
-            "model (held-out RMSE)",
-            fit["model"],
-            f"law {_text(fit['heldout_rmse']['law'])}, mirror {_text(fit['heldout_rmse']['mirror'])}"
-            f" on the last {fit['heldout_n']} points",
+            f"{FORM_NAMES['law']}: a, b",
+            f"{_text(law['a'])}, {_text(law['b'])}",
+            f"95 % CI a {_iv(law['ci']['a'])}, b {_iv(law['ci']['b'])}",
         ]
     )
-    if pred["final"] is not None:
+    if (m := fit["mirror"]) is not None:
         rows.append(
             [
-                f"predicted final ({pred['model']}, first {pred['n_fit']} pts)",
-                _text(pred["final"]),
-                f"95 % PI {_iv(pred['interval'])}; observed {_text(pred['observed_final'])},"
-                f" error {_text(pred['error'], '+.3g')}",
+                f"{FORM_NAMES['mirror']}: q, β",
+                f"{_text(m['q'])}, {_text(m['beta'])}",
+                f"95 % CI q {_iv(m['ci']['q'])}, β {_iv(m['ci']['beta'])}",
             ]
         )
+    if pred["final"] is None:
+        rows.append(["predicted final", "—", pred["note"]])
+    else:
+        label = f"predicted final ({pred['model']})"
+        basis = f"from the first {pred['n_fit']} points; observed {_text(pred['observed_final'])}"
+        if pred["informative"]:
+            rows.append(
+                [
+                    label,
+                    _text(pred["final"]),
+                    f"95 % PI {_iv(pred['interval'])} {basis}, error {_text(pred['error'], '+.3g')}",
+                ]
+            )
+        else:
+            estimate = f"estimate {_text(pred['final'])}, 95 % PI {_iv(pred['interval'])}"
+            rows.append([label, "not informative", f"{pred['note']} ({estimate} {basis})"])
         for name, b in pred["baselines"].items():
             rows.append(
                 [f"  baseline: {name.replace('_', ' ')}", _text(b["final"]), f"error {_text(b['error'], '+.3g')}"]
             )
-    else:
-        rows.append(["predicted final", "—", pred["note"]])
     half = ent["half_life_step"]
     rows += [
-        ["entropy initial → final", f"{_text(ent['initial'])} → {_text(ent['final'])}", "first 5 % / last 20 % means"],
+        [
+            "entropy first → last",
+            f"{_text(ent['initial'])} → {_text(ent['final'])}",
+            "means of the first 5 % / last 20 %",
+        ],
         [
             "entropy retention",
-            _text(ent["retention"], ".3f"),
-            f"below half at step {_text(half, 'g')}" if half is not None else "never below half",
+            _text(ent["retention"], ".3g"),
+            f"last / first; below half at step {_text(half, 'g')}" if half is not None else "never below half",
         ],
-        ["verdict", col["verdict"], "; ".join(col["evidence"][2:3])],
-        ["suggestion", sug["cli"], sug["why"]],
+        [
+            "reward slope",
+            f"{_text(rew['late_rate'], '.3g')}/step",
+            f"over the last {rew['window']} points, vs {_text(rew['early_rate'], '.3g')}/step over the first "
+            f"{rew['window']}: " + ("stalled" if rew["stalled"] else "still rising"),
+        ],
     ]
     columns = (Column("quantity", align="left"), Column("value", align="left"), Column("evidence", align="left"))
     return Table(title, columns, [tuple(r) for r in rows], name="collapse")
+
+
+def collapse_footer(analysis: Any) -> list[str]:
+    """The lines under the collapse table: the verdict and its reason, the suggested method and
+    why, then the lines that apply it in the trainer that wrote the log (the suggestion's
+    ``lines``, :func:`~entflow.analysis.collapse.suggestion_lines`), indented by four spaces."""
+    d = analysis.to_dict()
+    col, sug = d["collapse"], d["suggestion"]
+    out = [f"verdict: {col['verdict']} ({col['reason']})"]
+    if not sug["lines"]:
+        return [*out, f"suggestion: none, {sug['why']}"]
+    trainer = TRAINER_NAMES.get(sug.get("trainer", "entflow"), sug.get("trainer", ""))
+    out += [f"suggestion: {sug['spec']}: {sug['why']}", f"in {trainer}:"]
+    return out + [f"    {line}" for line in sug["lines"]]

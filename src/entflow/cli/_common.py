@@ -49,6 +49,21 @@ def output_dir(flag: str, value: str | Path) -> Path:
     return path
 
 
+def model_argument(flag: str, value: str) -> str:
+    """``value`` of ``flag`` (``--model``) when it can name a model: a short name, a saved model
+    directory, or something a hub id could be (whether the hub is allowed is checked later, as a
+    config key). A path that is no model raises :class:`PathError` naming the flag and the path."""
+    from entflow.errors import ConfigError
+    from entflow.hf.models import resolve_model
+
+    try:
+        resolve_model(value, allow_hub=True, convert=False)
+    except ConfigError as e:
+        message = str(e).removeprefix(f"config key {e.key!r}: ").removeprefix(f"no model at {value!r}: ")
+        raise PathError(flag, value, message) from None
+    return value
+
+
 def read_config(flag: str, value: str | Path) -> dict[str, Any]:
     """The YAML mapping in the file ``value`` given by ``flag``; a missing, unreadable or malformed
     file raises :class:`PathError` naming the flag."""

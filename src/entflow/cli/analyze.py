@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retention-threshold", type=float, default=0.5, help="entropy retention below which it collapsed [0.5]"
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a log with NaN or inf in a key used (exit 2) instead of dropping those steps with a warning",
+    )
 
 
 def default_out_dir(runs: list[Path]) -> Path:
@@ -72,20 +77,33 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "val_entropy_key": args.val_entropy_key,
         "early_frac": args.early_frac,
         "retention_threshold": args.retention_threshold,
+        "strict": args.strict,
     }
+
+
+def print_analysis(analysis: Any, console: Any) -> None:
+    """The collapse table, the lines under it (verdict, suggestion and its configuration lines for
+    the log's trainer), then the warnings (dropped steps) and notes of the reading."""
+    from entflow.analysis.render import render_rich
+    from entflow.analysis.tables import collapse_footer, collapse_table
+
+    console.print(render_rich(collapse_table(analysis)))
+    for line in collapse_footer(analysis):
+        # a configuration line is printed whole (soft wrap), so that it can be copied
+        console.print(line, markup=False, highlight=False, soft_wrap=line.startswith("    "))
+    for w in analysis.source.get("warnings", []):
+        console.print(f"warning: {w} (--strict refuses them)", markup=False, highlight=False)
+    for note in analysis.source.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -> Path:
     """Analyse one log: table on ``console``, ``out/report.html``, plots and (``--json``) ``analysis.json``."""
     from entflow.analysis.collapse import analyze_log
-    from entflow.analysis.render import render_rich
     from entflow.analysis.report import write_log_report
-    from entflow.analysis.tables import collapse_table
 
     log, analysis = analyze_log(path, **_options(args))
-    console.print(render_rich(collapse_table(analysis)))
-    for note in analysis.source.get("notes", []):
-        console.print(f"note: {note}")
+    print_analysis(analysis, console)
     report = write_log_report(log, analysis, out, write_json=args.json)
     console.print(f"report: {report}" + ("  analysis.json" if args.json else ""))
     return report
@@ -114,9 +132,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_dirs(runs: list[Path], args: argparse.Namespace, console: Any) -> int:
     """The earlier behaviour for entflow run directories, plus each run's collapse table."""
     from entflow.analysis.collapse import analyze_log
-    from entflow.analysis.render import render_rich
     from entflow.analysis.report import print_summary, summarize_run, write_report
-    from entflow.analysis.tables import collapse_table
     from entflow.errors import LogError
 
     out = Path(args.out) if args.out else default_out_dir(runs)
@@ -130,7 +146,7 @@ def _run_dirs(runs: list[Path], args: argparse.Namespace, console: Any) -> int:
         except LogError as e:
             console.print(f"collapse analysis of {r}: skipped ({e})")
             continue
-        console.print(render_rich(collapse_table(analysis)))
+        print_analysis(analysis, console)
         if args.json:
             (r / "analysis.json").write_text(json.dumps(analysis.to_dict(), indent=2) + "\n", encoding="utf-8")
     return 0

@@ -54,7 +54,9 @@ def config_class_and_setup(base: dict, args: argparse.Namespace):
     from entflow.lab.setup import lab_setup
 
     if args.model:
-        base["model"] = args.model
+        from entflow.cli._common import model_argument
+
+        base["model"] = model_argument("--model", args.model)
     if args.data:
         if "model" not in base:
             from entflow.errors import ConfigError

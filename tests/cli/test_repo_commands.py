@@ -1,6 +1,6 @@
-"""The README opens with the two commands, and CI runs exactly the second one, then the TRL tests
-against the oldest supported TRL release (``.ci/trl-range``) and the built wheel's install profiles
-(``.ci/wheel``)."""
+"""The README opens with the two commands, and CI runs exactly the second one, with the other checks
+beside it (the oldest supported TRL release, the docs site, the transformers range of the real-model
+path, the built wheel's install profiles)."""
 
 from __future__ import annotations
 
@@ -21,44 +21,56 @@ def test_readme_opens_with_demo_and_test_commands():
     assert demo.endswith("entflow run") and "pytest" in tests
 
 
-def ci_steps() -> list[str]:
-    """``.ci/run``'s steps: one per line, after its ``set`` and ``cd`` lines."""
+CI_SCRIPTS = {".ci/trl-range", ".ci/docs", ".ci/real-range", ".ci/wheel"}
+
+
+def ci_lanes() -> dict[str, list[str]]:
+    """``.ci/run``'s background lanes: name → the scripts it runs in order (``lane NAME SCRIPT... &``)."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    return [ln for ln in lines if ln and not ln.startswith(("#", "set ", "cd "))]
+    return {ln.split()[1]: ln.split()[2:-1] for ln in lines if ln.startswith("lane ") and ln.endswith(" &")}
 
 
-def test_ci_runs_exactly_the_readme_test_command():
-    """The first step is the README's test command, made fatal on failure (bash's ``set -e`` does not
-    stop at a failing command inside an ``a && b`` list that is not the script's last line)."""
-    steps = ci_steps()
-    assert steps[0] == readme_commands()[1] + " || exit 1"
-    assert "bash .ci/trl-range" in steps and "bash .ci/wheel" in steps
-    for step in steps:  # every other step is a plain command, which `set -e` stops at
-        assert step == steps[0] or " && " not in step, step
-    assert "set -euo pipefail" in (ROOT / ".ci" / "run").read_text()
+def test_ci_runs_exactly_the_readme_test_command_and_every_check():
+    """One line is the README's test command, made fatal on failure (bash's ``set -e`` does not stop at
+    a failing command inside an ``a && b`` list); the lanes run every other check exactly once."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert lines.count(readme_commands()[1] + " || exit 1") == 1
+    scripts = [s for lane in ci_lanes().values() for s in lane]
+    assert sorted(scripts) == sorted(CI_SCRIPTS)
+    assert all((ROOT / s).is_file() for s in scripts)
 
 
-def test_ci_run_stops_at_the_first_failing_step(tmp_path):
-    """.ci/run's own text with its steps stubbed: a failure anywhere (the first command of the README
-    chain included) exits non-zero, and no later step runs."""
+def _run_ci_with_stubs(tmp_path: Path, failing: str | None) -> tuple[int, str]:
+    """``.ci/run``'s own text in ``tmp_path/.ci`` with the README command and each check replaced by a
+    stub that prints ``ran <name>`` and fails when its name is ``failing``."""
     import subprocess
 
-    text = (ROOT / ".ci" / "run").read_text().replace('cd "$(dirname "$0")/.."', f"cd {tmp_path}")
-    steps = ci_steps()
-    first = steps[0].split(" && ")[0]  # python3.11 -m venv .venv
-    for i in range(len(steps)):
-        script = text
-        for j, step in enumerate(steps):
-            if j == 0:  # keep the README line's && chain; fail (or stub) its first command, stub the rest
-                stub = steps[0].replace(first, "false" if i == 0 else "echo ran-0", 1)
-                for cmd in steps[0].split(" && ")[1:]:
-                    stub = stub.replace(cmd.removesuffix(" || exit 1"), "echo chain", 1)
-                script = script.replace(step, stub)
-            else:
-                script = script.replace(step, "false" if i == j else f"echo ran-{j}")
-        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
-        assert res.returncode != 0, (i, script)
-        assert not any(f"ran-{j}" in res.stdout for j in range(i + 1, len(steps))), (i, res.stdout)
+    ci = tmp_path / ".ci"
+    ci.mkdir(exist_ok=True)
+    readme = readme_commands()[1]
+    code = "false" if failing == "readme" else "true"
+    text = (ROOT / ".ci" / "run").read_text().replace(readme, f"echo ran readme && {code}")
+    (ci / "run").write_text(text)
+    for script in CI_SCRIPTS:
+        name = script.removeprefix(".ci/")
+        (ci / name).write_text(f"echo ran {name}\n{'exit 1' if failing == name else 'exit 0'}\n")
+    res = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60)
+    return res.returncode, res.stdout
+
+
+def test_ci_run_passes_only_when_every_check_passes(tmp_path):
+    """All stubs pass: exit 0, every check ran. One stub fails (the README command or any lane's
+    script): exit non-zero, and no later script of that lane ran."""
+    code, out = _run_ci_with_stubs(tmp_path, None)
+    assert code == 0, out
+    assert {f"ran {s.removeprefix('.ci/')}" for s in CI_SCRIPTS} | {"ran readme"} <= set(out.splitlines())
+    for failing in ["readme", *(s.removeprefix(".ci/") for s in CI_SCRIPTS)]:
+        code, out = _run_ci_with_stubs(tmp_path, failing)
+        assert code != 0, (failing, out)
+        for lane in ci_lanes().values():
+            names = [s.removeprefix(".ci/") for s in lane]
+            if failing in names:
+                assert not any(f"ran {n}" in out for n in names[names.index(failing) + 1 :]), (failing, out)
 
 
 def test_the_trl_range_script_tests_the_lower_bound_of_the_pin():

@@ -356,9 +356,7 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     if half is not None:
         ax1.axvline(half, color="C3", ls="--", lw=1, label=f"below half at {half:g}")
         ax1.legend(fontsize=8)
-    fig.tight_layout()
-    out.append(plot_dir / "entropy_reward.png")
-    fig.savefig(out[-1], dpi=100)
+    out.append(_save(fig, plot_dir / "entropy_reward.png"))
 
     fig = Figure(figsize=(6, 4.5))
     ax = fig.subplots()
@@ -381,14 +379,13 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
             analysis.ceiling, color="C1", ls=":", lw=1, label=f"ceiling ({analysis.model}) {analysis.ceiling:.3g}"
         )
         ax.axhspan(lo, hi, color="C1", alpha=0.1, label=f"95 % CI [{lo:.3g}, {hi:.3g}]")
-        title = f"R against H: both forms fitted, {analysis.model} selected (held-out error)"
+        fitted = " and ".join(name.split()[0] for _, name in forms)
+        title = f"R against H: {fitted} fitted, {analysis.model} selected (held-out error), its ceiling"
     else:
         title = f"R against H: fit not informative (R² {analysis.selected.r2:.3f}), no ceiling"
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(keys.get("val_entropy") or keys["entropy"])
     ax.set_ylabel(target_key)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.append(plot_dir / "law_fit.png")
-    fig.savefig(out[-1], dpi=100)
+    out.append(_save(fig, plot_dir / "law_fit.png"))
     return out

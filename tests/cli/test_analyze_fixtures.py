@@ -100,3 +100,25 @@ def test_strict_refuses_a_nan_step_in_one_line(tmp_path, capsys):
     assert len(lines) == 1 and "Traceback" not in lines[0]
     assert str(path) in lines[0] and "[entropy]" in lines[0] and f"first at step {step}" in lines[0]
     assert not (tmp_path / "out" / "report.html").exists()
+
+
+def test_strict_refuses_a_nan_in_a_run_directory_before_writing(tmp_path, capsys):
+    """An entflow run directory whose metrics.jsonl holds a NaN entropy (JSON's NaN token): dropped
+    with a warning by default; with --strict one line and exit 2, and no report written."""
+    from support.run_dirs import make_run
+
+    run = make_run(tmp_path, "grpo-s3", "grpo")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rec = json.loads(lines[3])
+    rec["entropy"] = float("nan")
+    lines[3] = json.dumps(rec)
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(run), "--strict"]) == 2
+    out = capsys.readouterr()
+    printed = [ln for ln in (out.out + out.err).splitlines() if ln.strip()]
+    assert len(printed) == 1 and "[entropy]" in printed[0] and f"first at step {rec['step']}" in printed[0]
+    assert not (run / "report.html").exists()
+    assert main(["analyze", str(run)]) == 0
+    assert f"dropped 1 step(s) where entropy is NaN or inf (first at step {rec['step']})" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -130,21 +130,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_dirs(runs: list[Path], args: argparse.Namespace, console: Any) -> int:
-    """The earlier behaviour for entflow run directories, plus each run's collapse table."""
+    """The earlier behaviour for entflow run directories, plus each run's collapse table. Every run
+    is analysed first, so that ``--strict`` refuses a NaN before anything is written or printed."""
     from entflow.analysis.collapse import analyze_log
     from entflow.analysis.report import print_summary, summarize_run, write_report
     from entflow.errors import LogError
 
+    analyses: list[tuple[Path, Any]] = []
+    for r in runs:
+        try:
+            analyses.append((r, analyze_log(r, **_options(args))[1]))
+        except LogError as e:
+            if args.strict and "non-finite" in str(e):
+                raise
+            analyses.append((r, e))
     out = Path(args.out) if args.out else default_out_dir(runs)
     report = write_report(runs, out)
     summaries = [summarize_run(r) for r in runs]
     print_summary(summaries, console)
     console.print(f"report: {report}  (plots in {out / 'plots'}, summary.md, summary.json)")
-    for r in runs:
-        try:
-            _, analysis = analyze_log(r, **_options(args))
-        except LogError as e:
-            console.print(f"collapse analysis of {r}: skipped ({e})")
+    for r, analysis in analyses:
+        if isinstance(analysis, LogError):
+            console.print(f"collapse analysis of {r}: skipped ({analysis})", markup=False, highlight=False)
             continue
         print_analysis(analysis, console)
         if args.json:

@@ -98,3 +98,7 @@ def test_in_batches_seeded_batch_invariant_and_rng_untouched(tiny):
     rep = generate_in_batches(model, tok, PROMPTS, 3, 6, greedy=True, batch_size=64)[0]
     assert rep.texts == [t for t in one[0].texts for _ in range(3)]
     assert torch.equal(rep.response_ids, one[0].response_ids.repeat_interleave(3, 0))
+    # greedy decodes each prompt once: batch_size prompts per call, not batch_size // n
+    greedy = generate_in_batches(model, tok, PROMPTS, 3, 6, greedy=True, batch_size=3)
+    assert [len(g.texts) for g in greedy] == [9]  # one call of the 3 prompts, each row repeated 3 times
+    assert greedy[0].texts == rep.texts

@@ -59,6 +59,7 @@ def rollout_diagnostics(
         attention_mask=attention,
         position_ids=position_ids_from_mask(attention),
         output_hidden_states=True,
+        logits_to_keep=1,  # only the hidden states are read: the head runs on one position, not all
     ).hidden_states[-1]  # after the final norm: the input of the LM head
     lp = roll.prompt_ids.shape[1]
     G = grad_norm_proxy(weights, old.logp, old.sum_p2, hidden[:, lp - 1 : -1], roll.mask)

@@ -109,13 +109,13 @@ def generate_in_batches(
 ) -> list[Generation]:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i; greedy decodes each
     prompt once and repeats its row ``n`` times), ``max(1, batch_size // n)`` prompts per
-    :func:`~entflow.trainer.rollout.generate` call, with the sampled law's token entropy recorded
-    unless ``record_entropy=False`` (``Generation.entropy`` is then None).
+    :func:`~entflow.trainer.rollout.generate` call (``batch_size`` prompts when greedy), with the
+    sampled law's token entropy recorded unless ``record_entropy=False`` (``Generation.entropy`` is then None).
 
     Runs in eval mode (the mode is restored after) and, with a ``seed``, under a forked RNG seeded
     with it (the caller's RNG is untouched); ``seed=None`` draws from the global RNG. Returns one
     :class:`~entflow.trainer.rollout.Generation` per call; ``on_batch(rows)`` after each."""
-    per_call = max(1, batch_size // n)
+    per_call = max(1, batch_size // (1 if greedy else n))  # greedy decodes each prompt once
     out: list[Generation] = []
     was_training = model.training
     model.eval()

@@ -1,0 +1,115 @@
+"""Shared prompts (entflow.trainer.shared_prompts): every distinct prompt runs once, its KV cache is
+gathered for the rows that share it. The logits, hidden states and parameter gradients must equal
+those of the plain full forward over ``[prompt | response]`` (float32 round-off only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from entflow.lab.config import LabConfig
+from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+from entflow.lab.tasks import get_task
+from entflow.trainer.rollout import response_hidden, response_logits, sample_rollout
+from entflow.trainer.shared_prompts import distinct_prompts, prompt_cache, shared_response_forward, worth_sharing
+from entflow.trainer.tokens import position_ids_from_mask
+
+TOL = 1e-5  # float32: the same matmuls over fewer rows may sum in another order
+
+
+def _rollout(arch: str = "llama", seed: int = 3):
+    task = get_task("arithmetic", validation_size=4)  # prompts of several lengths: left padding
+    tok = build_tokenizer(task.alphabet)
+    model = build_policy(
+        tok, PolicyConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=seed
+    )
+    cfg = LabConfig(prompts_per_step=5, group_size=3, seed=11)
+    torch.manual_seed(0)
+    roll = sample_rollout(model, tok, task, cfg, step=1)
+    assert (roll.prompt_mask == 0).any(), "prompts of one length: left padding untested"
+    return model, roll
+
+
+def test_distinct_prompts_match_a_dictionary_of_rows():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 3, (40, 4), generator=g)
+    mask = torch.randint(0, 2, (40, 4), generator=g)
+    first, inverse = distinct_prompts(ids, mask)
+    seen: dict[tuple, int] = {}
+    for i in range(40):
+        seen.setdefault((tuple(ids[i].tolist()), tuple(mask[i].tolist())), i)
+    assert sorted(first.tolist()) == sorted(seen.values())  # one first row per distinct (ids, mask)
+    assert torch.equal(ids[first][inverse], ids) and torch.equal(mask[first][inverse], mask)
+    # the same ids under another mask are another prompt
+    assert distinct_prompts(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[1, 1, 1], [0, 1, 1]]))[0].numel() == 2
+
+
+def test_worth_sharing_only_when_a_prompt_repeats():
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6], [1, 2, 3]])
+    mask = torch.ones_like(ids)
+    assert worth_sharing(ids, mask)
+    assert not worth_sharing(ids[:2], mask[:2])  # all distinct
+    assert not worth_sharing(ids[:, :1], mask[:, :1])  # one prompt token: nothing to cache
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_shared_forward_equals_the_full_forward(arch):
+    model, roll = _rollout(arch)
+    model.eval()
+    args = (roll.prompt_ids, roll.prompt_mask, roll.response_ids)
+    with torch.no_grad():
+        ref, mine = response_logits(model, *args), shared_response_forward(model, *args)
+        ref_h, mine_h = response_hidden(model, *args), shared_response_forward(model, *args, hidden=True)
+    assert mine.shape == ref.shape and mine_h.shape == ref_h.shape
+    assert torch.allclose(mine, ref, atol=TOL, rtol=0), float((mine - ref).abs().max())
+    assert torch.allclose(mine_h, ref_h, atol=TOL, rtol=0), float((mine_h - ref_h).abs().max())
+    # sharp: one row's cache given to another row's response does not match
+    swapped = torch.roll(roll.prompt_ids, 1, 0), torch.roll(roll.prompt_mask, 1, 0), roll.response_ids
+    with torch.no_grad():
+        wrong = shared_response_forward(model, *swapped)
+    assert (wrong - ref).abs().max() > 1e3 * TOL
+
+
+def test_shared_forward_gradients_equal_the_full_forward():
+    """A mini-batch of rows where some prompts repeat: the prompt's forward receives the summed
+    gradient of every row reading its cache, as in the full forward."""
+    model, roll = _rollout()
+    model.train()
+    idx = torch.tensor([0, 1, 2, 4, 7, 12, 13])  # whole and partial groups
+    args = (roll.prompt_ids[idx], roll.prompt_mask[idx], roll.response_ids[idx])
+    assert worth_sharing(*args[:2])
+    weights = torch.randn(roll.response_ids[idx].shape, generator=torch.Generator().manual_seed(1))
+
+    def grads(forward):
+        model.zero_grad(set_to_none=True)
+        logp = torch.log_softmax(forward(model, *args), -1).gather(-1, args[2][..., None]).squeeze(-1)
+        (logp * weights * roll.mask[idx]).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ref, mine = grads(response_logits), grads(shared_response_forward)
+    assert ref.keys() == mine.keys() and len(ref) > 0
+    for name in ref:
+        err = float((mine[name] - ref[name]).norm() / ref[name].norm().clamp_min(1e-12))
+        assert err < 1e-4, f"{name}: relative error {err:.2e}"
+
+
+def test_prompt_cache_repeats_rows_as_generate_lays_them_out():
+    """``repeats=n``: rows i·n … i·n + n − 1 hold prompt i, as ``generate(n=...)`` repeats them."""
+    model, roll = _rollout()
+    model.eval()
+    ids, mask = roll.prompt_ids[::3], roll.prompt_mask[::3]  # one row per group
+    ids3, mask3 = ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0)
+    with torch.no_grad():
+        cache = prompt_cache(model, ids, mask, repeats=3)
+        # reference: a plain forward of every row's prompt (all but its last token)
+        full = model(
+            input_ids=ids3[:, :-1],
+            attention_mask=mask3[:, :-1],
+            position_ids=position_ids_from_mask(mask3[:, :-1]),
+            use_cache=True,
+        ).past_key_values
+    real = mask3[:, None, :-1, None].bool()  # padding positions' keys are masked out: not compared
+    for a, b in zip(cache.layers, full.layers, strict=True):
+        assert a.keys.shape == b.keys.shape and a.keys.shape[0] == 3 * ids.shape[0]
+        for x, y in ((a.keys, b.keys), (a.values, b.values)):
+            assert torch.allclose(x * real, y * real, atol=TOL)

@@ -296,6 +296,11 @@ def test_a_fit_that_explains_little_is_reported_as_not_informative():
     assert rows[f"ceiling, {an.model} (selected)"][1] == "not informative"
     assert rows[f"predicted final ({d['prediction']['model']})"][1] == "not informative"
     assert any("not informative" in e for e in d["collapse"]["evidence"])
+    for form in ("law", "mirror"):  # each form's ceiling by the same rule, the other one included
+        fitted = an.law if form == "law" else an.mirror
+        assert d["fit"][form]["informative"] is (fitted.r2 >= MIN_R2) is False
+        label = f"ceiling, {form} ({'selected' if form == an.model else 'other'})"
+        assert rows[label][1] == "not informative" and f"R² {fitted.r2:.3f}" in rows[label][2]
     good = analyze_series(*law_run()).to_dict()
-    assert good["fit"]["informative"] and good["prediction"]["informative"]
+    assert good["fit"]["informative"] and good["prediction"]["informative"] and good["fit"]["law"]["informative"]
     assert good["fit"]["note"] == good["prediction"]["note"] == ""

@@ -148,6 +148,10 @@ class CollapseAnalysis:
         """Whether the ceiling says something (:func:`uninformative`; :attr:`fit_note` says why not)."""
         return not self.fit_note
 
+    def form_note(self, form: FormFit) -> str:
+        """:func:`uninformative` for one form's ceiling (the selected one's is :attr:`fit_note`)."""
+        return uninformative(form.r2, form.ci["ceiling"], float(np.ptp(self.points[2])))
+
     def to_dict(self) -> dict[str, Any]:
         """The stable ``analysis.json`` object (NaN → None); see docs/analyze.md for every key."""
         law, mir, sel = self.law, self.mirror, self.selected
@@ -171,6 +175,8 @@ class CollapseAnalysis:
                     "r2": law.r2,
                     "ceiling": law.ceiling,
                     "ci": {k: list(v) for k, v in law.ci.items()},
+                    "informative": not self.form_note(law),
+                    "note": self.form_note(law),
                 },
                 "mirror": None
                 if mir is None
@@ -180,6 +186,8 @@ class CollapseAnalysis:
                     "r2": mir.r2,
                     "ceiling": mir.ceiling,
                     "ci": {k: list(v) for k, v in mir.ci.items()},
+                    "informative": not self.form_note(mir),
+                    "note": self.form_note(mir),
                 },
                 "heldout_rmse": self.heldout_rmse,
                 "heldout_n": self.heldout_n,

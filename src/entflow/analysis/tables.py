@@ -378,16 +378,14 @@ TRAINER_NAMES = {"entflow": "entflow", "trl": "TRL", "verl": "verl (Hydra overri
 
 
 def _ceiling_row(d: dict[str, Any], model: str, selected: bool) -> list[str]:
-    """One form's ceiling: the selected one as a result, or "not informative" with the reason;
-    the other form's labelled as such."""
-    fit = d["fit"]
-    form = fit[model]
+    """One form's ceiling, labelled "selected" or "other": its value with its CI and R², or "not
+    informative" with the reason (:func:`~entflow.analysis.collapse.uninformative`) and the estimate."""
+    form = d["fit"][model]
+    label = f"ceiling, {model} ({'selected' if selected else 'other'})"
     numbers = f"95 % CI {_iv(form['ci']['ceiling'])}; R² {_text(form['r2'], '.3f')}"
-    if not selected:
-        return [f"ceiling, {model} (other)", _text(form["ceiling"]), f"{numbers}; not selected"]
-    if not fit["informative"]:
-        return [f"ceiling, {model} (selected)", "not informative", f"{fit['note']} (estimate {_text(form['ceiling'])})"]
-    return [f"ceiling, {model} (selected)", _text(form["ceiling"]), numbers]
+    if not form["informative"]:
+        return [label, "not informative", f"{form['note']}; estimate {_text(form['ceiling'])}"]
+    return [label, _text(form["ceiling"]), numbers if selected else f"{numbers}; not selected"]
 
 
 def collapse_table(analysis: Any) -> Table:
@@ -449,7 +447,7 @@ def collapse_table(analysis: Any) -> Table:
             )
         else:
             estimate = f"estimate {_text(pred['final'])}, 95 % PI {_iv(pred['interval'])}"
-            rows.append([label, "not informative", f"{pred['note']} ({estimate} {basis})"])
+            rows.append([label, "not informative", f"{pred['note']}; {estimate} {basis}"])
         for name, b in pred["baselines"].items():
             rows.append(
                 [f"  baseline: {name.replace('_', ' ')}", _text(b["final"]), f"error {_text(b['error'], '+.3g')}"]

@@ -407,7 +407,7 @@ def _verdict(
 ) -> dict[str, Any]:
     ret = ent["retention"]
     evidence = [
-        f"entropy retention {ret:.3f} (mean of the last 20 % / first 5 % of entropies: "
+        f"entropy retention {ret:.3g} (mean of the last 20 % / first 5 % of entropies: "
         f"{ent['final']:.4g} / {ent['initial']:.4g}; threshold {threshold:g})",
     ]
     if ent["half_life_step"] is not None:

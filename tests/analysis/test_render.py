@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from entflow.analysis.render import render_html, render_markdown, render_rich
+from entflow.analysis.render import render_html, render_markdown, render_rich, split_columns
 from entflow.analysis.report import print_summary, summarize_run, write_report
 from entflow.analysis.tables import (
     SUMMARY_COLUMNS,
@@ -287,25 +287,71 @@ def test_terminal_audit_matrix_matches_the_reports_audit_table(report_dir):
     assert got == expected and len(got) == 6
 
 
+def _seeded_runs_with_coverage(root: Path) -> list[Path]:
+    """Two methods × two seeds, each with a coverage.json: the terminal's four tables."""
+    import json
+
+    import yaml
+
+    runs = []
+    for method in ("grpo", "clip_higher+steer"):
+        for seed in (1, 2):
+            run = make_run(root, f"{method.replace('+', '_')}-long-name-s{seed}", method)
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "seed": seed, "group": method}))
+            splits = {
+                split: {"n_problems": 2, "pass_at_k": {"1": 0.3, "16": 0.45, "256": 0.61}} for split in ("val", "hard")
+            }
+            cov = {"n": 256, "warm": {"step": 0, "splits": splits}, "final": {"step": 40, "splits": splits}}
+            (run / "coverage.json").write_text(json.dumps(cov))
+            runs.append(run)
+    return runs
+
+
 def test_terminal_tables_fit_80_columns_with_whole_headers_and_a_legend(tmp_path: Path):
-    """At 80 columns (rich Console(width=80)) no line is wider than 80, every header word of the
-    headline table appears whole on one line (no "(metho d)", no "gree…"), and the legend under it
-    explains every abbreviation and the mark ³."""
-    runs = [
-        make_run(tmp_path, "grpo-s3", "grpo"),
-        make_run(tmp_path, "clip_higher+steer-long-name-s3", "clip_higher+steer", offset=0.1),
-    ]
+    """At 80 columns (rich Console(width=80)) no line is wider than 80; a table too wide is split
+    by columns (its labels repeated), so every value appears whole; every header word appears
+    whole (no "(metho d)", no "gree…"); the legend under the headline table explains every
+    abbreviation and the mark ³."""
+    from entflow.analysis.report import terminal_tables
+
+    summaries = [summarize_run(r) for r in _seeded_runs_with_coverage(tmp_path)]
     console = Console(record=True, width=80, file=io.StringIO())
-    print_summary([summarize_run(r) for r in runs], console)
+    print_summary(summaries, console)
     printed = console.export_text()
     lines = printed.splitlines()
     assert max(len(ln) for ln in lines) <= 80
-    words = {w for ln in lines for w in ln.split()}
-    table = headline_table([summarize_run(r) for r in runs])
-    for col in table.columns:
-        for word in col.header.split():
-            assert word in words, (word, printed)
     assert "…" not in printed
+    words = {w for ln in lines for w in ln.split()}
+    tables = terminal_tables(summaries)
+    assert [t.name for t in tables] == ["headline", "coverage", "seeds", "audit-matrix"]
+    for table in tables:
+        for j, col in enumerate(table.columns):
+            for word in col.header.split():
+                assert word in words, (table.name, word)
+            if col.align == "right":  # a number is never cut or folded
+                for row in table.text():
+                    assert row[j] in printed, (table.name, col.header, row[j])
     legend = " ".join(printed.split())
     for term in ("H:", "init", "final", "retain", "warm", "best³ = the best mean of 3", "greedy:"):
         assert term in legend, term
+
+
+def test_split_columns_repeats_the_labels_and_keeps_every_column():
+    wide = Table(
+        "wide",
+        (Column("run", align="left"), *(Column(f"metric {i}", ".3f") for i in range(12))),
+        [("a", *[0.1 * i for i in range(12)]), ("b", *[0.2 * i for i in range(12)])],
+        notes=("the note",),
+        name="w",
+    )
+    parts = split_columns(wide, 80)
+    assert len(parts) > 1 and split_columns(wide, 1000) == [wide]
+    assert [p.title for p in parts] == ["wide"] + ["wide (continued)"] * (len(parts) - 1)
+    assert [p.notes for p in parts] == [()] * (len(parts) - 1) + [("the note",)]
+    assert all(p.columns[0].header == "run" and [r[0] for r in p.rows] == ["a", "b"] for p in parts)
+    assert [c.header for p in parts for c in p.columns[1:]] == [f"metric {i}" for i in range(12)]
+    for p in parts:
+        console = Console(record=True, width=80, file=io.StringIO())
+        console.print(render_rich(p))
+        assert max(len(ln) for ln in console.export_text().splitlines()) <= 80

@@ -14,7 +14,7 @@ from typing import Any
 
 from entflow.analysis.tables import Table
 
-__all__ = ["render_html", "render_html_page", "render_markdown", "render_rich"]
+__all__ = ["render_html", "render_html_page", "render_markdown", "render_rich", "split_columns"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -36,20 +36,69 @@ def render_rich(table: Table) -> Any:
 
     title = Text(table.title, style="table.title") if table.title else None  # literal, not markup
     caption = Text(" ".join(table.notes), style="table.caption", justify="left") if table.notes else None
-    out = RichTable(title=title, caption=caption, box=box.SIMPLE_HEAD)
+    out = RichTable(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
     cells = table.text()
     for j, col in enumerate(table.columns):
-        word = max((len(w) for w in col.header.split()), default=0)
-        longest = max((len(row[j]) for row in cells), default=0)
+        width = _min_width(col, [row[j] for row in cells])
         if col.align == "left":
-            width = max(word, min(8, longest))
             out.add_column(Text(col.header), justify="left", overflow="fold", min_width=width)
         else:
             header = Text("\n".join(col.header.split()))
-            out.add_column(header, justify="right", no_wrap=True, min_width=max(word, longest, 5))
+            out.add_column(header, justify="right", no_wrap=True, min_width=width)
     for row in cells:
         out.add_row(*(Text(cell) for cell in row))
     return out
+
+
+LABEL_WORD_MAX = 12  # a text column is at least as wide as its cells' longest word, up to this
+
+
+def _min_width(col: Any, cells: Sequence[str]) -> int:
+    """The narrowest a column may be drawn: a number column as wide as its longest value (and 5),
+    a text column as its cells' longest word (at most :data:`LABEL_WORD_MAX`); both at least
+    their header's longest word."""
+    word = max((len(w) for w in col.header.split()), default=0)
+    if col.align == "left":
+        longest_word = max((len(w) for c in cells for w in c.split()), default=0)
+        return max(word, min(LABEL_WORD_MAX, longest_word))
+    return max(word, max((len(c) for c in cells), default=0), 5)
+
+
+def split_columns(table: Table, width: int) -> list[Table]:
+    """``table`` as one or more tables that each fit ``width`` terminal columns when drawn by
+    :func:`render_rich`: the leading text columns (the row labels) are repeated in every part and
+    the other columns are dealt out in order; the title gets "(continued)" after the first part
+    and the notes go under the last. A table that fits, or has no column to deal out, is returned
+    as it is."""
+    cells = table.text()
+    # each column: its width, a space of padding on each side and one separator (box.SIMPLE_HEAD);
+    # the table's outer paddings are off (pad_edge=False) and its right edge takes one character
+    widths = [_min_width(c, [row[j] for row in cells]) + 3 for j, c in enumerate(table.columns)]
+    n_label = next((j for j, c in enumerate(table.columns) if c.align != "left"), len(table.columns))
+    budget = width + 1 - sum(widths[:n_label])
+    if sum(widths) - 1 <= width or n_label == len(table.columns) or n_label == 0:
+        return [table]
+    groups: list[list[int]] = [[]]
+    used = 0
+    for j in range(n_label, len(table.columns)):
+        if groups[-1] and used + widths[j] > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(j)
+        used += widths[j]
+    parts = []
+    for i, group in enumerate(groups):
+        keep = list(range(n_label)) + group
+        parts.append(
+            Table(
+                title=table.title + (" (continued)" if i else ""),
+                columns=tuple(table.columns[j] for j in keep),
+                rows=[tuple(row[j] for j in keep) for row in table.rows],
+                notes=table.notes if i == len(groups) - 1 else (),
+                name=table.name,
+            )
+        )
+    return parts
 
 
 # --------------------------------------------------------------------------------------------

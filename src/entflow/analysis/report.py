@@ -31,7 +31,7 @@ import yaml
 from entflow.analysis.curves import detect_stage_transition
 from entflow.analysis.law import EARLY_FRAC, early_prediction, entropy_retention, fit_entropy_law, head_tail_means
 from entflow.analysis.plots import PLOT_NAMES, write_band_plots, write_passk_plot, write_plots
-from entflow.analysis.render import render_html, render_html_page, render_markdown, render_rich
+from entflow.analysis.render import render_html, render_html_page, render_markdown, render_rich, split_columns
 from entflow.analysis.runs import (
     audit_estimators,
     is_training_line,
@@ -293,8 +293,9 @@ def print_summary(summaries: Sequence[dict[str, Any] | str | os.PathLike], conso
     rows = _relabelled([s if isinstance(s, dict) else summarize_run(s) for s in summaries])
     # a pipe or CI log gets 120 columns rather than rich's 80, so the table does not wrap
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    for table in terminal_tables(rows):
-        console.print(render_rich(table))
+    for table in terminal_tables(rows):  # a table wider than the terminal is split by columns
+        for part in split_columns(table, console.width):
+            console.print(render_rich(part))
 
 
 def summary_rich_table(summaries: Sequence[dict[str, Any]], title: str = "entflow runs") -> Any:

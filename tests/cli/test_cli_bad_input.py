@@ -24,7 +24,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    """A plain file, a malformed YAML file, a folder that is not a run, and a TRL log."""
+    """A plain file, a malformed YAML file, a folder that is not a run, a TRL log and a folder that
+    looks like a saved model."""
     from support.log_writers import write_trainer_state
 
     plain = tmp_path / "plain.txt"
@@ -34,7 +35,10 @@ def files(tmp_path: Path) -> dict[str, Path]:
     not_a_run = tmp_path / "empty"
     not_a_run.mkdir()
     log = write_trainer_state(tmp_path / "trl" / "trainer_state.json", 40)
-    return {"plain": plain, "bad_yaml": bad_yaml, "not_a_run": not_a_run, "log": log}
+    model = tmp_path / "model"  # what --model accepts as a saved model folder (never loaded here)
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return {"plain": plain, "bad_yaml": bad_yaml, "not_a_run": not_a_run, "log": log, "model": model}
 
 
 # (argv with {placeholders} for the fixture's paths, words the one line must contain)
@@ -57,6 +61,8 @@ CASES = [
     (["train", "--model", "/no/such/model"], ["--model /no/such/model: not a directory", "smollm2"]),
     (["train", "--model", "{not_a_run}"], ["--model", "empty", "without config.json"]),
     (["eval", "--model", "./no/such", "--data", "gsm_symbolic"], ["--model ./no/such: not a directory"]),
+    (["train", "--model", "{model}", "--data", "/no/such.jsonl"], ["--data /no/such.jsonl: no such file"]),
+    (["eval", "--model", "{model}", "--data", "./nope.parquet"], ["--data ./nope.parquet: no such file"]),
     (["compare", "--config", "/no/such.yaml"], ["--config", "/no/such.yaml"]),
     (["compare", "--methods", "grpo", "--jobs", "0"], ["jobs", ">= 1"]),
     (["compare"], ["give --methods"]),

@@ -64,6 +64,16 @@ def model_argument(flag: str, value: str) -> str:
     return value
 
 
+def data_argument(flag: str, value: str) -> str:
+    """``value`` of ``flag`` (``--data``): a task name, a hub id or a data file / folder. One that
+    is plainly a path (starts with ``.``, ``/`` or ``~``, or ends in .jsonl, .json or .parquet) must
+    exist, else :class:`PathError` naming the flag and the path."""
+    path = Path(value).expanduser()
+    if (value.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".json", ".parquet")) and not path.exists():
+        raise PathError(flag, value, "no such file or directory")
+    return value
+
+
 def read_config(flag: str, value: str | Path) -> dict[str, Any]:
     """The YAML mapping in the file ``value`` given by ``flag``; a missing, unreadable or malformed
     file raises :class:`PathError` naming the flag."""

@@ -21,10 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "model", None) is not None:
-        from entflow.cli._common import model_argument
+        from entflow.cli._common import data_argument, model_argument
         from entflow.hf.evaluate import run_cli
 
         model_argument("--model", args.model)
+        if args.data:
+            data_argument("--data", args.data)
         return run_cli(args)
     from pathlib import Path
 

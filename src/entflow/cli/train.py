@@ -62,7 +62,9 @@ def config_class_and_setup(base: dict, args: argparse.Namespace):
             from entflow.errors import ConfigError
 
             raise ConfigError("data", "--data needs --model (lab runs choose their task with task=...)")
-        base["task"] = args.data
+        from entflow.cli._common import data_argument
+
+        base["task"] = data_argument("--data", args.data)
     if "model" not in base:
         return LabConfig, lab_setup
     from entflow.hf.setup import RealTrainConfig, real_setup

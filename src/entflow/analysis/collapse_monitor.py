@@ -64,9 +64,12 @@ class CollapseMonitor:
         if analysis.collapse["collapsed"] and not self.warned:
             self.warned = True
             sug = analysis.suggestion
+            # TRL: the config fields in one line; verl: the Hydra overrides, space-separated as on
+            # a command line (collapse.suggestion_lines)
+            how = sug["trl"] if sug["trainer"] != "verl" else " ".join(sug["lines"])
             message = (
                 f"entflow: entropy collapse at step {analysis.steps[1]:g}: "
                 + "; ".join(analysis.collapse["evidence"])
-                + f". Suggestion: {sug['trl']} ({sug['why']})"
+                + f". Suggestion: {how} ({sug['why']})"
             )
         return out, message

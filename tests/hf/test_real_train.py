@@ -77,7 +77,7 @@ def test_cli_train_two_steps_writes_the_lab_run_directory(tiny_dir, tmp_path, pa
     sample = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
     assert sample["prompt"].startswith("<|im_start|>user\nCalculate")  # chat template applied
     t = json.loads((run / "timing.jsonl").read_text().splitlines()[0])
-    assert {"time/rollout_s", "time/verify_s", "time/reward_s", "time/update_s"} <= set(t)
+    assert {"time/rollout_s", "time/verify_s", "time/old_stats_s", "time/advantages_s", "time/update_s"} <= set(t)
     s = summarize_run(run)  # the lab's report reads it
     assert s["method"] == "steer" and s["task"] == "basic_arithmetic" and s["steps"] == 2
     assert s["entropy_initial"] > 0 and 0 <= s["reward_final"] <= 1

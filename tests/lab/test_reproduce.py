@@ -110,7 +110,9 @@ def test_audit_and_reproduce_end_to_end(tmp_path, micro_policy, monkeypatch):
     import yaml
 
     strict = yaml.safe_load((tmp_path / "rep" / "opefo_strict-s0" / "config.yaml").read_text())
-    assert strict["strict_on_policy"] and strict["mini_batches"] == 1 and strict["method"] == "opefo"
+    assert strict["strict_on_policy"] and strict["method"] == "opefo"
+    lines = [json.loads(x) for x in (tmp_path / "rep" / "opefo_strict-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update/optimizer_steps"] for r in lines if "update/optimizer_steps" in r] == [1.0, 1.0]  # one step each
     assert (tmp_path / "rep" / "claims.md").exists()
     # the audit ran from the warm start and from each seed's own GRPO-trained policy
     assert set(out["audit"]) == {"warm_start", "after_grpo", "config"}

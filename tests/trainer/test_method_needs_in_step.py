@@ -22,6 +22,7 @@ from entflow.methods.needs import needs_of
 from entflow.trainer import step as step_mod
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.tokens import position_ids_from_mask
+from support.throwaway_methods import StrictOnPolicyMethod
 
 MICRO = PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
 
@@ -66,8 +67,8 @@ class Spy:
         self.calls: list[tuple[torch.Tensor, ef.TokenBatch]] = []
         real = step_mod.mini_batch
 
-        def spy(full, adv, idx, cur):
-            b = real(full, adv, idx, cur)
+        def spy(full, adv, idx, cur, topk_logp=None):
+            b = real(full, adv, idx, cur, topk_logp)
             self.calls.append((idx.clone(), b))
             return b
 
@@ -147,9 +148,9 @@ class Recorder:
             self.generations.append((len(prompts), kw["n"], kw["temperature"]))
             return real_generate(model, tokenizer, prompts, max_new_tokens, **kw)
 
-        def update(model, optimizer, roll, full, adv, method, cfg, step):
-            self.updates.append((roll, full, adv.clone()))
-            return real_update(model, optimizer, roll, full, adv, method, cfg, step)
+        def update(model, optimizer, rows, method, cfg, step, plan):
+            self.updates.append((rows.collected.roll, rows.batch, rows.adv.clone()))
+            return real_update(model, optimizer, rows, method, cfg, step, plan)
 
         monkeypatch.setattr(rollout_mod, "generate", generate)
         monkeypatch.setattr(step_mod, "policy_update", update)
@@ -257,3 +258,55 @@ def test_simko_step_gives_the_loss_the_top_k_log_probs(setup, monkeypatch):
     m = batch.mask.bool()
     assert torch.allclose(batch.topk_logp.detach().double()[m], want[m], rtol=1e-5, atol=1e-5)
     assert "simko/high_entropy_frac" in metrics and 0 < metrics["simko/high_entropy_frac"] < 1
+
+
+# --------------------------------------------------------------------------------------------
+# the run's plan: the method's needs are read once per run, strictly on-policy decided in one place
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_step_given_the_runs_plan_reads_no_needs(setup, monkeypatch):
+    task, tok, model = setup
+    task.reward = continuous_reward
+    cfg = make_cfg("aepo")
+    m = ef.get_method("aepo", target=0.5, n_samples=3, prompt_fraction=0.5)
+    plan = step_mod.plan_steps(m, cfg)
+    calls = []
+
+    def counted(*args, **kw):
+        calls.append(args)
+        return needs_of(*args, **kw)
+
+    monkeypatch.setattr(step_mod, "needs_of", counted)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    for step in (1, 2):
+        metrics, _, timings = step_mod.train_step(model, tok, task, m, opt, cfg, step=step, plan=plan)
+    assert calls == [] and metrics["aepo/n_kept"] >= 0
+    # each timer times one part of the step; the reward's scoring is part of the rollout's time
+    assert {"time/rollout_s", "time/old_stats_s", "time/advantages_s", "time/temperature_samples_s"} <= set(timings)
+    assert timings["time/verify_s"] <= timings["time/rollout_s"]
+    step_mod.train_step(model, tok, task, m, opt, cfg, step=3)  # without a plan: made for this call
+    assert len(calls) == 2  # needs_of(method) and needs_of(method, ESTIMATORS), once
+
+
+@pytest.mark.parametrize(
+    "strict, method, passes",
+    [(False, None, (3, 2)), (True, None, (1, 1)), (False, StrictOnPolicyMethod, (1, 1))],
+)
+def test_strictly_on_policy_is_one_pass_of_one_step(strict, method, passes):
+    cfg = make_cfg("grpo", ppo_epochs=3, mini_batches=2, strict_on_policy=strict)
+    assert (cfg.ppo_epochs, cfg.mini_batches) == (3, 2)  # the config keeps what was asked
+    m = ef.get_method("grpo") if method is None else method()
+    plan = step_mod.plan_steps(m, cfg)
+    assert (plan.epochs, plan.mini_batches) == passes == step_mod.update_passes(cfg, needs_of(m))
+
+
+def test_the_step_names_no_method():
+    """trainer/step.py is generic: no registered method's name appears in it (GRPO, the base
+    algorithm every method modifies, aside)."""
+    import re
+    from pathlib import Path
+
+    text = Path(step_mod.__file__).read_text().lower()
+    named = [n for n in ef.list_methods() if n != "grpo" and re.search(rf"\b{re.escape(n.lower())}\b", text)]
+    assert named == []

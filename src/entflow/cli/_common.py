@@ -95,10 +95,9 @@ def read_config(flag: str, value: str | Path) -> dict[str, Any]:
 def config_keys_help() -> str:
     import dataclasses
 
-    from entflow.trainer.config import TrainConfig
+    from entflow.lab.config import LabConfig
 
     keys = [
-        f"{f.name}={f.default if f.default is not dataclasses.MISSING else '{}'}"
-        for f in dataclasses.fields(TrainConfig)
+        f"{f.name}={f.default if f.default is not dataclasses.MISSING else '{}'}" for f in dataclasses.fields(LabConfig)
     ]
     return "config keys (defaults): " + ", ".join(keys)

@@ -85,7 +85,6 @@ class RealTrainConfig(TrainConfig):
         need(self.val_size >= 1, "val_size", "must be >= 1")
         need(self.reward_timeout_s is None or self.reward_timeout_s > 0, "reward_timeout_s", "must be > 0 or null")
         need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype", "must be a float dtype name")
-        need(not self.pretrain, "pretrain", "is for the lab's tiny policy; a real model is not warm-started")
         need(self.lora_rank >= 0, "lora_rank", "must be >= 0 (0 = full fine-tuning)")
         need(self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha", "must be > 0 or null")
         if self.lora_rank > 0:

@@ -42,6 +42,7 @@ from entflow.analysis.tables import DASH, Column, Interval, Table
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.ppo import LossSpec
+from entflow.core.token_stats import STAT_NAMES
 from entflow.methods.objective import compute_advantages, policy_loss
 
 #: the audit's variants, in the order the table shows them
@@ -68,24 +69,11 @@ class AuditConfig:
     task_params: dict[str, Any] = field(default_factory=dict)
 
 
-def _stats(model, roll, cfg):
-    from entflow.trainer.rollout import response_token_stats
+def _stats(model, roll, tcfg):
+    """Every token statistic of ``roll``'s responses under ``model`` (one forward; grad if enabled)."""
+    from entflow.trainer.collect import rollout_stats
 
-    return response_token_stats(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.temperature)
-
-
-def _batch(stats, roll, adv=None) -> TokenBatch:
-    return TokenBatch(
-        logp=stats.logp,
-        old_logp=stats.logp.detach(),
-        advantages=adv,
-        mask=roll.mask,
-        old_entropy=stats.entropy.detach(),
-        sum_p2=stats.sum_p2.detach(),
-        sum_p2_logp=stats.sum_p2_logp.detach(),
-        rewards=roll.rewards,
-        group_index=roll.group_index,
-    )
+    return rollout_stats(model, roll, tcfg, STAT_NAMES)
 
 
 def _sgd(model, lr: float) -> None:
@@ -105,7 +93,10 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task
     from entflow.methods import get_method
+    from entflow.trainer.collect import CollectedRollout, rollout_batch
+    from entflow.trainer.estimator_scores import score_estimators
     from entflow.trainer.rollout import sample_rollout, step_seed
+    from entflow.trainer.step import mini_batch
 
     task = get_task(cfg.task, **cfg.task_params)
     grpo = get_method("grpo")
@@ -123,9 +114,9 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
                 continue
             model.eval()
             with torch.no_grad():
-                old = _stats(model, roll, cfg)
-            b = _batch(old, roll)
-            adv = compute_advantages(b, grpo)
+                old = _stats(model, roll, tcfg)
+            b = rollout_batch(CollectedRollout(roll, old, None), tcfg, step)  # the trainer's rollout batch
+            adv = compute_advantages(b, grpo, scale=tcfg.adv_scale)
             b.advantages = adv
             estimates = {e: entropy_change(e, b) for e in ESTIMATORS}
             valid = roll.mask > 0
@@ -139,13 +130,13 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
                 truth = []
                 for i, t in picks:
                     sel = torch.tensor([i])
-                    cur = _stats(model, _Sub(roll, sel), cfg)
+                    cur = _stats(model, _Sub(roll, sel), tcfg)
                     a = adv[i, t] if adv.dim() == 2 else adv[i]
                     model.zero_grad(set_to_none=True)
                     (-a * cur.logp[0, t]).backward()
                     _sgd(model, cfg.lr_isolated)
                     with torch.no_grad():
-                        after = _stats(model, _Sub(roll, sel), cfg)
+                        after = _stats(model, _Sub(roll, sel), tcfg)
                     truth.append(float(after.entropy[0, t] - old.entropy[i, t]))
                     with torch.no_grad():
                         for p, s in zip(model.parameters(), saved, strict=True):
@@ -162,19 +153,18 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
                 est = torch.zeros_like(true_tab).index_add_(0, state, estimates[e][valid].double())
                 per["tabular_head"][e].append(spearman(est, true_tab))
 
-            # batch: one SGD step on the whole batch's GRPO loss; ΔH at every position
-            cur = _stats(model, roll, cfg)
-            cb = _batch(cur, roll, adv)
-            cb.entropy = cur.entropy
-            out = policy_loss(cb, grpo, LossSpec())
+            # batch: one SGD step on the whole batch's GRPO loss (the trainer's mini-batch of every
+            # row, r ≡ 1); ΔH at every position, scored as the trainer scores its estimators
+            cur = _stats(model, roll, tcfg)
+            out = policy_loss(mini_batch(b, adv, torch.arange(len(roll.texts)), cur), grpo, LossSpec())
             model.zero_grad(set_to_none=True)
             out.loss.backward()
             _sgd(model, cfg.lr)
             with torch.no_grad():
-                after = _stats(model, roll, cfg)
-            true_dH = (after.entropy - old.entropy)[valid]
+                after = _stats(model, roll, tcfg)
+            scores = score_estimators(after.entropy - old.entropy, b, torch.ones_like(adv), LossSpec())
             for e in ESTIMATORS:
-                per["batch"][e].append(spearman(estimates[e][valid], true_dH))
+                per["batch"][e].append(scores[f"audit/{e}/spearman"])
             if progress:
                 print(f"audit seed {seed} step {step}/{cfg.steps}", flush=True)
     rows = []

@@ -3,7 +3,7 @@ and warm-start checks (docs/design.md §10)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from entflow.errors import ConfigError, EntflowError
@@ -12,7 +12,11 @@ from entflow.trainer import config as trainer_config
 
 @dataclass
 class LabConfig(trainer_config.TrainConfig):
-    """A lab run: a task of :data:`entflow.lab.tasks.TASKS` and the tiny warm-started policy."""
+    """A lab run: a task of :data:`entflow.lab.tasks.TASKS` and the tiny warm-started policy
+    (``policy_path`` None: the cached warm start, pretrained if missing)."""
+
+    task: str = "countdown"
+    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides for the warm start
 
     def validate_task(self) -> None:
         from entflow.lab.tasks import TASKS, get_task

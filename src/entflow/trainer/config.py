@@ -22,19 +22,19 @@ if typing.TYPE_CHECKING:
 class TrainConfig:
     """Everything a training run needs; ``config.yaml`` in the run directory is this, resolved.
 
-    The trainer reads every key except ``task``, ``task_params``, ``policy_path`` and ``pretrain``,
-    which the run's setup reads (the lab: :mod:`entflow.lab.setup`; real models:
-    :mod:`entflow.hf.setup`)."""
+    The trainer reads every key except ``task``, ``task_params`` and ``policy_path``, which the
+    run's setup reads; each setup's config subclass gives ``task`` its default and adds its own keys
+    (the lab: :class:`~entflow.lab.config.LabConfig`; real models:
+    :class:`~entflow.hf.setup.RealTrainConfig`)."""
 
     # identity
     name: str | None = None  # run directory name (default: the method name)
     out_dir: str = "runs"
     seed: int = 0
     # task and policy
-    task: str = "countdown"
+    task: str | None = None  # the task's name; the setup's config subclass gives the default
     task_params: dict[str, Any] = field(default_factory=dict)  # e.g. {validation_size: 32}
-    policy_path: str | None = None  # a saved policy; None = the cached warm start (pretrained if missing)
-    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides for the warm start
+    policy_path: str | None = None  # a saved policy; None = the setup's default policy
     # method
     method: str = "grpo"  # any registered name or composition "a+b"
     method_params: dict[str, Any] = field(default_factory=dict)
@@ -48,7 +48,9 @@ class TrainConfig:
     # update
     ppo_epochs: int = 1
     mini_batches: int = 4  # optimizer steps per rollout batch (per epoch)
-    strict_on_policy: bool = False  # one optimizer step per rollout batch (r ≡ 1): forces ppo_epochs = mini_batches = 1
+    # one optimizer step per rollout batch (r ≡ 1): the update then ignores ppo_epochs and mini_batches
+    # (trainer.step.update_passes, which also honours a method that requires it)
+    strict_on_policy: bool = False
     optimizer: str = "adamw"  # adamw | sgd
     lr: float = 2e-4
     weight_decay: float = 0.0
@@ -82,10 +84,6 @@ class TrainConfig:
     # float32 round-off, not bitwise, so off by default to keep the lab's metrics bit-identical
     hidden_stats: bool = False
     progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.strict_on_policy:  # docs/design.md §6: strictly on-policy = one gradient step per rollout batch
-            self.ppo_epochs, self.mini_batches = 1, 1
 
     @property
     def run_name(self) -> str:
@@ -150,8 +148,8 @@ class TrainConfig:
             raise ConfigError(key, str(e)) from e
 
     def validate_task(self) -> None:
-        """Checks of ``task``, ``task_params`` and ``pretrain``, which only the code that builds the
-        task can make: the lab's :class:`~entflow.lab.config.LabConfig` and the real-model
+        """Checks of ``task`` and ``task_params`` (and a subclass's own keys), which only the code that
+        builds the task can make: the lab's :class:`~entflow.lab.config.LabConfig` and the real-model
         :class:`~entflow.hf.setup.RealTrainConfig` override it. Raises :class:`ConfigError`."""
         if not isinstance(self.task, str) or not self.task:
             raise ConfigError("task", f"must name a task, got {self.task!r}")

@@ -34,7 +34,7 @@ import torch
 from entflow.errors import ConfigError
 from entflow.files import write_json
 from entflow.methods import Method, get_method
-from entflow.methods.needs import needs_of
+from entflow.trainer.collect import method_step, schedule_steps
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.progress import ProgressBar, quiet_transformers
 from entflow.trainer.rollout import Rollout, step_seed
@@ -49,7 +49,7 @@ from entflow.trainer.rundir import (
     trainable_state,
     write_config,
 )
-from entflow.trainer.step import method_step, schedule_steps, train_step
+from entflow.trainer.step import StepPlan, plan_steps, train_step
 
 # --------------------------------------------------------------------------------------------
 # What a run is made of
@@ -131,6 +131,7 @@ class _State:
     """What a run carries from step to step besides the model."""
 
     method: Method
+    plan: StepPlan  # what every step needs from the method, decided once per run
     optimizer: torch.optim.Optimizer
     ref_model: Any
     start: int  # the last finished step (0: a fresh run)
@@ -141,15 +142,16 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
     """The method, optimizer and frozen reference model, restored from the last checkpoint on
     resume (after which the config must match the run's, see :func:`_check_resumable`)."""
     method = get_method(cfg.method, **cfg.method_params)
-    if needs_of(method).greedy_baseline:  # ReMax: a greedy rollout per prompt, which train_step does not draw
+    plan = plan_steps(method, cfg)
+    if plan.needs.greedy_baseline:  # ReMax: a greedy rollout per prompt, which train_step does not draw
         raise ConfigError(
             "method",
-            f"{cfg.method}: {', '.join(needs_of(method).greedy_baseline)} takes the reward of a greedy response to "
+            f"{cfg.method}: {', '.join(plan.needs.greedy_baseline)} takes the reward of a greedy response to "
             "each prompt as its baseline (arXiv 2310.10505), an extra rollout this trainer does not draw; "
             "use rloo or grpo, or verl's own adv_estimator=remax",
         )
     ref_model = None
-    if needs_of(method).ref_logp:
+    if plan.needs.ref_logp:
         ref_model = parts.load_reference()
         ref_model.eval().requires_grad_(False)
     optimizer = make_optimizer(parts.model, cfg)
@@ -166,7 +168,7 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
     if resume:
         _check_resumable(cfg.run_dir, resolved, type(cfg)().to_dict() if _defaults_buildable(cfg) else None)
     write_config(cfg.run_dir, resolved)
-    return _State(method, optimizer, ref_model, start)
+    return _State(method, plan, optimizer, ref_model, start)
 
 
 def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: RunLog) -> dict[str, Any]:
@@ -175,7 +177,16 @@ def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: 
     torch.manual_seed(step_seed(cfg.seed, step))
     due = _due_eval(cfg, step)
     metrics, roll, timings = train_step(
-        parts.model, parts.tokenizer, parts.task, state.method, state.optimizer, cfg, step, state.ref_model, due
+        parts.model,
+        parts.tokenizer,
+        parts.task,
+        state.method,
+        state.optimizer,
+        cfg,
+        step,
+        state.ref_model,
+        due,
+        plan=state.plan,
     )
     state.method.update({**metrics, "step": method_step(step)})
     record = {"step": step, **metrics}

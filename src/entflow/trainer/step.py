@@ -1,18 +1,20 @@
 """One training step (docs/design.md §10), as its steps:
 
-1. :func:`collect_rollout` — sample P prompts × G responses, score them, and take the rollout
-   policy's token statistics from ``generate``'s own logits (no second forward);
-2. :func:`rollout_batch` + ``compute_advantages`` — the whole batch as a :class:`TokenBatch` and
-   its advantages (GRPO base, then the method's shapers);
-   (for a method with ``MethodNeeds.temperature_samples``, AEPO: :func:`temperature_rows` draws
-   extra responses at the method's temperature and :func:`append_rows` adds the kept ones);
+1. :func:`~entflow.trainer.collect.collect_rollout` — sample P prompts × G responses, score them,
+   and take the rollout policy's token statistics from ``generate``'s own logits;
+2. :func:`~entflow.trainer.collect.rollout_batch` + ``compute_advantages`` — the whole batch as a
+   :class:`TokenBatch` and its advantages (GRPO base, then the method's shapers); then the extra
+   rows a method asks for (``MethodNeeds.temperature_samples``,
+   :func:`~entflow.trainer.collect.add_temperature_samples`);
 3. :func:`policy_update` — ``ppo_epochs`` passes over ``mini_batches`` of ``policy_loss`` with the
-   method, one optimizer step each;
+   method, one optimizer step each (one step on the whole batch when strictly on-policy);
 4. :func:`step_metrics` — the loss metrics averaged over the updates plus rollout metrics, then
-   the audit of the true entropy change (:mod:`entflow.trainer.audit`) and, on validation steps,
-   the §9 diagnostics (:mod:`entflow.trainer.diagnostics`).
+   the estimators' scores against the true entropy change (:mod:`entflow.trainer.estimator_scores`)
+   and, on validation steps, the §9 diagnostics (:mod:`entflow.trainer.diagnostics`).
 
-:func:`train_step` is those calls in that order.
+What every step of a run needs from the method — statistics, update passes, a temperature
+sampler — is decided once per run by :func:`plan_steps`. :func:`train_step` is those calls in that
+order.
 """
 
 from __future__ import annotations
@@ -27,122 +29,103 @@ import torch
 
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS
-from entflow.core.token_stats import TokenStats, token_stats
+from entflow.core.token_stats import TokenStats
 from entflow.methods import Method
-from entflow.methods.needs import needs_of
+from entflow.methods.needs import MethodNeeds, needs_of
 from entflow.methods.objective import compute_advantages, policy_loss
-from entflow.trainer.audit import audit_entropy_change
+from entflow.trainer.collect import (
+    CollectedRollout,
+    TrainRows,
+    add_temperature_samples,
+    collect_rollout,
+    rollout_batch,
+    rollout_stats,
+    temperature_sampler,
+)
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.diagnostics import rollout_diagnostics
-from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats, sample_rollout, step_seed
-
-
-def method_step(step: int) -> int:
-    """The trainer counts rollout steps 1…steps (step 0 is the warm-start evaluation); methods
-    read ``batch.step`` 0-based in ``[0, total_steps)`` (docs/design.md §6 schedules), so step k is k − 1."""
-    return step - 1
-
-
-def schedule_steps(cfg: TrainConfig) -> int:
-    """``total_steps`` that step-dependent schedules are laid over (anchored on resume)."""
-    return cfg.schedule_steps if cfg.schedule_steps is not None else cfg.steps
-
+from entflow.trainer.estimator_scores import score_estimators
+from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats, step_seed
 
 # --------------------------------------------------------------------------------------------
-# 1. rollout
+# once per run
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class CollectedRollout:
-    """A rollout with the rollout policy's token statistics ``[N, T]`` (and the reference policy's
-    log-probs when the method reads them)."""
+@dataclass(frozen=True)
+class StepPlan:
+    """What every step of a run needs, decided once per run from the method and the config."""
 
-    roll: Rollout
-    old: TokenStats
-    ref_logp: torch.Tensor | None  # [N, T]
+    needs: MethodNeeds
+    old_stats: tuple[str, ...]  # the rollout policy's statistics the method reads
+    audited_old_stats: tuple[str, ...]  # … and those every estimator and the §9 diagnostics read
+    update_stats: tuple[str, ...]  # the current policy's statistics of an update forward
+    epochs: int  # passes over the rollout batch
+    mini_batches: int  # optimizer steps per pass
+    sampler: Any = None  # the part asking for temperature samples (MethodNeeds.temperature_samples)
 
-
-def collect_rollout(
-    model: Any,
-    tokenizer: Any,
-    task: Any,
-    method: Method,
-    cfg: TrainConfig,
-    step: int,
-    ref_model: Any = None,
-    diagnose: bool = False,
-    timings: dict[str, float] | None = None,
-) -> CollectedRollout:
-    """Sample and score the step's responses, then compute only the old statistics that the method,
-    the audit (every estimator, tabular too) and the §9 diagnostics read (the gradient-norm proxy
-    needs Σπ², which the tabular estimator's statistics include). Records ``time/rollout_s``,
-    ``time/verify_s`` (part of rollout_s) and ``time/reward_s`` into ``timings``."""
-    timings = {} if timings is None else timings
-    t0 = time.perf_counter()
-    roll = sample_rollout(model, tokenizer, task, cfg, step)
-    timings["time/rollout_s"] = time.perf_counter() - t0
-    timings["time/verify_s"] = roll.verify_s
-
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        stats = needs_of(method, ESTIMATORS if (cfg.audit or diagnose) else ()).token_stats()
-        if roll.logits is not None:  # the rollout policy's logits, from generate (no second forward)
-            old = token_stats(
-                roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=stats
-            )
-        else:
-            old = _response_stats(model, roll, cfg, stats)
-        ref_logp = None if ref_model is None else _response_stats(ref_model, roll, cfg, ("logp",)).logp
-    timings["time/reward_s"] = time.perf_counter() - t0  # with the advantages (train_step adds them)
-    return CollectedRollout(roll, old, ref_logp)
+    def rollout_stats(self, cfg: TrainConfig, diagnose: bool) -> tuple[str, ...]:
+        return self.audited_old_stats if (cfg.audit or diagnose) else self.old_stats
 
 
-def _response_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...]) -> TokenStats:
-    return response_token_stats(
-        model,
-        roll.prompt_ids,
-        roll.prompt_mask,
-        roll.response_ids,
-        cfg.temperature,
-        cfg.chunk_size,
-        stats,
-        hidden_stats=cfg.hidden_stats,
+def update_passes(cfg: TrainConfig, needs: MethodNeeds) -> tuple[int, int]:
+    """``(epochs, mini_batches)`` of the update: ``(1, 1)`` — one gradient step on the whole batch,
+    r ≡ 1 — when the config or the method asks for strictly on-policy training (docs/design.md §6),
+    else ``(ppo_epochs, mini_batches)``. The one place that decides it."""
+    strict = cfg.strict_on_policy or needs.strict_on_policy
+    return (1, 1) if strict else (cfg.ppo_epochs, cfg.mini_batches)
+
+
+def plan_steps(method: Method, cfg: TrainConfig) -> StepPlan:
+    """The :class:`StepPlan` of ``method`` under ``cfg`` (the method's ``MethodNeeds`` read once)."""
+    needs = needs_of(method)
+    epochs, chunks = update_passes(cfg, needs)
+    return StepPlan(
+        needs=needs,
+        old_stats=needs.token_stats(),
+        # the gradient-norm proxy of the diagnostics needs Σπ², which the tabular estimator's statistics include
+        audited_old_stats=needs_of(method, ESTIMATORS).token_stats(),
+        # the loss reads H from old_entropy; the current entropy only where a method differentiates it
+        update_stats=needs.token_stats(entropy=False),
+        epochs=epochs,
+        mini_batches=chunks,
+        sampler=temperature_sampler(method, needs.temperature_samples),
     )
 
 
 # --------------------------------------------------------------------------------------------
-# 2. the batch and its advantages
+# 2. the rows of an update
 # --------------------------------------------------------------------------------------------
-
-
-def rollout_batch(collected: CollectedRollout, cfg: TrainConfig, step: int) -> TokenBatch:
-    """The whole rollout as a :class:`TokenBatch` at the rollout policy (logp = old_logp, r ≡ 1),
-    without advantages yet: what ``compute_advantages`` and the audit read."""
-    roll, old = collected.roll, collected.old
-    return TokenBatch(
-        logp=old.logp,
-        old_logp=old.logp,
-        advantages=None,
-        mask=roll.mask,
-        old_entropy=old.entropy,
-        ref_logp=collected.ref_logp,
-        sum_p2=old.sum_p2,
-        sum_p2_logp=old.sum_p2_logp,
-        rewards=roll.rewards,
-        group_index=roll.group_index,
-        step=method_step(step),
-        total_steps=schedule_steps(cfg),
-    )
 
 
 def _rows(x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
     return None if x is None else x[idx]
 
 
-def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: TokenStats) -> TokenBatch:
+def current_stats(
+    model: Any, roll: Rollout, idx: torch.Tensor, cfg: TrainConfig, plan: StepPlan
+) -> tuple[TokenStats, torch.Tensor | None]:
+    """The current policy's statistics ``plan.update_stats`` ``[n, T]`` of rows ``idx`` (with grad),
+    and, when ``MethodNeeds.topk`` asks for them, the log-probs of each position's ``topk`` most
+    probable tokens ``[n, T, topk]`` from the same logits (else ``None``)."""
+    kw = dict(
+        temperature=cfg.temperature,
+        chunk_size=cfg.chunk_size,
+        stats=plan.update_stats,
+        entropy_top_p=plan.needs.entropy_top_p,  # a loss may differentiate the top-p entropy
+    )
+    if plan.needs.topk is not None:  # the top-K candidates are read from the logits
+        return response_topk_stats(model, **roll.select(idx), **kw, topk=plan.needs.topk)
+    # hidden_stats: from the last hidden state, no [N, T, V] logits
+    return response_token_stats(model, **roll.select(idx), **kw, hidden_stats=cfg.hidden_stats), None
+
+
+def mini_batch(
+    full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: TokenStats, topk_logp: torch.Tensor | None = None
+) -> TokenBatch:
     """Rows ``idx`` of the rollout batch ``full`` with the current policy's ``logp`` (and entropy,
-    where a method differentiates it) in ``cur`` and the advantages ``adv[idx]``."""
+    where a method differentiates it) in ``cur``, the advantages ``adv[idx]`` and the current
+    top-K log-probs ``topk_logp`` ``[n, T, K]`` (``MethodNeeds.topk``; None when not needed)."""
     return TokenBatch(
         logp=cur.logp,
         old_logp=full.old_logp[idx],
@@ -157,101 +140,8 @@ def mini_batch(full: TokenBatch, adv: torch.Tensor, idx: torch.Tensor, cur: Toke
         group_index=full.group_index[idx],
         step=full.step,
         total_steps=full.total_steps,
+        topk_logp=topk_logp,
     )
-
-
-def _sampler(method: Method) -> Any:
-    """The part that asks for temperature samples (``MethodNeeds.temperature_samples``)."""
-    (name,) = needs_of(method).temperature_samples
-    return next(p for p in method.parts if p.name == name)
-
-
-def temperature_rows(
-    model: Any,
-    tokenizer: Any,
-    task: Any,
-    method: Method,
-    cfg: TrainConfig,
-    step: int,
-    ref_model: Any = None,
-) -> tuple[CollectedRollout, torch.Tensor] | None:
-    """AEPO's REINFORCE rows (arXiv 2510.08141 §4; docs/methods.md "aepo"): the first
-    ``n_prompts(P)`` of the step's prompts, G responses each at the method's ``temperature``,
-    scored; ``reinforce_advantages`` keeps the rewarded ones. Their rollout statistics are those
-    of the current policy at the training temperature ``cfg.temperature`` (as the rest of the
-    batch), from ``generate``'s own raw logits.
-
-    Returns the kept rows (group indices local to these samples) and their advantages ``[K, T]``,
-    or ``None`` when none is kept.
-    """
-    sampler = _sampler(method)
-    n_prompts = sampler.n_prompts(cfg.prompts_per_step)
-    roll = sample_rollout(model, tokenizer, task, cfg, step, temperature=sampler.temperature, n_prompts=n_prompts)
-    stats = needs_of(method).token_stats()
-    with torch.no_grad():
-        old = token_stats(
-            roll.logits, roll.response_ids, temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=stats
-        )
-    probe = TokenBatch(
-        logp=old.logp, old_logp=old.logp, advantages=None, mask=roll.mask, rewards=roll.rewards,
-        group_index=roll.group_index,
-    )  # fmt: skip
-    adv, keep = sampler.reinforce_advantages(probe)
-    idx = keep.nonzero().squeeze(1)
-    if idx.numel() == 0:
-        return None
-    kept = Rollout(
-        **roll.select(idx),
-        mask=roll.mask[idx],
-        texts=[roll.texts[i] for i in idx.tolist()],
-        rewards=roll.rewards[idx],
-        group_index=roll.group_index[idx],
-        prompts=[roll.prompts[i] for i in idx.tolist()],
-        verify_s=roll.verify_s,
-    )
-    old_kept = TokenStats(*(None if x is None else x[idx] for x in old))
-    with torch.no_grad():
-        ref_logp = None if ref_model is None else _response_stats(ref_model, kept, cfg, ("logp",)).logp
-    return CollectedRollout(kept, old_kept, ref_logp), adv[idx]
-
-
-def _pad(x: torch.Tensor | None, n: int, value: float | int = 0, left: bool = False) -> torch.Tensor | None:
-    """``x`` ``[N, L]`` padded along dim 1 to length ``n`` (right, or left with ``left``)."""
-    if x is None or x.shape[1] == n:
-        return x
-    pad = x.new_full((x.shape[0], n - x.shape[1]), value)
-    return torch.cat([pad, x] if left else [x, pad], dim=1)
-
-
-def _cat(a: torch.Tensor | None, b: torch.Tensor | None, value: float | int = 0, left: bool = False):
-    if a is None or b is None:
-        return None
-    n = max(a.shape[1], b.shape[1])
-    return torch.cat([_pad(a, n, value, left), _pad(b, n, value, left)])
-
-
-def append_rows(
-    collected: CollectedRollout, adv: torch.Tensor, extra: CollectedRollout, extra_adv: torch.Tensor, pad_id: int
-) -> tuple[CollectedRollout, torch.Tensor]:
-    """The rollout with ``extra``'s rows after its own, and their advantages ``[N + K, T']``.
-
-    Prompts are left-padded and responses right-padded to the longer of the two (positions
-    follow the attention mask, so padding changes no logit); per-token values are 0 on padding.
-    The extra rows' groups come after the rollout's (``group_index + max + 1``)."""
-    a, b = collected.roll, extra.roll
-    roll = Rollout(
-        prompt_ids=_cat(a.prompt_ids, b.prompt_ids, pad_id, left=True),
-        prompt_mask=_cat(a.prompt_mask, b.prompt_mask, 0, left=True),
-        response_ids=_cat(a.response_ids, b.response_ids, pad_id),
-        mask=_cat(a.mask, b.mask),
-        texts=a.texts + b.texts,
-        rewards=torch.cat([a.rewards, b.rewards]),
-        group_index=torch.cat([a.group_index, b.group_index + int(a.group_index.max()) + 1]),
-        prompts=a.prompts + b.prompts,
-        verify_s=a.verify_s + b.verify_s,
-    )
-    old = TokenStats(*(_cat(x, y) for x, y in zip(collected.old, extra.old, strict=True)))
-    return CollectedRollout(roll, old, _cat(collected.ref_logp, extra.ref_logp)), _cat(adv, extra_adv)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,41 +162,28 @@ class UpdateResult:
 def policy_update(
     model: Any,
     optimizer: torch.optim.Optimizer,
-    roll: Rollout,
-    full: TokenBatch,
-    adv: torch.Tensor,
+    rows: TrainRows,
     method: Method,
     cfg: TrainConfig,
     step: int,
+    plan: StepPlan,
 ) -> UpdateResult:
-    """``ppo_epochs`` passes, each over ``mini_batches`` random row chunks (order seeded by
-    (seed, step)), of ``policy_loss`` → backward → gradient clipping → optimizer step.
-    With ``strict_on_policy`` exactly one step on the whole batch (r ≡ 1; OPEFO's setting)."""
+    """``plan.epochs`` passes, each over ``plan.mini_batches`` random row chunks (order seeded by
+    (seed, step)), of ``policy_loss`` → backward → gradient clipping → optimizer step
+    (:func:`update_passes`: one step on the whole batch when strictly on-policy, r ≡ 1)."""
+    roll, full, adv = rows.collected.roll, rows.batch, rows.adv
     model.train()
     n = roll.rewards.shape[0]
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step))
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     result = UpdateResult({}, torch.ones_like(roll.mask))
-    # the loss reads H from old_entropy; the current entropy only where a method differentiates it
-    needs = needs_of(method)
-    cur_stats = needs.token_stats(entropy=False)
-    strict = cfg.strict_on_policy or needs.strict_on_policy  # a method may require it (docs/design.md §6)
-    epochs, chunks = (1, 1) if strict else (cfg.ppo_epochs, cfg.mini_batches)
-    for epoch in range(epochs):
+    spec = cfg.loss_spec()
+    for epoch in range(plan.epochs):
         order = torch.randperm(n, generator=gen)
-        for idx in order.chunk(chunks):
-            kw = dict(temperature=cfg.temperature, chunk_size=cfg.chunk_size, stats=cur_stats)
-            # SIREN: the loss differentiates the top-p entropy
-            kw["entropy_top_p"] = needs.entropy_top_p
-            topk = None
-            if needs.topk is None:  # hidden_stats: from the last hidden state, no [N, T, V] logits
-                cur = response_token_stats(model, **roll.select(idx), **kw, hidden_stats=cfg.hidden_stats)
-            else:  # SimKO: the top-K candidates' log-probs too, from the same logits
-                cur, topk = response_topk_stats(model, **roll.select(idx), **kw, topk=needs.topk)
-            batch = mini_batch(full, adv, idx, cur)
-            batch.topk_logp = topk
-            out = policy_loss(batch, method, cfg.loss_spec())
+        for idx in order.chunk(plan.mini_batches):
+            cur, topk = current_stats(model, roll, idx, cfg, plan)
+            out = policy_loss(mini_batch(full, adv, idx, cur, topk), method, spec)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             if cfg.grad_clip is not None:
@@ -364,7 +241,7 @@ def step_metrics(
     return metrics
 
 
-def audit_metrics(
+def estimator_metrics(
     model: Any,
     collected: CollectedRollout,
     full: TokenBatch,
@@ -372,11 +249,12 @@ def audit_metrics(
     weights: torch.Tensor,
     cfg: TrainConfig,
 ) -> dict[str, float]:
-    """Re-run the forward after the update and audit every estimator against the true ΔH per token."""
+    """Re-run the forward after the update and score every estimator against the true ΔH per token
+    (``audit/*``)."""
     with torch.no_grad():
-        after = _response_stats(model, collected.roll, cfg, ("entropy",))
+        after = rollout_stats(model, collected.roll, cfg, ("entropy",))
     full.advantages = adv
-    return audit_entropy_change(after.entropy - collected.old.entropy, full, weights, cfg)
+    return score_estimators(after.entropy - collected.old.entropy, full, weights, cfg.loss_spec())
 
 
 def diagnostic_metrics(
@@ -403,34 +281,36 @@ def train_step(
     step: int,
     ref_model: Any = None,
     diagnose: bool = False,
+    plan: StepPlan | None = None,
 ) -> tuple[dict[str, float], Rollout, dict[str, float]]:
-    """Rollout → advantages → updates → metrics → audit (→ §9 diagnostics when ``diagnose``).
-    Returns (metrics, rollout, timings)."""
+    """Rollout → advantages (→ extra rows) → updates → metrics → estimator scores (→ §9 diagnostics
+    when ``diagnose``). ``plan``: the run's :func:`plan_steps` (made here when None).
+    Returns (metrics, rollout, timings); each ``time/*_s`` timing times what its name says."""
+    plan = plan_steps(method, cfg) if plan is None else plan
     timings: dict[str, float] = {}
-    collected = collect_rollout(model, tokenizer, task, method, cfg, step, ref_model, diagnose, timings)
+    collected = collect_rollout(
+        model, tokenizer, task, cfg, step, plan.rollout_stats(cfg, diagnose), ref_model, timings
+    )
     t0 = time.perf_counter()
     full = rollout_batch(collected, cfg, step)
     adv = compute_advantages(full, method, scale=cfg.adv_scale)
-    timings["time/reward_s"] += time.perf_counter() - t0
+    timings["time/advantages_s"] = time.perf_counter() - t0
 
-    roll_u, full_u, adv_u = collected.roll, full, adv  # what the update trains on
-    if needs_of(method).temperature_samples:  # AEPO: REINFORCE rows at the method's temperature
+    rows = TrainRows(collected, full, adv)  # what the update trains on
+    if plan.sampler is not None:
         t0 = time.perf_counter()
-        extra = temperature_rows(model, tokenizer, task, method, cfg, step, ref_model)
-        if extra is not None:
-            merged, adv_u = append_rows(collected, adv, *extra, pad_id=tokenizer.pad_token_id)
-            roll_u, full_u = merged.roll, rollout_batch(merged, cfg, step)
+        rows = add_temperature_samples(rows, model, tokenizer, task, plan.sampler, cfg, step, plan.old_stats, ref_model)
         timings["time/temperature_samples_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    update = policy_update(model, optimizer, roll_u, full_u, adv_u, method, cfg, step)
+    update = policy_update(model, optimizer, rows, method, cfg, step, plan)
     update.applied_weights = update.applied_weights[: adv.shape[0], : adv.shape[1]]  # the rollout's rows
     timings["time/update_s"] = time.perf_counter() - t0
 
     metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)
     if cfg.audit:
         t0 = time.perf_counter()
-        metrics.update(audit_metrics(model, collected, full, adv, update.applied_weights, cfg))
+        metrics.update(estimator_metrics(model, collected, full, adv, update.applied_weights, cfg))
         timings["time/audit_s"] = time.perf_counter() - t0
     if diagnose:
         t0 = time.perf_counter()

@@ -245,6 +245,25 @@ def test_parts_fixing_different_aggregations_do_not_compose():
     assert Composite([ef.get_method("geo_mean"), ef.get_method("clip_higher")]).aggregation() == "seq-mean-token-mean"
 
 
+def test_the_spec_a_method_runs_under_is_decided_by_loss_spec():
+    """``LossSpec.for_method``: the method's clip bounds and aggregation where it fixes them, the
+    spec's elsewhere; policy_loss runs under it, whatever aggregation the caller's spec names."""
+    spec = ef.LossSpec(clip_low=0.1, clip_high=0.3, dual_clip=3.0, agg="seq-mean-token-sum-norm", max_len=16)
+    assert spec.for_method(ef.get_method("grpo")) is spec
+    fixed = spec.for_method(ef.get_method("geo_mean+clip_higher"))
+    assert (fixed.clip_low, fixed.clip_high, fixed.dual_clip) == (0.2, 0.28, 3.0)
+    assert (fixed.agg, fixed.max_len) == ("seq-mean-token-mean", 16)
+    assert spec.for_method(ef.get_method("clip_higher")).agg == "seq-mean-token-sum-norm"
+
+
+@pytest.mark.parametrize("agg", AGGS)
+def test_a_sequence_loss_ignores_the_callers_aggregation(gen, agg):
+    b = make_batch(gen, off_policy=0.3)
+    want = ours(b, "geo_mean", agg="seq-mean-token-mean")
+    got = ours(b, "geo_mean", agg=agg)
+    assert got[0] == want[0] and torch.equal(got[1], want[1])
+
+
 def test_no_earlier_method_fixes_an_aggregation():
     new = {"geo_mean", "luspo"}
     for name in ef.list_methods():

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -27,7 +28,7 @@ class LossSpec:
     """The settings of the PPO-clip loss (docs/design.md §4), validated once when made.
 
     ``clip_low``, ``clip_high``: ε_low ∈ [0, 1], ε_high ≥ 0 (inf = that side unclipped; a method
-    that sets clip bounds overrides both); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
+    that sets clip bounds overrides both, :meth:`for_method`); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
     or None; ``agg``: one of :data:`AGG_MODES`; ``max_len``: the fixed T_max of
     ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation limit), or None for the batch's padded
     length. The defaults are GRPO's. A bad value raises :class:`ParameterError` naming the field
@@ -56,6 +57,17 @@ class LossSpec:
     def clip(self) -> tuple[float, float, float | None]:
         """``(clip_low, clip_high, dual_clip)``."""
         return self.clip_low, self.clip_high, self.dual_clip
+
+    def for_method(self, method: Any) -> LossSpec:
+        """The spec ``method``'s loss runs under: the clip bounds ``method.clip_bounds()`` and the
+        aggregation ``method.aggregation()`` (a sequence-level loss fixes the response mean) where
+        the method fixes them, this spec's elsewhere. The one place that decides them; ``method``
+        is any object with those two methods (an entflow ``Method``)."""
+        bounds, agg = method.clip_bounds(), method.aggregation()
+        if bounds is None and agg is None:
+            return self
+        low, high = bounds or (self.clip_low, self.clip_high)
+        return replace(self, clip_low=low, clip_high=high, agg=agg or self.agg)
 
 
 def ppo_clip_loss(

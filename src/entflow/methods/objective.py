@@ -152,9 +152,9 @@ def prepare_statistics(
     method = resolve_method(method)
     if not micro_batches:
         raise ShapeError("micro_batches", "a non-empty list of TokenBatch", "an empty list")
-    agg, max_len, dual_clip = _check_spec(spec).agg, spec.max_len, spec.dual_clip
-    clip_low, clip_high = method.clip_bounds() or (spec.clip_low, spec.clip_high)
-    agg = method.aggregation() or agg
+    spec = _check_spec(spec).for_method(method)  # the method's clip bounds and aggregation, where it fixes them
+    agg, max_len, dual_clip = spec.agg, spec.max_len, spec.dual_clip
+    clip_low, clip_high = spec.clip_low, spec.clip_high
     device = micro_batches[0].logp.device
     reducer = Reducer([tuple(b.logp.shape) for b in micro_batches], device, group=group, shared=True)
     if max_len is not None:
@@ -196,7 +196,7 @@ def policy_loss(
         spec: the loss's settings, a :class:`LossSpec` (ε_low, ε_high — a method that sets clip
             bounds overrides them —, dual clip, aggregation, Dr. GRPO's ``max_len``); the
             default is GRPO's (a method that fixes its aggregation, a sequence-level
-            loss, overrides ``spec.agg``).
+            loss, overrides ``spec.agg``: :meth:`LossSpec.for_method`).
         token_weights: optional per-token weights ``[N, T]`` (or ``[N, 1]``), detached, that
             multiply the method's token weights, e.g. a trainer's importance-sampling
             correction (TRL's vLLM ratio, verl's ``rollout_is_weights``). They weight the
@@ -219,9 +219,9 @@ def policy_loss(
     method = resolve_method(method)
     if metrics not in METRICS_MODES:
         raise ParameterError("policy_loss", "metrics", f"must be one of {METRICS_MODES}, got {metrics!r}")
-    agg, max_len, dual_clip = _check_spec(spec).agg, spec.max_len, spec.dual_clip
-    clip_low, clip_high = method.clip_bounds() or (spec.clip_low, spec.clip_high)
-    agg = method.aggregation() or agg  # a sequence-level loss fixes the response mean
+    spec = _check_spec(spec).for_method(method)  # the method's clip bounds and aggregation, where it fixes them
+    agg, max_len, dual_clip = spec.agg, spec.max_len, spec.dual_clip
+    clip_low, clip_high = spec.clip_low, spec.clip_high
     if stats is not None:
         _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
         max_len = stats.max_len

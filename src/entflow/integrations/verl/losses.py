@@ -19,6 +19,7 @@ entflow divides by the size of the batch it is given. The factor is exact for ev
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -166,10 +167,12 @@ def compute_policy_loss(
         raise ConfigError(
             "actor_rollout_ref.actor.loss_agg_mode", f"must be one of {tuple(VERL_AGG)}, got {loss_agg_mode!r}"
         )
-    # a sequence-level loss (geo_mean, luspo) fixes its aggregation, whatever loss_agg_mode says (as
-    # verl's geo_mean); it is normalised as verl normalises that aggregation (docs/integrations.md)
-    loss_agg_mode = method.aggregation() or loss_agg_mode
     clip_low, clip_high, dual = clip_settings(config, spec, method)
+    loss_spec = LossSpec(clip_low, clip_high, dual, VERL_AGG[loss_agg_mode]).for_method(method)
+    if loss_spec.agg != VERL_AGG[loss_agg_mode]:
+        # a sequence-level loss (geo_mean, luspo) fixes its aggregation, whatever loss_agg_mode says (as
+        # verl's geo_mean); it is normalised as verl normalises that aggregation (docs/integrations.md)
+        loss_agg_mode = loss_spec.agg
     mask = response_mask.bool()
     fields = dict(
         old_logp=old_log_prob,
@@ -185,17 +188,16 @@ def compute_policy_loss(
     batch = TokenBatch(logp=log_prob, **fields)
     # verl's rollout-correction weights multiply the per-token policy-gradient loss (detached), as in its own losses
     weights = None if rollout_is_weights is None else rollout_is_weights.detach()
-    agg = VERL_AGG[loss_agg_mode]
     info = config.get("global_batch_info")
     if spec.statistics == "global":
-        max_len = config.get("loss_scale_factor") if agg == "seq-mean-token-sum-norm" else None
-        loss_spec = LossSpec(clip_low, clip_high, dual, agg, max_len)
+        if loss_spec.agg == "seq-mean-token-sum-norm":
+            loss_spec = dataclasses.replace(loss_spec, max_len=config.get("loss_scale_factor"))
         detached = TokenBatch(logp=log_prob.detach(), **fields)
         (stats,) = ef.prepare_statistics([detached], method, loss_spec, group=group)
         out = ef.policy_loss(batch, method, loss_spec, token_weights=weights, stats=stats)
         scale = global_scale(loss_agg_mode, mask, info, group)
     else:
-        out = ef.policy_loss(batch, method, LossSpec(clip_low, clip_high, dual, agg), token_weights=weights)
+        out = ef.policy_loss(batch, method, loss_spec, token_weights=weights)
         scale = verl_scale(loss_agg_mode, mask, info)
     return out.loss * scale, out, scale
 

@@ -18,7 +18,8 @@ machine loaded by others weighs on every arm alike). Phases, seconds per step (m
 
 - generation: sampling the P·G responses (entflow: ``time/rollout_s`` − ``time/verify_s``; TRL: ``_generate``);
 - scoring: the reward function (entflow ``time/verify_s``; TRL ``_calculate_rewards``);
-- old log-probs: the rollout policy's token statistics + advantages (entflow ``time/reward_s``; TRL
+- old log-probs: the rollout policy's token statistics + advantages (entflow ``time/old_stats_s`` +
+  ``time/advantages_s``; TRL
   its no-grad ``_get_per_token_logps_and_entropies`` pass);
 - update: forward + backward + optimizer steps of the mini-batches (entflow ``time/update_s``; TRL the
   cycle's wall time minus ``_generate_and_score_completions``);
@@ -97,7 +98,7 @@ def entflow_worker(steps: int, threads: int, sets: list[str]) -> dict:
                 "step": r["step"],
                 "generation": r["time/rollout_s"] - r["time/verify_s"],
                 "scoring": r["time/verify_s"],
-                "old_logp": r["time/reward_s"],
+                "old_logp": r["time/old_stats_s"] + r["time/advantages_s"],
                 "update": r["time/update_s"],
                 "audit": r.get("time/audit_s", 0.0) + r.get("time/diag_s", 0.0),
                 "validation": r.get("time/eval_s", 0.0),

@@ -5,10 +5,10 @@ method asks for through ``MethodNeeds.temperature_samples``.
 - :func:`collect_rollout` — sample P prompts × G responses, score them, and take the rollout
   policy's token statistics from ``generate``'s own logits (no second forward);
 - :func:`rollout_batch` — the whole rollout as a :class:`TokenBatch` at the rollout policy;
-- :func:`add_temperature_samples` — for a method whose ``MethodNeeds.temperature_samples`` names a
+- :func:`temperature_samples` — for a method whose ``MethodNeeds.temperature_samples`` names a
   part (a *sampler*: ``temperature``, ``n_prompts(P)``, ``reinforce_advantages(batch)``), draw G
-  responses for the first ``n_prompts(P)`` prompts at the sampler's temperature, keep the rows
-  it gives an advantage, and append them to the rollout's rows (:func:`append_rows`).
+  responses for the first ``n_prompts(P)`` prompts at the sampler's temperature and keep the rows
+  it gives an advantage; :func:`add_rows` appends them to the rollout's rows (:func:`append_rows`).
 """
 
 from __future__ import annotations
@@ -230,21 +230,13 @@ def append_rows(
     return CollectedRollout(roll, old, _cat(collected.ref_logp, extra.ref_logp)), _cat(adv, extra_adv)
 
 
-def add_temperature_samples(
-    rows: TrainRows,
-    model: Any,
-    tokenizer: Any,
-    task: Any,
-    sampler: Any,
-    cfg: TrainConfig,
-    step: int,
-    stats: tuple[str, ...],
-    ref_model: Any = None,
+def add_rows(
+    rows: TrainRows, extra: tuple[CollectedRollout, torch.Tensor] | None, cfg: TrainConfig, step: int, pad_id: int
 ) -> TrainRows:
-    """``rows`` with the sampler's kept rows (:func:`temperature_samples`) appended after them
-    (:func:`append_rows`) and the batch rebuilt over all of them; ``rows`` itself when none is kept."""
-    extra = temperature_samples(model, tokenizer, task, sampler, cfg, step, stats, ref_model)
+    """``rows`` with ``extra``'s rows and advantages (e.g. :func:`temperature_samples`) appended after
+    them (:func:`append_rows`) and the batch rebuilt over all of them; ``rows`` itself when
+    ``extra`` is None (none kept)."""
     if extra is None:
         return rows
-    merged, adv = append_rows(rows.collected, rows.adv, *extra, pad_id=tokenizer.pad_token_id)
+    merged, adv = append_rows(rows.collected, rows.adv, *extra, pad_id=pad_id)
     return TrainRows(merged, rollout_batch(merged, cfg, step), adv)

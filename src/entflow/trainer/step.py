@@ -5,7 +5,7 @@
 2. :func:`~entflow.trainer.collect.rollout_batch` + ``compute_advantages`` — the whole batch as a
    :class:`TokenBatch` and its advantages (GRPO base, then the method's shapers); then the extra
    rows a method asks for (``MethodNeeds.temperature_samples``,
-   :func:`~entflow.trainer.collect.add_temperature_samples`);
+   :func:`~entflow.trainer.collect.temperature_samples`, :func:`~entflow.trainer.collect.add_rows`);
 3. :func:`policy_update` — ``ppo_epochs`` passes over ``mini_batches`` of ``policy_loss`` with the
    method, one optimizer step each (one step on the whole batch when strictly on-policy);
 4. :func:`step_metrics` — the loss metrics averaged over the updates plus rollout metrics, then
@@ -36,11 +36,12 @@ from entflow.methods.objective import compute_advantages, policy_loss
 from entflow.trainer.collect import (
     CollectedRollout,
     TrainRows,
-    add_temperature_samples,
+    add_rows,
     collect_rollout,
     rollout_batch,
     rollout_stats,
     temperature_sampler,
+    temperature_samples,
 )
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.diagnostics import rollout_diagnostics
@@ -299,7 +300,8 @@ def train_step(
     rows = TrainRows(collected, full, adv)  # what the update trains on
     if plan.sampler is not None:
         t0 = time.perf_counter()
-        rows = add_temperature_samples(rows, model, tokenizer, task, plan.sampler, cfg, step, plan.old_stats, ref_model)
+        extra = temperature_samples(model, tokenizer, task, plan.sampler, cfg, step, plan.old_stats, ref_model)
+        rows = add_rows(rows, extra, cfg, step, tokenizer.pad_token_id)
         timings["time/temperature_samples_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from entflow.files import atomic_write_bytes, json_safe, write_json
+from entflow.files import atomic_file, atomic_write_bytes, json_safe, write_json
 
 
 def test_json_safe_replaces_every_non_finite_float_recursively():
@@ -48,3 +48,22 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["x.bin"]
+
+
+def test_a_streamed_write_replaces_the_file_only_when_its_block_ends(tmp_path, monkeypatch):
+    """``atomic_file``: inside the block the target still holds the old bytes; after it the new
+    ones, fsynced once before the rename; an error inside the block keeps the old file."""
+    path = tmp_path / "ck.pt"
+    path.write_bytes(b"old")
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    with atomic_file(path) as f:
+        f.write(b"ne")
+        f.write(b"w")
+        assert path.read_bytes() == b"old" and synced == []
+    assert path.read_bytes() == b"new" and len(synced) == 1
+    with pytest.raises(RuntimeError, match="killed"), atomic_file(path) as f:
+        f.write(b"half")
+        raise RuntimeError("killed")
+    assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["ck.pt"]

@@ -3,25 +3,29 @@ replacement.
 
 * :func:`json_safe` — a value JSON can hold: NaN and ±inf become ``null`` (JSON has no NaN; ``null``
   means "not defined"), NumPy scalars become Python numbers, tuples become lists, recursively.
-* :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`write_json` — a reader sees the old
-  file or the new one, never half of one: the data goes to a temporary file in the same folder,
-  is flushed and ``fsync``-ed, then renamed over the target (``os.replace``, atomic on POSIX and
-  Windows).
+* :func:`atomic_file` — the one atomic writer: a binary file to write (streamed, e.g.
+  ``torch.save`` straight into it) that replaces the target only when the block ends without an
+  error; a reader sees the old file or the new one, never half of one: the data goes to a
+  temporary file in the same folder, is flushed and ``fsync``-ed, then renamed over the target
+  (``os.replace``, atomic on POSIX and Windows).
+* :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`write_json` — whole contents
+  through :func:`atomic_file`.
 
 Standard library only: importing this module costs nothing (``entflow analyze`` imports no torch).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
+__all__ = ["atomic_file", "atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
 
 
 def json_safe(value: Any) -> Any:
@@ -44,15 +48,18 @@ def _key(k: Any) -> Any:
     return k if k is None or isinstance(k, str | int | float | bool) else str(k)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half
-    (temporary file in the same folder, flush, fsync, rename). Creates the parent folders."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """A binary file to write that replaces ``path`` only when the block ends without an error (a
+    temporary file in the same folder, flushed and fsynced, then ``os.replace``): a reader, or a
+    process killed at any moment, sees the old file or the new one, never half. Creates the parent
+    folders; on an error the temporary file is removed and ``path`` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -60,6 +67,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_file`."""
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -38,19 +38,9 @@ from collections.abc import Iterable
 
 import torch
 
+from entflow.core import stats_common  # the helpers token_stats.py shares (dtype, backend, checks, gradient)
 from entflow.core.checks import check_finite
-from entflow.core.stats_common import (
-    BACKENDS,
-    LOG_FLOOR,
-    STAT_NAMES,
-    check_backend,
-    check_positive_int,
-    check_token_ids,
-    compute_dtype,
-    gradient_coefficients,
-    parse_stats,
-    use_triton,
-)
+from entflow.core.stats_common import BACKENDS, LOG_FLOOR, STAT_NAMES
 from entflow.core.token_stats import TokenStats
 from entflow.errors import NonFiniteError, ParameterError, ShapeError
 
@@ -130,7 +120,7 @@ def _coefficients(grads, saved, inv_temp):
     def scale(c):
         return None if c is None else c * inv_temp
 
-    return (*(scale(c) for c in gradient_coefficients(grads, saved)), scale(grads[0]))
+    return (*(scale(c) for c in stats_common.gradient_coefficients(grads, saved)), scale(grads[0]))
 
 
 @torch.no_grad()
@@ -195,7 +185,7 @@ class _HiddenStats(torch.autograd.Function):
     def forward(ctx, h2, weight, bias, ids, inv_temp, want, rows, cols, backend):  # h2 [N, D], weight [V, D]
         ctx.set_materialize_grads(False)
         fold, _ = _tile_fns(backend)
-        cdt = compute_dtype(h2.dtype, weight.dtype)
+        cdt = stats_common.compute_dtype(h2.dtype, weight.dtype)
         n, v = h2.shape[0], weight.shape[0]
         kw = {"dtype": cdt, "device": h2.device}
         want_h, want_p2 = want[1], want[2] or want[3]
@@ -244,7 +234,7 @@ class _HiddenStats(torch.autograd.Function):
             zeros = [torch.zeros_like(t) if need else None for t, need in pairs]
             return (*zeros, None, None, None, None, None, None)
         _, grad_tile = _tile_fns(ctx.backend)
-        cdt = compute_dtype(h2.dtype, weight.dtype)
+        cdt = stats_common.compute_dtype(h2.dtype, weight.dtype)
         n, v, dim = h2.shape[0], weight.shape[0], h2.shape[1]
         kw = {"dtype": cdt, "device": h2.device}
         grads = [None if g is None else g.to(cdt) for g in grads]
@@ -334,16 +324,16 @@ def _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_
         raise ShapeError("row_mask", f"{tuple(token_ids.shape)} (token_ids.shape)", tuple(row_mask.shape))
     if not temperature > 0:
         raise ParameterError(_OWNER, "temperature", f"must be > 0, got {temperature}")
-    check_positive_int(_OWNER, "chunk_rows", chunk_rows)
-    check_positive_int(_OWNER, "chunk_vocab", chunk_vocab)
-    check_backend(_OWNER, backend)
+    stats_common.check_positive_int(_OWNER, "chunk_rows", chunk_rows)
+    stats_common.check_positive_int(_OWNER, "chunk_vocab", chunk_vocab)
+    stats_common.check_backend(_OWNER, backend)
 
 
 def _check_values(hidden, weight, bias, ids, want_logp) -> None:
     """docs/design.md §13: ids in range; hidden and weight finite; bias may hold −inf (a masked
     vocabulary entry) but no NaN/+inf, at least one finite entry, and none at a sampled token."""
     v = weight.shape[0]
-    check_token_ids(ids, v, "weight", tuple(weight.shape))
+    stats_common.check_token_ids(ids, v, "weight", tuple(weight.shape))
     check_finite("hidden", hidden)
     check_finite("weight", weight)
     if bias is None or bias.numel() == 0:
@@ -405,7 +395,7 @@ def token_stats_from_hidden(
         :class:`TokenStats` of ``[...]`` tensors (float32; float64 for float64 inputs), ``None``
         for the statistics not requested; differentiable w.r.t. ``hidden``, ``weight``, ``bias``.
     """
-    want = parse_stats(stats, _OWNER)
+    want = stats_common.parse_stats(stats, _OWNER)
     _check_inputs(hidden, weight, token_ids, bias, row_mask, temperature, chunk_rows, chunk_vocab, backend)
     lead, d = token_ids.shape, hidden.shape[-1]
     ids = token_ids.reshape(-1).long()
@@ -420,9 +410,9 @@ def token_stats_from_hidden(
         h2 = h2.contiguous()
     rows = DEFAULT_CHUNK_ROWS if chunk_rows is None else chunk_rows
     cols = DEFAULT_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
-    fits = compute_dtype(hidden.dtype, weight.dtype) == torch.float32
+    fits = stats_common.compute_dtype(hidden.dtype, weight.dtype) == torch.float32
     why_not = "'triton' computes in float32; got float64 hidden and weight"
-    backend = "triton" if use_triton(backend, fits, hidden.is_cuda, _OWNER, why_not) else "torch"
+    backend = "triton" if stats_common.use_triton(backend, fits, hidden.is_cuda, _OWNER, why_not) else "torch"
     outs = _HiddenStats.apply(h2, weight, bias, ids.contiguous(), 1.0 / temperature, want, rows, cols, backend)
     if validate and ids.numel():
         _check_overflow(outs)

@@ -13,20 +13,17 @@ Layout of ``runs/NAME/``::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 import yaml
 
 from entflow.analysis.runs import read_jsonl as read_jsonl  # the one run-directory reader, re-exported
-from entflow.files import atomic_write_bytes, json_safe
+from entflow.files import atomic_file, atomic_write_bytes, json_safe
 
 
 def default_cache_dir() -> Path:
@@ -60,25 +57,6 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
 
 
-@contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file to write that replaces ``path`` only when the block ends without an error
-    (a temporary file in the same directory, fsynced, then ``os.replace``): a reader, or a run
-    killed at any moment, sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
@@ -89,7 +67,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: Path, **state: Any) -> None:
-    """``torch.save`` the state straight into :func:`atomic_file`: ``path`` holds the old checkpoint
+    """``torch.save`` the state straight into :func:`entflow.files.atomic_file`: ``path`` holds the old checkpoint
     or the new one, never half, and no second in-memory copy of the state is made."""
     with atomic_file(path) as f:
         torch.save(state, f)

@@ -122,3 +122,28 @@ def test_strict_refuses_a_nan_in_a_run_directory_before_writing(tmp_path, capsys
     assert f"dropped 1 step(s) where entropy is NaN or inf (first at step {rec['step']})" in " ".join(
         capsys.readouterr().out.split()
     )
+
+
+def test_a_mirror_selected_log_shows_the_mirror_ceiling_everywhere(tmp_path, capsys):
+    """A TRL log whose R follows the mirror form: the terminal, analysis.json, the verdict and
+    report.html all give q (fitted independently here) as the ceiling, the law's as the other."""
+    from entflow.analysis.law import fit_law, fit_mirror
+
+    s = np.arange(1, 121, dtype=float)
+    H = 0.1 + 1.5 * np.exp(-s / 25)
+    R = 0.7 * np.exp(-1.2 * H) + np.random.default_rng(1).normal(0, 0.003, s.size)
+    log = [{"step": int(i), "entropy": float(h), "reward": float(r)} for i, h, r in zip(s, H, R, strict=True)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+    out = tmp_path / "out"
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(out), "--json"]) == 0
+    printed = capsys.readouterr().out
+    q, law = fit_mirror(H, R).params["q"], fit_law(H, R).ceiling
+    data = json.loads((out / "analysis.json").read_text())
+    assert data["fit"]["model"] == "mirror" and data["fit"]["ceiling"] == pytest.approx(q, rel=1e-6)
+    assert any(e.startswith(f"mirror ceiling q = {q:.4g}") for e in data["collapse"]["evidence"])
+    page = (out / "report.html").read_text()
+    for text in (printed, page):
+        assert "ceiling, mirror (selected)" in text and f"{q:.4g}" in text
+        assert "ceiling, law (other)" in text and f"{law:.4g}" in text
+    assert f"mirror ceiling q = {q:.4g}" in page  # the verdict's evidence

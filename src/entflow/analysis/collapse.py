@@ -125,7 +125,6 @@ class CollapseAnalysis:
     heldout_rmse: dict[str, float]
     heldout_n: int
     prediction: dict[str, Any]
-    fit_note: str
     entropy: dict[str, Any]
     reward: dict[str, Any]
     collapse: dict[str, Any]
@@ -144,12 +143,17 @@ class CollapseAnalysis:
         return self.selected.ceiling
 
     @property
+    def fit_note(self) -> str:
+        """Why the selected form's ceiling is not informative (:func:`uninformative`), or ``""``."""
+        return self.form_note(self.selected)
+
+    @property
     def informative(self) -> bool:
-        """Whether the ceiling says something (:func:`uninformative`; :attr:`fit_note` says why not)."""
+        """Whether the ceiling says something (:attr:`fit_note` says why not)."""
         return not self.fit_note
 
     def form_note(self, form: FormFit) -> str:
-        """:func:`uninformative` for one form's ceiling (the selected one's is :attr:`fit_note`)."""
+        """:func:`uninformative` for one form's ceiling: its R², its CI, the span of the fitted R."""
         return uninformative(form.r2, form.ci["ceiling"], float(np.ptp(self.points[2])))
 
     def to_dict(self) -> dict[str, Any]:
@@ -529,7 +533,6 @@ def analyze_series(
         heldout_rmse=rmse,
         heldout_n=n_out,
         prediction=_early_prediction(Rs, RH, R, early_frac, level, forms),
-        fit_note=fit_note,
         entropy=ent,
         reward=rs,
         collapse=verdict,

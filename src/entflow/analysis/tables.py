@@ -457,12 +457,12 @@ def collapse_table(analysis: Any) -> Table:
         [
             "entropy first → last",
             f"{_text(ent['initial'])} → {_text(ent['final'])}",
-            "means of the first 5 % / last 20 %",
+            "mean of first 5 % / last 20 %",
         ],
         [
             "entropy retention",
             _text(ent["retention"], ".3g"),
-            f"last / first; below half at step {_text(half, 'g')}" if half is not None else "never below half",
+            f"below half at step {_text(half, 'g')}" if half is not None else "never below half",
         ],
         [
             "reward slope",

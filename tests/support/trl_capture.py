@@ -51,6 +51,17 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
+def assert_same_update(w0: dict, w_peer: dict, w_ours: dict) -> None:
+    """Two trainings from the weights ``w0`` end equal: the final weights to 1e-6 relative, the updates
+    themselves to 1e-4 (float32), and a tensor the peer left untouched stays untouched."""
+    for k in w_peer:
+        if (w_peer[k] - w0[k]).norm() == 0:
+            assert (w_ours[k] - w0[k]).norm() == 0, k
+            continue
+        assert rel(w_ours[k], w_peer[k]) <= 1e-6, k
+        assert rel(w_ours[k] - w0[k], w_peer[k] - w0[k]) <= 1e-4, k
+
+
 class CapturingTrainer(EntflowGRPOTrainer):
     """Keeps the last micro-batch's inputs, the weights it was computed with and its loss."""
 

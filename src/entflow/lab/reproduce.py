@@ -377,7 +377,6 @@ def _setting_configs(
             setattr(cfg, k, {**old, **v} if isinstance(old, dict) and isinstance(v, dict) else v)
         if run_key(setting, cfg.group) in coverage_runs() and not explicit_coverage:
             cfg.coverage_n = COVERAGE_N
-        cfg.__post_init__()
         cfg.validate()
     return configs
 

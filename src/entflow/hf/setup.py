@@ -65,6 +65,12 @@ class RealTrainConfig(TrainConfig):
     # run checkpoints every 5 minutes of wall clock (and after its last step), not every step
     checkpoint_every: int = 1000
     checkpoint_minutes: float | None = 5.0
+    # the fast real-model step (docs/benchmarks.md "real_step against trl.GRPOTrainer"): each
+    # group's prompt runs once per forward, the audit's extra forward only on validation steps
+    # (with the §9 diagnostics), AdamW as torch's fused kernel
+    share_prompts: bool = True
+    audit_every: int = 0
+    optimizer: str = "adamw_fused"
 
     @property
     def run_name(self) -> str:

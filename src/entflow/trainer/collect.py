@@ -59,6 +59,7 @@ def rollout_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str,
         cfg.chunk_size,
         stats,
         hidden_stats=cfg.hidden_stats,
+        share_prompts=cfg.share_prompts,
     )
 
 

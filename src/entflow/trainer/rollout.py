@@ -28,6 +28,7 @@ from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
+from entflow.trainer.shared_prompts import prompt_cache, shared_response_forward, worth_sharing
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 
 
@@ -95,6 +96,7 @@ def generate(
     greedy: bool = False,
     output_logits: bool = False,
     record_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> Generation:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), sampled at
     ``temperature`` with ``top_k`` / ``top_p`` (greedy decoding with ``greedy``; the warpers are
@@ -104,12 +106,18 @@ def generate(
     The warpers run in the order temperature → top-k → top-p and ``generate``'s own are off, so the
     sampled law is exactly softmax(warped logits). ``output_logits`` keeps ``generate``'s raw
     (unwarped) logits ``[N, T, V]``; ``record_entropy`` keeps the entropy ``[N, T]`` of the warped law
-    (O(N·T) memory). The caller sets the mode (``model.eval()``) and the RNG.
+    (O(N·T) memory). ``share_prompts`` (with ``n`` > 1): each prompt's prefill runs once and its
+    KV cache serves its ``n`` rows (:mod:`entflow.trainer.shared_prompts`; the same logits up to
+    float round-off). The caller sets the mode (``model.eval()``) and the RNG.
     """
     from transformers import LogitsProcessorList
 
     device = next(model.parameters()).device
-    enc = {k: v.repeat_interleave(n, 0).to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
+    once = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
+    enc = {k: v.repeat_interleave(n, 0) for k, v in once.items()}
+    shared: dict[str, Any] = {}
+    if share_prompts and n > 1 and once["input_ids"].shape[1] >= 2:  # generate runs the last prompt token
+        shared["past_key_values"] = prompt_cache(model, once["input_ids"], once["attention_mask"], repeats=n)
     recorder = _EntropyRecorder() if record_entropy else None
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
     if recorder is not None:
@@ -128,6 +136,7 @@ def generate(
         output_logits=output_logits,
         return_dict_in_generate=True,
         use_cache=True,
+        **shared,
     )
     seq = out.sequences
     response_ids = seq[:, enc["input_ids"].shape[1] :]
@@ -203,6 +212,7 @@ def sample_rollout(
         n=cfg.group_size,
         temperature=cfg.temperature if temperature is None else temperature,
         output_logits=True,
+        share_prompts=cfg.share_prompts,
     )
     t0 = time.perf_counter()
     rewards = torch.tensor(
@@ -243,21 +253,35 @@ def _response_inputs(
 
 
 def response_logits(
-    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    share_prompts: bool = False,
 ) -> torch.Tensor:
     """Untempered logits ``[N, T, V]`` that predict each response token (a view of the last T + 1
-    positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``."""
+    positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``.
+    ``share_prompts``: rows that repeat a prompt share its forward
+    (:func:`~entflow.trainer.shared_prompts.shared_response_forward`)."""
+    if share_prompts and worth_sharing(prompt_ids, prompt_mask):
+        return shared_response_forward(model, prompt_ids, prompt_mask, response_ids)
     t = response_ids.shape[1]
     logits = model(**_response_inputs(prompt_ids, prompt_mask, response_ids), logits_to_keep=t + 1).logits
     return logits[:, :-1]
 
 
 def response_hidden(
-    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    share_prompts: bool = False,
 ) -> torch.Tensor:
     """The LM head's inputs ``[N, T, D]`` that predict each response token: the model body's last
     hidden state at the positions :func:`response_logits` reads (a view, not a copy); the head
-    never runs."""
+    never runs. ``share_prompts`` as in :func:`response_logits`."""
+    if share_prompts and worth_sharing(prompt_ids, prompt_mask):
+        return shared_response_forward(model, prompt_ids, prompt_mask, response_ids, hidden=True)
     t = response_ids.shape[1]
     return last_hidden_state(model, **_response_inputs(prompt_ids, prompt_mask, response_ids))[:, -t - 1 : -1]
 
@@ -272,6 +296,7 @@ def response_token_stats(
     stats: tuple[str, ...] = ("logp", "entropy", "sum_p2", "sum_p2_logp"),
     entropy_top_p: float | None = None,
     hidden_stats: bool = False,
+    share_prompts: bool = False,
 ) -> TokenStats:
     """Token statistics ``stats`` of the response tokens ``[N, T]`` under ``model`` (grad if enabled).
 
@@ -290,17 +315,19 @@ def response_token_stats(
     ``entropy_top_p`` (< 1, ``MethodNeeds.entropy_top_p``): ``entropy`` is the entropy of the top-p
     nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
     2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
+
+    ``share_prompts``: rows that repeat a prompt share its forward (:func:`response_logits`).
     """
     if hidden_stats and (entropy_top_p is None or "entropy" not in stats):  # top-p entropy needs the logits
         reason = hidden_head_reason(model)
         if reason is None:
             head = model.get_output_embeddings()
-            hidden = response_hidden(model, prompt_ids, prompt_mask, response_ids)
+            hidden = response_hidden(model, prompt_ids, prompt_mask, response_ids, share_prompts)
             # default tiles (1,024 rows × 8,192 vocabulary entries): smaller row tiles read the
             # weight more often (docs/benchmarks.md "hidden_passes"); chunk_size is the logits path's
             return token_stats_from_hidden(hidden, head.weight, response_ids, head.bias, temperature, stats=stats)
         warnings.warn(f"hidden_stats: token statistics from full logits because {reason}", stacklevel=2)
-    logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    logits = response_logits(model, prompt_ids, prompt_mask, response_ids, share_prompts)
     return response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
 
 
@@ -314,11 +341,12 @@ def response_topk_stats(
     chunk_size: int | None = None,
     stats: tuple[str, ...] = ("logp", "entropy"),
     entropy_top_p: float | None = None,
+    share_prompts: bool = False,
 ) -> tuple[TokenStats, torch.Tensor]:
     """:func:`response_token_stats` and, from the same logits, the log-probs of each position's
     ``topk`` most probable tokens ``[N, T, topk]`` with grad (:func:`~entflow.core.topk.topk_logprobs`;
     ``MethodNeeds.topk``, SimKO). Always from the logits (never from hidden states)."""
-    logits = response_logits(model, prompt_ids, prompt_mask, response_ids)
+    logits = response_logits(model, prompt_ids, prompt_mask, response_ids, share_prompts)
     out = response_token_stats_from_logits(logits, response_ids, temperature, chunk_size, stats, entropy_top_p)
     return out, topk_logprobs(logits, topk, temperature)
 

@@ -65,8 +65,15 @@ class StepPlan:
     mini_batches: int  # optimizer steps per pass
     sampler: Any = None  # the part asking for temperature samples (MethodNeeds.temperature_samples)
 
-    def rollout_stats(self, cfg: TrainConfig, diagnose: bool) -> tuple[str, ...]:
-        return self.audited_old_stats if (cfg.audit or diagnose) else self.old_stats
+    def rollout_stats(self, audited: bool) -> tuple[str, ...]:
+        """The rollout statistics of a step with (``audited``) or without estimator scores and diagnostics."""
+        return self.audited_old_stats if audited else self.old_stats
+
+
+def audit_due(cfg: TrainConfig, step: int, validation: bool) -> bool:
+    """The audit of the true entropy change runs (``cfg.audit``) on every ``audit_every``-th step and
+    on every validation step (``audit_every = 0``: validation steps only)."""
+    return cfg.audit and (validation or (cfg.audit_every > 0 and step % cfg.audit_every == 0))
 
 
 def update_passes(cfg: TrainConfig, needs: MethodNeeds) -> tuple[int, int]:
@@ -114,6 +121,7 @@ def current_stats(
         chunk_size=cfg.chunk_size,
         stats=plan.update_stats,
         entropy_top_p=plan.needs.entropy_top_p,  # a loss may differentiate the top-p entropy
+        share_prompts=cfg.share_prompts,
     )
     if plan.needs.topk is not None:  # the top-K candidates are read from the logits
         return response_topk_stats(model, **roll.select(idx), **kw, topk=plan.needs.topk)
@@ -289,8 +297,9 @@ def train_step(
     Returns (metrics, rollout, timings); each ``time/*_s`` timing times what its name says."""
     plan = plan_steps(method, cfg) if plan is None else plan
     timings: dict[str, float] = {}
+    audit = audit_due(cfg, step, diagnose)
     collected = collect_rollout(
-        model, tokenizer, task, cfg, step, plan.rollout_stats(cfg, diagnose), ref_model, timings
+        model, tokenizer, task, cfg, step, plan.rollout_stats(audit or diagnose), ref_model, timings
     )
     t0 = time.perf_counter()
     full = rollout_batch(collected, cfg, step)
@@ -310,7 +319,7 @@ def train_step(
     timings["time/update_s"] = time.perf_counter() - t0
 
     metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)
-    if cfg.audit:
+    if audit:
         t0 = time.perf_counter()
         metrics.update(estimator_metrics(model, collected, full, adv, update.applied_weights, cfg))
         timings["time/audit_s"] = time.perf_counter() - t0

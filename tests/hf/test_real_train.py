@@ -163,3 +163,47 @@ def test_lora_trains_only_the_adapter_checkpoints_it_alone_and_resumes_exactly(t
     assert (tmp_path / "full" / "metrics.jsonl").read_text() == (tmp_path / "part" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="lora_rank"):
         build_config({"model": str(tiny_dir)}, _overrides(tmp_path, lora_rank=-1), cls=RealTrainConfig)
+
+
+def test_fast_defaults_equal_the_plain_step_and_audit_on_validation_steps(tiny_dir, tmp_path, parity):
+    """The real defaults (share_prompts, optimizer adamw_fused, audit_every=0) against the plain
+    step (share_prompts=false, adamw, audit_every=1) on the same seed: the same samples and rewards,
+    the same statistics to float32 round-off; the audit only on validation steps."""
+    import math
+
+    from entflow.trainer.loop import make_optimizer
+
+    fast = build_config({"model": str(tiny_dir), "name": "fast"}, _overrides(tmp_path, steps=3, eval_every=2),
+                        cls=RealTrainConfig)  # fmt: skip
+    assert (fast.share_prompts, fast.optimizer, fast.audit_every) == (True, "adamw_fused", 0)
+    plain_kw = {"steps": 3, "eval_every": 2, "share_prompts": "false", "optimizer": "adamw", "audit_every": 1}
+    plain = build_config({"model": str(tiny_dir), "name": "plain"}, _overrides(tmp_path, **plain_kw),
+                         cls=RealTrainConfig)  # fmt: skip
+    a, b = _lines(train_real(fast)), _lines(train_real(plain))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2, 3]
+    # validation steps (2, and 3 the last) are audited; step 1 only in the plain run
+    assert "audit/steer/spearman" not in a[1] and "audit/steer/spearman" in b[1]
+    for i in (2, 3):
+        assert "audit/steer/spearman" in a[i] and "diag/calib/gap" in a[i]
+    samples = [(tmp_path / r / "samples.jsonl").read_text() for r in ("fast", "plain")]
+    assert samples[0] == samples[1]  # the same responses and rewards
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() <= rb.keys()
+        # audit/*: the true ΔH = H_after − H_before is a difference of nearly equal numbers, so the
+        # round-off of either (≈ 1e-7) moves the scores by ≈ 1e-4
+        tol = {"audit/": {"rel": 1e-2, "abs": 1e-3}}
+        bad = [
+            (ra["step"], k, v, rb[k])
+            for k, v in ra.items()
+            if isinstance(v, float)
+            and math.isfinite(v)
+            and v != pytest.approx(rb[k], **tol.get(k[:6], {"rel": 1e-4, "abs": 1e-6}))
+        ]
+        assert not bad, bad
+    model = __import__("torch").nn.Linear(2, 2)
+    assert make_optimizer(model, fast).defaults["fused"] is True
+    assert not make_optimizer(model, plain).defaults.get("fused")
+    with pytest.raises(ConfigError, match="audit_every"):
+        build_config({"model": str(tiny_dir)}, _overrides(tmp_path, audit_every=-1), cls=RealTrainConfig)
+    with pytest.raises(ConfigError, match="optimizer"):
+        build_config({"model": str(tiny_dir)}, _overrides(tmp_path, optimizer="adam"), cls=RealTrainConfig)

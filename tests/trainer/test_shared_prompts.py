@@ -113,3 +113,24 @@ def test_prompt_cache_repeats_rows_as_generate_lays_them_out():
         assert a.keys.shape == b.keys.shape and a.keys.shape[0] == 3 * ids.shape[0]
         for x, y in ((a.keys, b.keys), (a.values, b.values)):
             assert torch.allclose(x * real, y * real, atol=TOL)
+
+
+def test_generate_with_shared_prompts_equals_plain_generate():
+    """``generate(share_prompts=True)``: each prompt's prefill runs once for its n rows; the greedy
+    responses are the same and generate's raw logits equal to round-off; sampling under one seed
+    draws the same responses."""
+    from entflow.trainer.rollout import generate
+
+    model, roll = _rollout()
+    task = get_task("arithmetic", validation_size=4)
+    tok = build_tokenizer(task.alphabet)
+    prompts = list(dict.fromkeys(roll.prompts))
+    model.eval()
+    for greedy in (True, False):
+        out = []
+        for share in (False, True):
+            torch.manual_seed(5)
+            out.append(generate(model, tok, prompts, 8, n=3, greedy=greedy, output_logits=True, share_prompts=share))
+        plain, shared = out
+        assert plain.texts == shared.texts and torch.equal(plain.response_ids, shared.response_ids)
+        assert torch.allclose(plain.logits, shared.logits, atol=TOL, rtol=0)

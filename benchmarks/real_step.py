@@ -236,7 +236,7 @@ def run_arm(arm: dict, steps: int, threads: int) -> dict:
     return out
 
 
-def summarize(results: list[dict], steps: int) -> dict[str, float]:
+def summarize(results: list[dict]) -> dict[str, float]:
     rows = [r for res in results for r in res["rows"] if r["step"] >= 2]
     med = {p: statistics.median(r[p] for r in rows) for p in PHASES if p != "checkpoint"}
     plain = [r["total"] for r in rows if r["total"] is not None and r["validation"] == 0.0]
@@ -261,7 +261,11 @@ def main() -> None:
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument("--worker", choices=["entflow", "trl"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="write every round's raw numbers to this JSON file")
+    ap.add_argument("--from-json", default=None, help="print the table of an --out file (no run)")
     a = ap.parse_args()
+    if a.from_json:
+        print_table(json.loads(Path(a.from_json).read_text()))
+        return
     if a.worker == "entflow":
         print(json.dumps(entflow_worker(a.steps, a.threads, a.set)))
         return
@@ -282,17 +286,24 @@ def main() -> None:
             results[arm["name"]].append(res)
             load = os.getloadavg()[0]
             print(f"round {r + 1} {arm['name']}: {res['wall_s']:.0f} s (load {load:.1f})", file=sys.stderr)
-    if a.out:
-        Path(a.out).write_text(json.dumps(results, indent=1))
-    summary = {name: summarize(res, a.steps) for name, res in results.items()}
+            if a.out:  # after every arm: a long run stopped early keeps what it measured
+                Path(a.out).write_text(json.dumps(results, indent=1))
+    print_table(results)
+
+
+def print_table(results: dict[str, list[dict]]) -> None:
+    """The markdown table of per-phase medians and the ratios to TRL (arms without a round are left out)."""
+    results = {name: res for name, res in results.items() if res}
+    summary = {name: summarize(res) for name, res in results.items()}
     cols = [*PHASES, "step", "step+val"]
-    print("| arm | " + " | ".join(cols) + " | × TRL step | × TRL step+val |")
-    print("|---|" + "---:|" * (len(cols) + 2))
+    print("| arm | rounds | " + " | ".join(cols) + " | × TRL step | × TRL step+val |")
+    print("|---|" + "---:|" * (len(cols) + 3))
     ref = summary.get("trl")
     for name, s in summary.items():
         ratio = f"{s['step'] / ref['step']:.2f}" if ref else "—"
         ratio_v = f"{s['step+val'] / ref['step+val']:.2f}" if ref else "—"
-        print(f"| {name} | " + " | ".join(f"{s[c]:.2f}" for c in cols) + f" | {ratio} | {ratio_v} |")
+        cells = " | ".join(f"{s[c]:.2f}" for c in cols)
+        print(f"| {name} | {len(results[name])} | {cells} | {ratio} | {ratio_v} |")
     for name, res in results.items():
         if "logged" in res[0]:
             print(f"{name} logs: {', '.join(res[0]['logged'])}")

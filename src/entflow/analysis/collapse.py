@@ -156,6 +156,19 @@ class CollapseAnalysis:
         """:func:`uninformative` for one form's ceiling: its R², its CI, the span of the fitted R."""
         return uninformative(form.r2, form.ci["ceiling"], float(np.ptp(self.points[2])))
 
+    def form_dict(self, form: FormFit, params: tuple[str, ...]) -> dict[str, Any]:
+        """One form's part of ``analysis.json``'s ``fit``: its parameters, R², ceiling, CIs and whether
+        its ceiling is informative (with the note that says why not)."""
+        note = self.form_note(form)
+        return {
+            **{name: form.params[name] for name in params},
+            "r2": form.r2,
+            "ceiling": form.ceiling,
+            "ci": {k: list(v) for k, v in form.ci.items()},
+            "informative": not note,
+            "note": note,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """The stable ``analysis.json`` object (NaN → None); see docs/analyze.md for every key."""
         law, mir, sel = self.law, self.mirror, self.selected
@@ -173,26 +186,8 @@ class CollapseAnalysis:
                 "note": self.fit_note,
                 "n": sel.n,
                 "level": sel.level,
-                "law": {
-                    "a": law.params["a"],
-                    "b": law.params["b"],
-                    "r2": law.r2,
-                    "ceiling": law.ceiling,
-                    "ci": {k: list(v) for k, v in law.ci.items()},
-                    "informative": not self.form_note(law),
-                    "note": self.form_note(law),
-                },
-                "mirror": None
-                if mir is None
-                else {
-                    "q": mir.params["q"],
-                    "beta": mir.params["beta"],
-                    "r2": mir.r2,
-                    "ceiling": mir.ceiling,
-                    "ci": {k: list(v) for k, v in mir.ci.items()},
-                    "informative": not self.form_note(mir),
-                    "note": self.form_note(mir),
-                },
+                "law": self.form_dict(law, ("a", "b")),
+                "mirror": None if mir is None else self.form_dict(mir, ("q", "beta")),
                 "heldout_rmse": self.heldout_rmse,
                 "heldout_n": self.heldout_n,
             },

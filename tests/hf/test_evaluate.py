@@ -23,6 +23,7 @@ from entflow.hf.evaluate import (
     pass_at_k,
     run_eval,
 )
+from support.hf_sampling import reference_sample
 from support.real_tiny import save_tiny_model
 
 
@@ -102,17 +103,7 @@ def test_sample_entropy_equals_forward_pass(tiny_dir):
     torch.manual_seed(3)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
-        seq = model.generate(
-            **enc,
-            do_sample=True,
-            temperature=T,
-            top_k=0,
-            top_p=1.0,
-            num_return_sequences=2,
-            max_new_tokens=5,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
+        seq = reference_sample(model, tok, enc, T, 5, num_return_sequences=2)
     resp = seq[:, enc["input_ids"].shape[1] :]
     mask = response_mask(tok, resp)
     ids = enc["input_ids"].repeat_interleave(2, 0)

@@ -12,6 +12,7 @@ from entflow.lab.tasks import get_task
 from entflow.trainer.evaluate import generate_in_batches
 from entflow.trainer.rollout import generate, response_logits
 from entflow.trainer.tokens import encode_prompts
+from support.hf_sampling import reference_sample
 
 PROMPTS = ["1+2", "37+5", "9"]
 
@@ -33,18 +34,7 @@ def test_sampling_is_token_for_token_generates_own(tiny):
     ours = generate(model, tok, rows, 8, temperature=0.7, output_logits=True)
     enc = encode_prompts(tok, rows)
     torch.manual_seed(7)
-    out = model.generate(
-        **enc,
-        do_sample=True,
-        temperature=0.7,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=8,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+    out = reference_sample(model, tok, enc, 0.7, 8, output_logits=True, return_dict_in_generate=True)
     theirs = out.sequences[:, enc["input_ids"].shape[1] :]
     assert torch.equal(ours.response_ids[ours.mask > 0], theirs[ours.mask > 0])
     assert torch.equal(ours.logits, torch.stack(out.logits, dim=1))

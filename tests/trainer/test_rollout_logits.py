@@ -12,6 +12,7 @@ from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
 from entflow.trainer.rollout import response_token_stats, sample_rollout
 from entflow.trainer.tokens import encode_prompts
+from support.hf_sampling import reference_sample
 
 TOL = 1e-5  # float32 KV-cached decoding vs one full forward
 STATS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
@@ -69,18 +70,9 @@ def test_sampling_law_is_softmax_of_raw_logits_over_temperature(tiny):
     enc = encode_prompts(tok, ["12+3=", "4*5-67=", "8="])
     model.eval()
     torch.manual_seed(0)
-    out = model.generate(
-        **enc,
-        do_sample=True,
-        temperature=0.7,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=task.max_response_len,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        output_logits=True,
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
+    out = reference_sample(
+        model, tok, enc, 0.7, task.max_response_len,
+        output_logits=True, output_scores=True, return_dict_in_generate=True,
+    )  # fmt: skip
     for raw, scores in zip(out.logits, out.scores, strict=True):
         assert torch.allclose(scores, raw / 0.7, atol=1e-6, rtol=1e-6)

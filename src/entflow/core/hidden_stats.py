@@ -44,7 +44,13 @@ from entflow.core.stats_common import BACKENDS, LOG_FLOOR, STAT_NAMES
 from entflow.core.token_stats import TokenStats
 from entflow.errors import NonFiniteError, ParameterError, ShapeError
 
-__all__ = ["BACKENDS", "DEFAULT_CHUNK_ROWS", "DEFAULT_CHUNK_VOCAB", "token_stats_from_hidden"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_CHUNK_ROWS",
+    "DEFAULT_CHUNK_ROWS_CUDA",
+    "DEFAULT_CHUNK_VOCAB",
+    "token_stats_from_hidden",
+]
 
 _OWNER = "token_stats_from_hidden"
 
@@ -55,6 +61,12 @@ _OWNER = "token_stats_from_hidden"
 # chunk, so the weight is read once per pass; a float32 tile is then 32 MiB.
 DEFAULT_CHUNK_ROWS = 1024
 DEFAULT_CHUNK_VOCAB = 8192
+# On CUDA, measured on one H100 at 8,192 rows × V = 151,936, bf16, forward + backward (docs/benchmarks.md,
+# "On a GPU"): 4,096 rows per tile took 26 ms at D = 896 and 64 ms at D = 3,584, against 48 and 80 ms
+# with 1,024 rows, for 250 MiB more memory; larger tiles gained at most 2 ms.
+DEFAULT_CHUNK_ROWS_CUDA = 4096
+# torch.mm(..., out_dtype=) (half-precision operands, float32 result) exists from torch 2.8
+_MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,11 +74,33 @@ DEFAULT_CHUNK_VOCAB = 8192
 # --------------------------------------------------------------------------------------------
 
 
+def _half_operands(h2: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Multiply bf16/fp16 ``h2`` and ``weight`` as they are, accumulating in float32 (CUDA, torch ≥ 2.8).
+
+    Elsewhere the operands are cast to float32 first. On a GPU that cast costs the tensor cores: at
+    8,192 × 896 × 151,936 forward + backward took 218 ms in float32 against 17 ms for TRL's kernel,
+    which multiplies bf16 tiles (docs/benchmarks.md, "On a GPU").
+    """
+    return h2.is_cuda and h2.dtype == weight.dtype and h2.dtype in (torch.bfloat16, torch.float16) and _MM_OUT_DTYPE
+
+
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    """``out = a @ b`` (``out += a @ b`` with ``accumulate``) in ``out``'s dtype; half-precision
+    ``a`` and ``b`` multiply as they are, with ``out``'s dtype as accumulator and result."""
+    if a.dtype != out.dtype:
+        if accumulate:
+            return torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
+        return torch.mm(a, b, out_dtype=out.dtype, out=out)
+    return out.addmm_(a, b) if accumulate else torch.mm(a, b, out=out)
+
+
 def _tile_logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-    """Raw logits ``h wᵀ + b`` of one tile into ``out`` [R, C] (h [R, D], w [C, D], compute dtype)."""
-    if b is None:
-        return torch.mm(h, w.t(), out=out)
-    return torch.addmm(b, h, w.t(), out=out)
+    """Raw logits ``h wᵀ + b`` of one tile into ``out`` [R, C] (h [R, D], w [C, D]: compute dtype or
+    both half precision, see :func:`_half_operands`; ``out`` and ``b`` in the compute dtype)."""
+    if b is not None and h.dtype == out.dtype:
+        return torch.addmm(b, h, w.t(), out=out)
+    _mm_into(out, h, w.t())
+    return out if b is None else out.add_(b)
 
 
 class _State:
@@ -191,16 +225,17 @@ class _HiddenStats(torch.autograd.Function):
         want_h, want_p2 = want[1], want[2] or want[3]
         outs = [torch.empty(n, **kw) if w else None for w in (want[0], want_h, want_p2, want[3])]
         lse = torch.empty(n, **kw)
+        odt = h2.dtype if _half_operands(h2, weight) else cdt  # the matmuls' operand dtype
         r_max, c_max = max(min(rows, n), 1), max(min(cols, v), 1)
         tile_buf, e_buf = _buffers(r_max, c_max, 2, kw)
         bias_c = None if bias is None else bias.to(cdt)
         for r0 in range(0, n, r_max):
             r1 = min(r0 + r_max, n)
-            h = h2[r0:r1].to(cdt)
+            h = h2[r0:r1].to(odt)
             st = _State(r1 - r0, want_h, want_p2, want[3], kw)
             for c0 in range(0, v, c_max):
                 c1 = min(c0 + c_max, v)
-                tile = _tile_logits(h, weight[c0:c1].to(cdt), None if bias_c is None else bias_c[c0:c1],
+                tile = _tile_logits(h, weight[c0:c1].to(odt), None if bias_c is None else bias_c[c0:c1],
                                     _view(tile_buf, r1 - r0, c1 - c0))  # fmt: skip
                 fold(tile, _view(e_buf, r1 - r0, c1 - c0), st, ids[r0:r1] - c0, inv_temp)
             log_z = torch.log(st.z)
@@ -238,6 +273,7 @@ class _HiddenStats(torch.autograd.Function):
         n, v, dim = h2.shape[0], weight.shape[0], h2.shape[1]
         kw = {"dtype": cdt, "device": h2.device}
         grads = [None if g is None else g.to(cdt) for g in grads]
+        odt = h2.dtype if _half_operands(h2, weight) else cdt  # the matmuls' operand dtype
         r_max, c_max = max(min(ctx.rows, n), 1), max(min(ctx.cols, v), 1)
         one_row_chunk = n <= r_max
         # gradients: written straight into the result when its dtype is the compute dtype; else
@@ -255,12 +291,13 @@ class _HiddenStats(torch.autograd.Function):
         has_p2 = grads[2] is not None or grads[3] is not None
         tile_buf, p_buf = _buffers(r_max, c_max, 2, kw)
         tmp_buf = _buffers(r_max, c_max, 1, kw)[0] if has_p2 else None
+        g_op_buf = None if odt == cdt else _buffers(r_max, c_max, 1, {"dtype": odt, "device": h2.device})[0]
         gw_tmp = torch.empty(c_max, dim, **kw) if need_w and one_row_chunk and weight.dtype != cdt else None
         gh_acc = torch.empty(r_max, dim, **kw) if need_h and h2.dtype != cdt else None
         for r0 in range(0, n, r_max):
             r1 = min(r0 + r_max, n)
             r = r1 - r0
-            h = h2[r0:r1].to(cdt)
+            h = h2[r0:r1].to(odt)
             sl = slice(r0, r1)
             sv = tuple(t[sl] if t.numel() else None for t in (h_s, s2_s, s2l_s))
             coefs = _coefficients([None if g is None else g[sl] for g in grads], sv, ctx.inv_temp)
@@ -270,22 +307,21 @@ class _HiddenStats(torch.autograd.Function):
             for c0 in range(0, v, c_max):
                 c1 = min(c0 + c_max, v)
                 c = c1 - c0
-                w = weight[c0:c1].to(cdt)
+                w = weight[c0:c1].to(odt)
                 tile = _tile_logits(h, w, None if bias_c is None else bias_c[c0:c1], _view(tile_buf, r, c))
                 g = grad_tile(tile, lse[sl], coefs, ids[sl] - c0, ctx.inv_temp, _view(p_buf, r, c),
                               None if tmp_buf is None else _view(tmp_buf, r, c))  # fmt: skip
+                # ∇logits of the tile as a matmul operand (rounded to bf16/fp16 in the half path, as TRL does)
+                g_op = g if g_op_buf is None else _view(g_op_buf, r, c).copy_(g)
                 if need_h:
-                    if c0 == 0:
-                        torch.mm(g, w, out=acc_h)
-                    else:
-                        acc_h.addmm_(g, w)
+                    _mm_into(acc_h, g_op, w, accumulate=c0 > 0)
                 if need_w:
                     if g_w_acc is not None:
-                        g_w_acc[c0:c1].addmm_(g.t(), h)
+                        _mm_into(g_w_acc[c0:c1], g_op.t(), h, accumulate=True)
                     elif gw_tmp is None:
-                        torch.mm(g.t(), h, out=g_w[c0:c1])
+                        _mm_into(g_w[c0:c1], g_op.t(), h)
                     else:
-                        g_w[c0:c1].copy_(torch.mm(g.t(), h, out=gw_tmp[:c]))
+                        g_w[c0:c1].copy_(_mm_into(gw_tmp[:c], g_op.t(), h))
                 if need_b:
                     g_b[c0:c1] += g.sum(0)
             if gh_acc is not None:
@@ -378,11 +414,15 @@ def token_stats_from_hidden(
         temperature: τ > 0; the logits are divided by it before any softmax.
         stats: which of ``STAT_NAMES`` to compute (default all four); the others are ``None`` and
             cost nothing.
-        chunk_rows: rows per tile (default ``DEFAULT_CHUNK_ROWS`` = 1,024).
+        chunk_rows: rows per tile (default ``DEFAULT_CHUNK_ROWS`` = 1,024; on CUDA
+            ``DEFAULT_CHUNK_ROWS_CUDA`` = 4,096).
         chunk_vocab: vocabulary entries per tile (default ``DEFAULT_CHUNK_VOCAB`` = 8,192). Extra
             memory is a few ``[chunk_rows, chunk_vocab]`` compute-dtype buffers (3 × 32 MiB at the
-            defaults; 2 in the forward), a float32 copy of each ``[chunk_vocab, D]`` weight slice
-            for half-precision weights, and, in the backward, the gradients (plus a float32 ∇W
+            CPU defaults, 3 × 128 MiB on CUDA; 2 in the forward), a float32 copy of each
+            ``[chunk_vocab, D]`` weight slice for half-precision weights (on CUDA with torch ≥ 2.8,
+            bf16/fp16 hidden and weight of one dtype are multiplied as they are, with float32
+            accumulation, and the backward rounds each tile's ∇logits to that dtype for its two
+            matmuls, as TRL's kernel does), and, in the backward, the gradients (plus a float32 ∇W
             accumulator for half-precision weights when the rows span several row chunks).
         row_mask: optional ``[...]`` bool/0-1 mask; rows where it is 0 are not computed at all
             (every statistic 0, zero gradient). Selecting the kept rows costs one host sync.
@@ -408,7 +448,7 @@ def token_stats_from_hidden(
         h2, ids = h2.index_select(0, keep), ids.index_select(0, keep)
     if h2.stride(-1) != 1:
         h2 = h2.contiguous()
-    rows = DEFAULT_CHUNK_ROWS if chunk_rows is None else chunk_rows
+    rows = (DEFAULT_CHUNK_ROWS_CUDA if hidden.is_cuda else DEFAULT_CHUNK_ROWS) if chunk_rows is None else chunk_rows
     cols = DEFAULT_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
     fits = stats_common.compute_dtype(hidden.dtype, weight.dtype) == torch.float32
     why_not = "'triton' computes in float32; got float64 hidden and weight"

@@ -2,6 +2,7 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/real_step.py --rounds 3 --steps 6
     ... --baseline-src /tmp/base/src --baseline-set checkpoint_every=1 --baseline-set checkpoint_minutes=null
+    ... --trl-variant gradient_checkpointing=false     # a second TRL arm with these GRPOConfig fields
 
 Both trainers train SmolLM2-135M-Instruct (``load_model("smollm2")``, float32) on the same prompts:
 ``basic_arithmetic`` with two one-digit terms through the chat template, P = 4 prompts × G = 4
@@ -109,10 +110,13 @@ def entflow_worker(steps: int, threads: int, sets: list[str]) -> dict:
     return {"rows": out_rows, "checkpoint_s": ckpt_s, "config": resolved}
 
 
-def trl_worker(steps: int, threads: int) -> dict:
+def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
+    """TRL's arm; ``sets`` (``key=value``, YAML values) override ``GRPOConfig`` fields, e.g.
+    ``gradient_checkpointing=false`` (TRL's ``GRPOConfig`` turns it on by default)."""
     import random
 
     import torch
+    import yaml
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -159,6 +163,7 @@ def trl_worker(steps: int, threads: int) -> dict:
             use_cpu=True,
             seed=SEED,
             disable_tqdm=True,
+            **{k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)},
         )
         trainer = GRPOTrainer(
             model=parts.model, reward_funcs=exact_match, args=args, train_dataset=data, processing_class=parts.tokenizer
@@ -259,6 +264,12 @@ def main() -> None:
     ap.add_argument("--baseline-src", default=None, help="another entflow source tree, as a third arm")
     ap.add_argument("--baseline-set", action="append", default=[], help="overrides for the baseline arm")
     ap.add_argument("--no-trl", action="store_true")
+    ap.add_argument(
+        "--trl-variant",
+        action="append",
+        default=[],
+        help="GRPOConfig override key=value for a second TRL arm (e.g. gradient_checkpointing=false)",
+    )
     ap.add_argument("--worker", choices=["entflow", "trl"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="write every round's raw numbers to this JSON file")
     ap.add_argument("--from-json", default=None, help="print the table of an --out file (no run)")
@@ -270,7 +281,7 @@ def main() -> None:
         print(json.dumps(entflow_worker(a.steps, a.threads, a.set)))
         return
     if a.worker == "trl":
-        print(json.dumps(trl_worker(a.steps, a.threads)))
+        print(json.dumps(trl_worker(a.steps, a.threads, a.set)))
         return
 
     arms = [{"name": "entflow", "kind": "entflow", "src": str(ROOT / "src"), "sets": a.set}]
@@ -278,6 +289,9 @@ def main() -> None:
         arms.append({"name": "entflow@base", "kind": "entflow", "src": a.baseline_src, "sets": a.baseline_set})
     if not a.no_trl:
         arms.append({"name": "trl", "kind": "trl", "src": str(ROOT / "src")})
+        if a.trl_variant:
+            name = f"trl[{','.join(a.trl_variant)}]"
+            arms.append({"name": name, "kind": "trl", "src": str(ROOT / "src"), "sets": a.trl_variant})
     results: dict[str, list[dict]] = {arm["name"]: [] for arm in arms}
     for r in range(a.rounds):
         order = arms[r % len(arms) :] + arms[: r % len(arms)]
@@ -296,14 +310,14 @@ def print_table(results: dict[str, list[dict]]) -> None:
     results = {name: res for name, res in results.items() if res}
     summary = {name: summarize(res) for name, res in results.items()}
     cols = [*PHASES, "step", "step+val"]
-    print("| arm | rounds | " + " | ".join(cols) + " | × TRL step | × TRL step+val |")
-    print("|---|" + "---:|" * (len(cols) + 3))
-    ref = summary.get("trl")
+    refs = [name for name in summary if name.startswith("trl")]  # every TRL arm is a reference
+    heads = "".join(f" × {r} step | × {r} step+val |" for r in refs) or " × TRL |"
+    print("| arm | rounds | " + " | ".join(cols) + " |" + heads)
+    print("|---|" + "---:|" * (len(cols) + 1 + max(2 * len(refs), 1)))
     for name, s in summary.items():
-        ratio = f"{s['step'] / ref['step']:.2f}" if ref else "—"
-        ratio_v = f"{s['step+val'] / ref['step+val']:.2f}" if ref else "—"
+        ratios = [f"{s[c] / summary[r][c]:.2f}" for r in refs for c in ("step", "step+val")] or ["—"]
         cells = " | ".join(f"{s[c]:.2f}" for c in cols)
-        print(f"| {name} | {len(results[name])} | {cells} | {ratio} | {ratio_v} |")
+        print(f"| {name} | {len(results[name])} | {cells} | {' | '.join(ratios)} |")
     for name, res in results.items():
         if "logged" in res[0]:
             print(f"{name} logs: {', '.join(res[0]['logged'])}")

@@ -134,3 +134,32 @@ def test_generate_with_shared_prompts_equals_plain_generate():
         plain, shared = out
         assert plain.texts == shared.texts and torch.equal(plain.response_ids, shared.response_ids)
         assert torch.allclose(plain.logits, shared.logits, atol=TOL, rtol=0)
+
+
+def test_generate_in_batches_passes_share_prompts_to_generate(monkeypatch):
+    """The evaluation path (``generate_in_batches``, used by ``entflow eval`` and a real run's
+    validation) shares each prompt's prefill when asked, never for greedy rows (one per prompt), and
+    samples the same responses under one seed as without sharing."""
+    import entflow.trainer.evaluate as ev
+    from entflow.trainer.rollout import generate
+
+    model, roll = _rollout()
+    tok = build_tokenizer(get_task("arithmetic", validation_size=4).alphabet)
+    prompts = list(dict.fromkeys(roll.prompts))
+    seen: list[bool] = []
+
+    def spy(*a, **k):
+        seen.append(k["share_prompts"])
+        return generate(*a, **k)
+
+    monkeypatch.setattr(ev, "generate", spy)
+    runs = {}
+    for share in (False, True):
+        for greedy in (False, True):
+            seen.clear()
+            gens = ev.generate_in_batches(
+                model, tok, prompts, 4, 8, batch_size=8, seed=7, greedy=greedy, share_prompts=share
+            )
+            assert seen and all(flag == (share and not greedy) for flag in seen), (share, greedy, seen)
+            runs[share, greedy] = [t for g in gens for t in g.texts]
+    assert runs[True, False] == runs[False, False] and runs[True, True] == runs[False, True]

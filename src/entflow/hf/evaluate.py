@@ -59,6 +59,9 @@ class SamplingConfig:
     max_new_tokens: int = 256
     seed: int = 0
     batch_size: int = 32  # sequences per generate call
+    # each problem's prompt prefilled once for its samples (entflow.trainer.shared_prompts): the
+    # same responses up to float round-off, the prefill's cost divided by the samples per problem
+    share_prompts: bool = True
 
     def validate(self) -> None:
         def need(ok: bool, key: str, what: str) -> None:
@@ -108,6 +111,7 @@ def generate_batched(
         greedy=greedy,
         batch_size=sampling.batch_size,
         seed=sampling.seed,
+        share_prompts=sampling.share_prompts,
         on_batch=on_batch,
     )
     texts = [t for gen in runs for t in gen.texts]

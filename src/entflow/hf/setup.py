@@ -118,6 +118,7 @@ def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step:
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,
         seed=step_seed(cfg.seed + 1, step),
+        share_prompts=cfg.share_prompts,
         # the whole validation set in one generate call (up to VAL_BATCH_ROWS rows): a CPU decodes
         # 32 rows in one call ≈ 0.7× the time of two calls of 16 (docs/benchmarks.md "real_step")
         batch_size=max(

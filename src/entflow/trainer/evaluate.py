@@ -106,6 +106,7 @@ def generate_in_batches(
     seed: int | None = None,
     record_entropy: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    share_prompts: bool = False,
 ) -> list[Generation]:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i; greedy decodes each
     prompt once and repeats its row ``n`` times), ``max(1, batch_size // n)`` prompts per
@@ -114,7 +115,8 @@ def generate_in_batches(
 
     Runs in eval mode (the mode is restored after) and, with a ``seed``, under a forked RNG seeded
     with it (the caller's RNG is untouched); ``seed=None`` draws from the global RNG. Returns one
-    :class:`~entflow.trainer.rollout.Generation` per call; ``on_batch(rows)`` after each."""
+    :class:`~entflow.trainer.rollout.Generation` per call; ``on_batch(rows)`` after each.
+    ``share_prompts``: each prompt's prefill runs once for its ``n`` rows (``generate``'s option)."""
     per_call = max(1, batch_size // (1 if greedy else n))  # greedy decodes each prompt once
     out: list[Generation] = []
     was_training = model.training
@@ -135,6 +137,7 @@ def generate_in_batches(
                     top_p=top_p,
                     greedy=greedy,
                     record_entropy=record_entropy,
+                    share_prompts=share_prompts and not greedy,
                 )
                 if greedy and n > 1:
                     gen = _repeat_rows(gen, n)

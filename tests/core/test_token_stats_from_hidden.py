@@ -10,9 +10,6 @@ rounding alone is 2⁻⁹ relative); float64 input 1e-10.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ import entflow as ef
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.errors import NonFiniteError, ParameterError, ShapeError
 from support.hidden_ref import NAMES, make_inputs, objective, reference
+from support.triton_subprocess import run_check_file
 
 TWO = ("logp", "entropy")
 
@@ -297,15 +295,7 @@ CHECKS = ROOT / "tests" / "support" / "hidden_triton_checks.py"
 
 
 def _run_triton_checks(interpret: bool) -> None:
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-rf", str(CHECKS)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
-    summary = res.stdout.strip().splitlines()[-1]
-    assert "6 passed" in summary and "skipped" not in summary, res.stdout[-2000:]  # every check ran
+    run_check_file(CHECKS, 6, interpret)
 
 
 def test_triton_tile_kernels_on_cpu_interpreter():

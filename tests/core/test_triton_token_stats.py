@@ -4,13 +4,12 @@ CUDA when a GPU is present. Tolerances (issue 12): 1e-4 for float32 input, 2e-2 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from support.triton_subprocess import run_check_file
 
 pytest.importorskip("triton")
 
@@ -18,14 +17,7 @@ CHECKS = Path(__file__).parents[1] / "support" / "triton_kernel_checks.py"
 
 
 def _run(interpret: bool) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-rf", str(CHECKS)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=CHECKS.parent.parent, timeout=300)
-    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
-    summary = res.stdout.strip().splitlines()[-1]
-    assert "11 passed" in summary and "skipped" not in summary, res.stdout[-2000:]  # every check ran
+    run_check_file(CHECKS, 11, interpret)
 
 
 def test_triton_kernel_on_cpu_interpreter():

@@ -26,10 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare_run_configs(
-    base: dict[str, Any], methods_arg: str | None, name: str, overrides: list[str]
+    base: dict[str, Any], methods_arg: str | None, name: str, overrides: list[str], cls: type | None = None
 ) -> tuple[list[Any], str]:
     """The validated configs of a comparison (one per method and seed) and its ``out_dir``:
-    ``base["methods"]`` (or ``methods_arg``, comma-separated) on ``base`` with the overrides."""
+    ``base["methods"]`` (or ``methods_arg``, comma-separated) on ``base`` with the overrides;
+    ``cls``: the config class (default the lab's)."""
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs, parse_seeds
     from entflow.trainer.config import parse_override
@@ -57,7 +58,8 @@ def compare_run_configs(
             rest.append(text)
     overrides = rest
     seeds = parse_seeds(seeds_value) if seeds_value is not None else None
-    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir, seeds=seeds)
+    extra = {} if cls is None else {"cls": cls}
+    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir, seeds=seeds, **extra)
     return configs, out_dir
 
 
@@ -69,17 +71,24 @@ def compare_and_report(
     jobs: int,
     resume: bool,
     overwrite: bool,
+    real: Any = None,
 ) -> int:
-    """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report."""
+    """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report.
+    ``real`` (``entflow.lab.reproduce.RealRuns``): the configs are a real model's, trained one at a
+    time (``entflow.lab.reproduce.run_real_configs``; ``jobs`` does not apply)."""
     from pathlib import Path
 
     from entflow.errors import ConfigError
-    from entflow.lab.compare import run_compare
+    from entflow.lab import compare, reproduce
 
-    configs, out_dir = compare_run_configs(base, methods_arg, name, overrides)
+    cls = None if real is None else real.config_cls
+    configs, out_dir = compare_run_configs(base, methods_arg, name, overrides, cls)
     if jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {jobs}")
-    run_dirs = run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)
+    if real is not None:
+        run_dirs = reproduce.run_real_configs(configs, real.train, resume=resume and not overwrite)
+    else:
+        run_dirs = compare.run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)
     from entflow.analysis.report import print_summary, write_report
 
     report = write_report(run_dirs, Path(out_dir) / name)

@@ -36,8 +36,10 @@ COMMAND_EXTRA: dict[str, str] = {
 
 def command_extra(command: str, args: argparse.Namespace) -> str | None:
     """The extra ``entflow COMMAND`` needs with these arguments: ``[real]`` for a real model
-    (``train --model``, ``eval --model``), else :data:`COMMAND_EXTRA`'s entry."""
+    (``train --model``, ``eval --model``, ``run --preset real``), else :data:`COMMAND_EXTRA`'s entry."""
     if command in ("train", "eval") and getattr(args, "model", None):
+        return "real"
+    if command == "run" and getattr(args, "preset", None) == "real":
         return "real"
     return COMMAND_EXTRA.get(command)
 

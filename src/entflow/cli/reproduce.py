@@ -117,11 +117,21 @@ def run(args: argparse.Namespace) -> int:
         # the full run judges each claim on its registered seeds only; --quick, a smoke run,
         # exercises every claim on its three seeds
         registered_seeds_only=claims is None and args.seeds is None and not args.quick,
+        real=real_runs(),
     )
     console = Console(width=200)
     console.print(claims_markdown(res["claims"]))
     console.print(f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s")
     return 0
+
+
+def real_runs() -> Any:
+    """How the runs of a ``real`` setting are configured and trained (``entflow.lab.reproduce.RealRuns``):
+    ``entflow.hf.setup``'s ``RealTrainConfig`` and ``train_real``."""
+    from entflow.hf.setup import RealTrainConfig, train_real
+    from entflow.lab.reproduce import RealRuns
+
+    return RealRuns(RealTrainConfig, train_real)
 
 
 def _default_seeds(claims: Any) -> list[int]:

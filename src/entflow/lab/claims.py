@@ -28,6 +28,7 @@ __all__ = [
     "DESIGN_SEEDS",
     "METRICS",
     "RUNS",
+    "SETTING_KINDS",
     "Claim",
     "Registry",
     "Setting",
@@ -106,6 +107,8 @@ _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
 _OPTIONAL = {"note", "pending", "setting"}
 DEFAULT_SETTING = "demo"
+# what trains a setting's runs: the lab's tiny policy, or a real model (entflow.hf.setup.train_real)
+SETTING_KINDS = ("lab", "real")
 
 
 def run_key(setting: str, run: str) -> str:
@@ -251,12 +254,15 @@ class Claim:
 # ---------------------------------------------------------------------------- the setting
 @dataclass(frozen=True)
 class Setting:
-    """Where a claim is measured: a lab preset of ``entflow/lab/configs`` and the number of steps
-    of the full run (``--quick`` and explicit overrides replace the steps)."""
+    """Where a claim is measured: a preset of ``entflow/lab/configs`` and the number of steps of
+    the full run (``--quick`` and explicit overrides replace the steps). ``kind`` says what trains
+    it: ``lab`` (the preset holds :class:`~entflow.lab.config.LabConfig` keys; the tiny policy)
+    or ``real`` (``entflow.hf.setup.RealTrainConfig`` keys; a real model, ``train_real``)."""
 
     name: str
     config: str
     steps: int
+    kind: str = "lab"
 
     def base(self) -> dict[str, Any]:
         """The preset's config keys (its ``methods`` / ``seeds`` lists dropped) with ``steps``."""
@@ -345,14 +351,20 @@ def _parse_settings(raw: Any, path: Path) -> dict[str, Setting]:
     out = {}
     presets = {p.name for p in Path(str(files("entflow.lab") / "configs")).glob("*.yaml")}
     for name, spec in raw.items():
-        ok = isinstance(spec, dict) and set(spec) == {"config", "steps"} and spec.get("config") in presets
+        keys = set(spec) if isinstance(spec, dict) else set()
+        ok = isinstance(spec, dict) and {"config", "steps"} <= keys <= {"config", "steps", "kind"}
+        ok = ok and spec.get("config") in presets
         steps = spec.get("steps") if isinstance(spec, dict) else None
         if not ok or isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(
                 f"settings.{name}",
-                f"expected {{config: one of {sorted(presets)}, steps: an integer >= 1}}, got {spec!r}",
+                f"expected {{config: one of {sorted(presets)}, steps: an integer >= 1, kind: optional, "
+                f"one of {list(SETTING_KINDS)}}}, got {spec!r}",
             )
-        out[str(name)] = Setting(str(name), spec["config"], steps)
+        kind = spec.get("kind", "lab")
+        if kind not in SETTING_KINDS:
+            raise ConfigError(f"settings.{name}.kind", f"expected one of {list(SETTING_KINDS)}, got {kind!r}")
+        out[str(name)] = Setting(str(name), spec["config"], steps, kind)
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from entflow.errors import ConfigError
 from entflow.lab.config import LabConfig, build_config
+from entflow.trainer.config import TrainConfig
 from entflow.trainer.progress import ProgressBar
 from entflow.trainer.rundir import read_jsonl
 
@@ -62,10 +63,12 @@ def compare_configs(
     overrides: list[str],
     out_dir: str = "runs",
     seeds: list[int] | None = None,
-) -> list[LabConfig]:
+    cls: type[TrainConfig] = LabConfig,
+) -> list[TrainConfig]:
     """One validated config per method (× seed), identical except for method, params, name and
     seed. With several ``seeds`` a run is named ``<method>-s<seed>`` and carries ``group=<method>``,
-    which the report uses to average over seeds."""
+    which the report uses to average over seeds. ``cls``: the config class (the lab's, or a real
+    model's ``entflow.hf.setup.RealTrainConfig``)."""
     configs = []
     for spec in method_specs(methods):
         for seed in seeds or [None]:
@@ -73,7 +76,7 @@ def compare_configs(
             values["name"] = spec["name"] if seed is None or len(seeds or []) == 1 else f"{spec['name']}-s{seed}"
             values["group"] = spec["name"]
             values["method_params"] = dict(base.get("method_params") or {}) | spec["params"]
-            cfg = build_config(values, overrides)
+            cfg = build_config(values, overrides, cls=cls)
             if seed is not None:
                 cfg.seed = seed
             configs.append(cfg)

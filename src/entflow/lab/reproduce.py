@@ -28,7 +28,8 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,29 @@ def registry() -> Registry:
 # every reproduce run: the per-step audit is replaced by the clean audit run once at the end
 # (the full run's steps are each setting's, from the registry: demo 80, regime 120)
 COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
+# the ones a run of a `real` setting takes: no audit either (no claim reads it, and it costs an
+# extra forward on every validation step), but a real run keeps its own checkpoint policy
+# (RealTrainConfig: every 5 minutes of wall clock and after the last step), since a full
+# fine-tune's checkpoint is its weights plus two AdamW moments (1.6 GB at 135M parameters)
+REAL_COMMON_OVERRIDES = ["audit=false"]
+
+
+def common_overrides(kind: str) -> list[str]:
+    """The overrides every reproduce run of a setting of this kind takes (:data:`COMMON_OVERRIDES`
+    for the lab, :data:`REAL_COMMON_OVERRIDES` for a real model)."""
+    return list(REAL_COMMON_OVERRIDES if kind == "real" else COMMON_OVERRIDES)
+
+
+@dataclass(frozen=True)
+class RealRuns:
+    """How the runs of a setting of kind ``real`` are configured and trained: the config class
+    (``entflow.hf.setup.RealTrainConfig``) and ``train(cfg, resume=, overwrite=) -> run dir``
+    (``entflow.hf.setup.train_real``). The lab never imports ``entflow.hf`` (docs/architecture.md
+    §1): the command line passes them (``entflow.cli.reproduce.real_runs``)."""
+
+    config_cls: type
+    train: Callable[..., Any]
+
 
 # pass@256 with n = 256 samples per problem, the pre-registered coverage size
 COVERAGE_N = 256
@@ -114,7 +138,8 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
     covered = {r for r in runs if run_key(setting, r) in coverage_runs()}
     if covered and covered != set(runs):
         raise ConfigError("runs", f"only {sorted(covered)} of {list(runs)} are evaluated with pass@256 by reproduce")
-    base = registry().settings[setting].base() | dict(parse_override(o) for o in COMMON_OVERRIDES) | {"seed": seed}
+    common = common_overrides(registry().settings[setting].kind)
+    base = registry().settings[setting].base() | dict(parse_override(o) for o in common) | {"seed": seed}
     if covered:
         base["coverage_n"] = COVERAGE_N
     base["methods"] = _method_specs(runs)
@@ -267,6 +292,7 @@ def reproduce(
     runs: list[str] | None = None,
     claims: list[str] | None = None,
     registered_seeds_only: bool = False,
+    real: RealRuns | None = None,
 ) -> dict[str, Any]:
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
@@ -280,7 +306,12 @@ def reproduce(
     setting a claim needs them in) and evaluates every claim (those needing other runs: ``not
     run``). Not both. ``registered_seeds_only``: a claim registered on other seeds than ``seeds``
     is ``not run`` (its runs are not trained), so that it is never judged on seeds it was not
-    registered for (``entflow reproduce`` without ``--seeds``)."""
+    registered for (``entflow reproduce`` without ``--seeds``).
+
+    A setting of kind ``real`` (the registry's ``kind``) is trained with ``real`` (its config class
+    and ``train_real``), one run at a time, resumed as the lab's runs are, from the model the
+    preset names (no lab warm start); :data:`REAL_COMMON_OVERRIDES` instead of the lab-only entries
+    of :data:`COMMON_OVERRIDES`. Its facts and claims take the same path as the lab's."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
 
@@ -309,9 +340,19 @@ def reproduce(
         if not names:
             continue
         where = out if setting == DEFAULT_SETTING else out / setting
-        configs = _setting_configs(setting, base, names, overrides, seeds, where)
+        kind = settings[setting].kind
+        if kind == "real" and real is None:
+            raise ConfigError(
+                "settings", f"setting {setting!r} trains a real model: pass real=RealRuns(RealTrainConfig, train_real)"
+            )
+        cls = real.config_cls if kind == "real" and real is not None else None
+        configs = _setting_configs(setting, base, names, overrides, seeds, where, config_cls=cls)
         trained[setting] = {"config": settings[setting].config, "steps": configs[0].steps, "folder": str(where)}
-        dirs = run_compare_configs(configs, jobs=jobs, resume=resume)
+        if kind == "real" and real is not None:
+            trained[setting]["kind"] = kind
+            dirs = run_real_configs(configs, real.train, resume=resume)
+        else:
+            dirs = run_compare_configs(configs, jobs=jobs, resume=resume)
         for cfg, d in zip(configs, dirs, strict=True):
             facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
         write_report(dirs, where)
@@ -359,14 +400,36 @@ def reproduce(
 
 
 def _setting_configs(
-    setting: str, base: dict[str, Any], names: list[str], overrides: list[str], seeds: list[int], where: Path
+    setting: str,
+    base: dict[str, Any],
+    names: list[str],
+    overrides: list[str],
+    seeds: list[int],
+    where: Path,
+    config_cls: type | None = None,
 ) -> list[Any]:
     """One validated config per (run, seed) of one setting: the setting's base, the overrides, then
-    each run's paper setting (RUNS) and, for a run a claim reads pass@256 of, ``coverage_n``."""
+    each run's paper setting (RUNS) and, for a run a claim reads pass@256 of, ``coverage_n``.
+
+    A setting of kind ``real`` builds ``config_cls`` (``RealTrainConfig``) configs, without the
+    lab-only entries of :data:`COMMON_OVERRIDES` (:func:`real_overrides`)."""
     from entflow.errors import ConfigError
     from entflow.lab.compare import compare_configs
 
-    configs = compare_configs(where.name, _method_specs(names), base, overrides, out_dir=str(where.parent), seeds=seeds)
+    kind = registry().settings[setting].kind if setting in registry().settings else "lab"
+    if kind == "real":
+        if config_cls is None:
+            raise ConfigError("settings", f"setting {setting!r} trains a real model: its config class is needed")
+        overrides = real_overrides(overrides)
+    configs = compare_configs(
+        where.name,
+        _method_specs(names),
+        base,
+        overrides,
+        out_dir=str(where.parent),
+        seeds=seeds,
+        **({"cls": config_cls} if kind == "real" else {}),
+    )
     # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
     explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
     for cfg in configs:  # the paper's own setting on top of the lab's
@@ -379,6 +442,25 @@ def _setting_configs(
             cfg.coverage_n = COVERAGE_N
         cfg.validate()
     return configs
+
+
+def real_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` without the entries of :data:`COMMON_OVERRIDES` a real run does not take (not
+    in :data:`REAL_COMMON_OVERRIDES`), the first occurrence of each: ``entflow reproduce`` puts
+    COMMON_OVERRIDES first in every run's overrides, and a user's own equal override after them stays."""
+    out = list(overrides)
+    for o in COMMON_OVERRIDES:
+        if o not in REAL_COMMON_OVERRIDES and o in out:
+            out.remove(o)
+    return out
+
+
+def run_real_configs(configs: list[Any], train: Callable[..., Any], resume: bool) -> list[Path]:
+    """Train real-model configs with ``train`` (``entflow.hf.setup.train_real``) one at a time (each
+    uses the machine's cores, ``threads``). With ``resume`` a finished run is not trained again
+    (its checkpoint is at the last step) and a part-finished one continues from its checkpoint;
+    without, existing runs are replaced."""
+    return [Path(train(cfg, resume=resume, overwrite=not resume)) for cfg in configs]
 
 
 def run_compare_configs(configs: list[Any], jobs: int, resume: bool) -> list[Path]:

@@ -55,37 +55,12 @@ def validate_policy(model, tokenizer, task, cfg: LabConfig, step: int) -> dict[s
 
 
 def coverage_splits(model, tokenizer, task, cfg: LabConfig) -> dict[str, dict[str, Any]]:
-    """Pass@k curves of the policy: ``cfg.coverage_n`` samples per problem at ``cfg.temperature``
-    on the validation split (``"val"``) and, when the task has ``hard_set()``, the hard split
-    (``"hard"``). Seeded per split, not per step, so the warm start and the final policy see the
-    same seeds. Per split: ``n_problems``, ``correct`` (correct count per problem ``[P]``) and
-    ``pass_at_k`` (``{k: unbiased pass@k averaged over problems}``, k = ``cfg.coverage_k`` or 1, 2,
-    4, …, up to n; :func:`entflow.trainer.evaluate.pass_at_k_curve`)."""
-    from entflow.trainer.evaluate import generate_in_batches, pass_at_k_curve
+    """Pass@k curves of the policy on the validation split and, when the task has ``hard_set()``,
+    the hard split (:func:`entflow.trainer.evaluate.coverage_curves`, up to 512 rows per
+    ``generate`` call)."""
+    from entflow.trainer.evaluate import coverage_curves
 
-    n = cfg.coverage_n
-    splits = {"val": task.validation_set()}
-    if hasattr(task, "hard_set"):
-        splits["hard"] = task.hard_set()
-    out: dict[str, dict[str, Any]] = {}
-    for i, (name, problems) in enumerate(splits.items()):
-        gens = generate_in_batches(
-            model,
-            tokenizer,
-            [p.prompt for p in problems],
-            n,
-            task.max_response_len,
-            temperature=cfg.temperature,
-            batch_size=512,
-            seed=step_seed(cfg.seed + 2, i),
-            record_entropy=False,
-        )
-        texts = [t for gen in gens for t in gen.texts]
-        correct = [sum(task.reward(p, t) > 0 for t in texts[j * n : (j + 1) * n]) for j, p in enumerate(problems)]
-        curve = pass_at_k_curve(n, correct, cfg.coverage_k)
-        pass_k = {str(k): v for k, v in curve.items()}  # JSON keys are strings
-        out[name] = {"n_problems": len(problems), "correct": correct, "pass_at_k": pass_k}
-    return out
+    return coverage_curves(model, tokenizer, task, cfg, batch_size=512)
 
 
 def lab_setup(cfg: LabConfig) -> RunSetup:

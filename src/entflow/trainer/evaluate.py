@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from entflow.errors import ConfigError
-from entflow.trainer.rollout import generate
+from entflow.trainer.rollout import generate, step_seed
 
 if TYPE_CHECKING:
     from entflow.trainer.rollout import Generation
 
-__all__ = ["generate_in_batches", "majority_correct", "mean_and_se", "pass_at_k", "pass_at_k_curve"]
+__all__ = [
+    "coverage_curves",
+    "generate_in_batches",
+    "majority_correct",
+    "mean_and_se",
+    "pass_at_k",
+    "pass_at_k_curve",
+]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -159,3 +166,39 @@ def _repeat_rows(gen: Generation, n: int) -> Generation:
     return dataclasses.replace(
         gen, texts=[t for t in gen.texts for _ in range(n)], **{f: rep(getattr(gen, f)) for f in tensors}
     )
+
+
+def coverage_curves(
+    model: Any, tokenizer: Any, task: Any, cfg: Any, batch_size: int = 512
+) -> dict[str, dict[str, Any]]:
+    """Pass@k curves of the policy (a run's coverage, ``coverage.json``): ``cfg.coverage_n``
+    samples per problem at ``cfg.temperature`` on the validation split (``"val"``) and, when the
+    task has ``hard_set()``, the hard split (``"hard"``), through :func:`generate_in_batches`
+    (``batch_size`` rows per call at most, one prompt's ``n`` rows at least). Seeded per split, not
+    per step, so the warm start and the final policy see the same seeds. Per split:
+    ``n_problems``, ``correct`` (correct count per problem ``[P]``) and ``pass_at_k`` (``{k:
+    unbiased pass@k averaged over problems}``, k = ``cfg.coverage_k`` or 1, 2, 4, …, up to n;
+    :func:`pass_at_k_curve`). The lab and real models share it (``RunSetup.coverage``)."""
+    n = cfg.coverage_n
+    splits = {"val": task.validation_set()}
+    if hasattr(task, "hard_set"):
+        splits["hard"] = task.hard_set()
+    out: dict[str, dict[str, Any]] = {}
+    for i, (name, problems) in enumerate(splits.items()):
+        gens = generate_in_batches(
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            n,
+            task.max_response_len,
+            temperature=cfg.temperature,
+            batch_size=batch_size,
+            seed=step_seed(cfg.seed + 2, i),
+            record_entropy=False,
+        )
+        texts = [t for gen in gens for t in gen.texts]
+        correct = [sum(task.reward(p, t) > 0 for t in texts[j * n : (j + 1) * n]) for j, p in enumerate(problems)]
+        curve = pass_at_k_curve(n, correct, cfg.coverage_k)
+        pass_k = {str(k): v for k, v in curve.items()}  # JSON keys are strings
+        out[name] = {"n_problems": len(problems), "correct": correct, "pass_at_k": pass_k}
+    return out

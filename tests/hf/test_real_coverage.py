@@ -1,0 +1,59 @@
+"""A real run's coverage (``coverage_n`` > 0): ``real_setup`` evaluates the starting and the final
+policy's pass@k curves on the held-out problems through the lab's one coverage evaluation and
+writes ``coverage.json`` as a lab run does; the warm entry is the model the run started from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entflow.hf.rewards import REWARDS
+from entflow.hf.setup import RealTrainConfig, real_setup, train_real
+from entflow.trainer.config import build_config
+from entflow.trainer.evaluate import pass_at_k_curve
+from support.real_tiny import save_tiny_model
+
+N, KS, VAL = 8, [1, 4, 8], 3
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def test_a_real_run_writes_its_coverage(tmp_path, monkeypatch):
+    monkeypatch.setitem(REWARDS, "parity", parity_reward)
+    model = save_tiny_model(tmp_path / "model")
+    values = {
+        "model": str(model),
+        "task": "basic_arithmetic",
+        "task_params": {"max_terms": 2, "max_digits": 1},
+        "reward": "parity",
+        "out_dir": str(tmp_path / "runs"),
+        "name": "r",
+        "steps": 1,
+        "prompts_per_step": 2,
+        "group_size": 4,
+        "max_new_tokens": 6,
+        "val_size": VAL,
+        "eval_k": 2,
+        "lr": 1e-2,
+        "progress": False,
+        "coverage_n": N,
+        "coverage_k": KS,
+    }
+    cfg = build_config(values, cls=RealTrainConfig)
+    run = train_real(cfg)
+    cov = json.loads((run / "coverage.json").read_text())
+    assert (cov["n"], cov["temperature"], cov["warm"]["step"], cov["final"]["step"]) == (N, 1.0, 0, 1)
+    for which in ("warm", "final"):
+        (split,) = cov[which]["splits"].values()
+        assert list(cov[which]["splits"]) == ["val"] and split["n_problems"] == VAL
+        assert len(split["correct"]) == VAL and all(0 <= c <= N for c in split["correct"])
+        assert split["pass_at_k"] == {str(k): v for k, v in pass_at_k_curve(N, split["correct"], KS).items()}
+        assert split["pass_at_k"]["1"] == pytest.approx(sum(split["correct"]) / (VAL * N))
+    assert 0 < sum(cov["warm"]["splits"]["val"]["correct"]) < VAL * N  # the parity reward is varied
+    # the warm entry is the starting model's, sampled with the run's coverage seeds
+    parts = real_setup(build_config(values, cls=RealTrainConfig))
+    assert parts.coverage is not None
+    assert parts.coverage(parts.model, parts.tokenizer, parts.task, cfg) == cov["warm"]["splits"]

@@ -21,27 +21,34 @@ def parity_reward(completions, **kwargs):
     return [float(len(c) % 2 == 0) for c in completions]
 
 
+def _values(model, out, **extra) -> dict:
+    return (
+        {
+            "model": str(model),
+            "task": "basic_arithmetic",
+            "task_params": {"max_terms": 2, "max_digits": 1},
+            "reward": "parity",
+            "name": "r",
+            "steps": 1,
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 6,
+            "val_size": VAL,
+            "eval_k": 2,
+            "lr": 1e-2,
+            "progress": False,
+            "coverage_n": N,
+            "coverage_k": KS,
+        }
+        | {"out_dir": str(out)}
+        | extra
+    )
+
+
 def test_a_real_run_writes_its_coverage(tmp_path, monkeypatch):
     monkeypatch.setitem(REWARDS, "parity", parity_reward)
     model = save_tiny_model(tmp_path / "model")
-    values = {
-        "model": str(model),
-        "task": "basic_arithmetic",
-        "task_params": {"max_terms": 2, "max_digits": 1},
-        "reward": "parity",
-        "out_dir": str(tmp_path / "runs"),
-        "name": "r",
-        "steps": 1,
-        "prompts_per_step": 2,
-        "group_size": 4,
-        "max_new_tokens": 6,
-        "val_size": VAL,
-        "eval_k": 2,
-        "lr": 1e-2,
-        "progress": False,
-        "coverage_n": N,
-        "coverage_k": KS,
-    }
+    values = _values(model, tmp_path / "runs")
     cfg = build_config(values, cls=RealTrainConfig)
     run = train_real(cfg)
     cov = json.loads((run / "coverage.json").read_text())
@@ -57,3 +64,36 @@ def test_a_real_run_writes_its_coverage(tmp_path, monkeypatch):
     parts = real_setup(build_config(values, cls=RealTrainConfig))
     assert parts.coverage is not None
     assert parts.coverage(parts.model, parts.tokenizer, parts.task, cfg) == cov["warm"]["splits"]
+    assert not list(model.glob("coverage-*.json"))  # a model outside entflow's cache is not written to
+
+
+def test_the_starting_coverage_of_a_cached_model_is_evaluated_once(tmp_path, monkeypatch):
+    """A model in entflow's cache (SmolLM2's conversion) is immutable: runs from it with one seed and
+    the same settings (GRPO and Clip-Cov of a seed) share its starting coverage; another seed or
+    another generation setting misses; a model outside the cache is never written to."""
+    import entflow.hf.setup as hf_setup
+
+    monkeypatch.setitem(REWARDS, "parity", parity_reward)
+    monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "cache"))
+    model = save_tiny_model(tmp_path / "cache" / "models" / "tiny-0123")
+    calls: list[int] = []
+    real = hf_setup._coverage
+
+    def counted(model, tokenizer, task, cfg):
+        calls.append(cfg.seed)
+        return real(model, tokenizer, task, cfg)
+
+    monkeypatch.setattr(hf_setup, "_coverage", counted)
+
+    def run(name: str, **extra):
+        return train_real(build_config(_values(model, tmp_path / "runs", name=name, **extra), cls=RealTrainConfig))
+
+    a = run("grpo")
+    b = run("clip_cov", method="clip_cov")
+    assert calls == [0, 0, 0]  # a's start and end, b's end only
+    assert len(list(model.glob("coverage-*.json"))) == 1
+    warm = [json.loads((d / "coverage.json").read_text())["warm"] for d in (a, b)]
+    assert warm[0] == warm[1]
+    run("seed1", seed=1)
+    run("longer", max_new_tokens=5)
+    assert calls == [0, 0, 0, 1, 1, 0, 0] and len(list(model.glob("coverage-*.json"))) == 3

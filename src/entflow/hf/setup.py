@@ -31,6 +31,19 @@ from entflow.trainer.rollout import step_seed
 __all__ = ["RealTrainConfig", "add_lora", "real_setup", "train_real"]
 
 VAL_BATCH_ROWS = 64  # most sequences one validation generate call decodes together
+# what a real run's starting coverage depends on besides its model and the trainer's keys
+WARM_COVERAGE_KEYS = (
+    "model",
+    "dtype",
+    "max_new_tokens",
+    "system_prompt",
+    "prompt_suffix",
+    "reward",
+    "reward_timeout_s",
+    "val_size",
+    "lora_rank",
+    "lora_alpha",
+)
 
 
 @dataclass
@@ -158,6 +171,7 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
     """The model and tokenizer of ``cfg.model`` and a :class:`~entflow.hf.data.ChatTask` for ``cfg.task``."""
     from entflow.hf.data import ChatTask, load_data
     from entflow.hf.models import load_model, resolve_model
+    from entflow.trainer.rundir import cache_folder_of
 
     def load() -> tuple[Any, Any]:
         return load_model(cfg.model, dtype=cfg.dtype, allow_hub=cfg.allow_hub)
@@ -177,7 +191,19 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
         val_size=cfg.val_size,
     )
     path = resolve_model(cfg.model, allow_hub=cfg.allow_hub)
-    return RunSetup(task, model, tokenizer, path, lambda: load()[0], validate=_validate, coverage=_coverage)
+    return RunSetup(
+        task,
+        model,
+        tokenizer,
+        path,
+        lambda: load()[0],
+        validate=_validate,
+        coverage=_coverage,
+        # a model of entflow's cache (SmolLM2's conversion) never changes: runs that start from it with
+        # the same seed and settings (GRPO and Clip-Cov of one seed) evaluate its coverage once
+        warm_coverage_cache=cache_folder_of(path),
+        warm_coverage_key={k: getattr(cfg, k) for k in WARM_COVERAGE_KEYS},
+    )
 
 
 def add_lora(model: Any, rank: int, alpha: float | None = None, seed: int = 0) -> Any:

@@ -68,6 +68,7 @@ def lab_setup(cfg: LabConfig) -> RunSetup:
     from entflow.lab.pretrain import load_policy
     from entflow.lab.tasks import get_task
     from entflow.trainer.loop import RunSetup
+    from entflow.trainer.rundir import cache_folder_of
 
     task = get_task(cfg.task, **cfg.task_params)
     policy_path = resolve_policy(cfg)
@@ -80,17 +81,8 @@ def lab_setup(cfg: LabConfig) -> RunSetup:
         lambda: load_policy(policy_path)[0],
         validate_policy,
         coverage_splits,
-        warm_coverage_cache=_cache_folder_of(policy_path),
+        warm_coverage_cache=cache_folder_of(policy_path),
     )
-
-
-def _cache_folder_of(policy_path: Path) -> Path | None:
-    """The warm start's folder when it is one of entflow's cached warm starts (content-addressed,
-    never changed after it is written), else None: a user's own policy folder is not written to."""
-    from entflow.trainer.rundir import default_cache_dir
-
-    path = Path(policy_path).resolve()
-    return path if path.is_dir() and path.is_relative_to(default_cache_dir().resolve()) else None
 
 
 def train_lab(

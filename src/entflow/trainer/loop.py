@@ -84,6 +84,9 @@ class RunSetup:
     # a folder where the warm start's coverage may be cached (the warm start is immutable there, so
     # runs that share it, their seed and the coverage settings share one evaluation); None: never
     warm_coverage_cache: Path | None = None
+    # what else the warm start's coverage depends on, added to the cache key (a real model's
+    # generation and reward settings); None: only the trainer's keys (the lab's)
+    warm_coverage_key: dict[str, Any] | None = None
 
 
 def _due_eval(cfg: TrainConfig, step: int) -> bool:
@@ -267,6 +270,8 @@ def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
         "task_params": cfg.task_params,
         "format": WARM_COVERAGE_FORMAT,
     }
+    if parts.warm_coverage_key is not None:
+        key["setup"] = parts.warm_coverage_key
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = Path(parts.warm_coverage_cache) / f"coverage-{digest}.json"
     if path.exists():

@@ -32,6 +32,14 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ENTFLOW_CACHE") or Path.home() / ".cache" / "entflow")
 
 
+def cache_folder_of(path: str | os.PathLike) -> Path | None:
+    """``path`` when it is a folder inside entflow's cache (:func:`default_cache_dir`: the lab's
+    warm starts and the converted real models, content-addressed and never changed after they are
+    written), else None: a user's own folder is not written to."""
+    resolved = Path(path).resolve()
+    return resolved if resolved.is_dir() and resolved.is_relative_to(default_cache_dir().resolve()) else None
+
+
 class JsonlWriter:
     """Append-only JSON-lines file, flushed and fsynced after every record."""
 

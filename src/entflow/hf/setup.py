@@ -43,6 +43,7 @@ WARM_COVERAGE_KEYS = (
     "val_size",
     "lora_rank",
     "lora_alpha",
+    "share_prompts",
 )
 
 
@@ -158,11 +159,12 @@ def _coverage(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig) -> di
     """The run's coverage (``coverage_n`` > 0): pass@k curves of the policy on the ``val_size``
     held-out problems, ``coverage_n`` samples each at the training temperature
     (:func:`entflow.trainer.evaluate.coverage_curves`, the lab's evaluation, one problem's samples
-    per ``generate`` call at least). Written to ``coverage.json`` for the starting policy (step 0)
-    and the final one. Its reward calls are not counted in the next step's ``reward/errors``."""
+    per ``generate`` call at least, its prefill shared with ``share_prompts``). Written to
+    ``coverage.json`` for the starting policy (step 0) and the final one. Its reward calls are not
+    counted in the next step's ``reward/errors``."""
     from entflow.trainer.evaluate import coverage_curves
 
-    out = coverage_curves(model, tokenizer, task, cfg, batch_size=VAL_BATCH_ROWS)
+    out = coverage_curves(model, tokenizer, task, cfg, batch_size=VAL_BATCH_ROWS, share_prompts=cfg.share_prompts)
     task.reward_fn.pop_counts()
     return out
 

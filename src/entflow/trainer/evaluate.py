@@ -169,13 +169,14 @@ def _repeat_rows(gen: Generation, n: int) -> Generation:
 
 
 def coverage_curves(
-    model: Any, tokenizer: Any, task: Any, cfg: Any, batch_size: int = 512
+    model: Any, tokenizer: Any, task: Any, cfg: Any, batch_size: int = 512, share_prompts: bool = False
 ) -> dict[str, dict[str, Any]]:
     """Pass@k curves of the policy (a run's coverage, ``coverage.json``): ``cfg.coverage_n``
     samples per problem at ``cfg.temperature`` on the validation split (``"val"``) and, when the
     task has ``hard_set()``, the hard split (``"hard"``), through :func:`generate_in_batches`
     (``batch_size`` rows per call at most, one prompt's ``n`` rows at least). Seeded per split, not
-    per step, so the warm start and the final policy see the same seeds. Per split:
+    per step, so the warm start and the final policy see the same seeds (``share_prompts``: each
+    problem's prefill once for its ``n`` samples, a real model's option). Per split:
     ``n_problems``, ``correct`` (correct count per problem ``[P]``) and ``pass_at_k`` (``{k:
     unbiased pass@k averaged over problems}``, k = ``cfg.coverage_k`` or 1, 2, 4, …, up to n;
     :func:`pass_at_k_curve`). The lab and real models share it (``RunSetup.coverage``)."""
@@ -195,6 +196,7 @@ def coverage_curves(
             batch_size=batch_size,
             seed=step_seed(cfg.seed + 2, i),
             record_entropy=False,
+            share_prompts=share_prompts,
         )
         texts = [t for gen in gens for t in gen.texts]
         correct = [sum(task.reward(p, t) > 0 for t in texts[j * n : (j + 1) * n]) for j, p in enumerate(problems)]

@@ -38,6 +38,7 @@ import torch
 import entflow as ef
 from _schedule import interleaved  # benchmarks/_schedule.py
 from entflow.core.hidden_stats import token_stats_from_hidden
+from entflow.doctor.speed import naive_path
 
 MIB = 1024 * 1024
 TRL_CHUNK = 32768  # the vocabulary chunk TRL 1.16's GRPO trainer passes to ChunkedLogProbFunction
@@ -50,13 +51,9 @@ Fn = Callable[..., tuple[torch.Tensor, ...]]
 def logits_variants(triton: bool, trl: bool) -> dict[str, Fn]:
     """``f(logits [N, V], ids [N]) -> (logp, entropy, ...)`` per variant."""
 
-    def naive(x, ids):
-        log_pi = torch.log_softmax(x.float(), dim=-1)
-        return log_pi.gather(-1, ids[:, None])[:, 0], -(log_pi.exp() * log_pi).sum(-1)
-
     out: dict[str, Fn] = {
         "ts2_torch": lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="torch"))[:2],
-        "naive": naive,
+        "naive": naive_path,  # the doctor's speed check's naive path
     }
     if triton:
         out["ts2_triton"] = lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="triton"))[:2]
@@ -73,8 +70,7 @@ def hidden_variants(triton: bool, trl: bool, tiles: list[tuple[int, int]]) -> di
     ``hidden2_<backend>@RxC``, entflow at ``chunk_rows=R, chunk_vocab=C`` (a tile sweep)."""
 
     def naive(h, w, ids):
-        log_pi = torch.log_softmax((h @ w.T).float(), dim=-1)
-        return log_pi.gather(-1, ids[:, None])[:, 0], -(log_pi.exp() * log_pi).sum(-1)
+        return naive_path(h @ w.T, ids)
 
     def entflow(backend, rows=None, cols=None):
         def f(h, w, ids):

@@ -33,10 +33,10 @@ def parity_reward(completions, **kwargs):
 def test_the_packaged_registry_has_a_real_setting():
     settings = load_settings()
     real = settings["real"]
-    assert (real.kind, real.config, real.steps) == ("real", "real.yaml", 40)
+    assert (real.kind, real.config, real.steps) == ("real", "real.yaml", 15)
     assert settings["demo"].kind == "lab" and settings["regime"].kind == "lab"
     base = real.base()
-    assert base["model"] == "smollm2" and base["task"] == "basic_arithmetic" and base["steps"] == 40
+    assert base["model"] == "smollm2" and base["task"] == "basic_arithmetic" and base["steps"] == 15
     assert "methods" not in base and "seeds" not in base
     assert set(base) - {"steps"} <= {f for f in RealTrainConfig.__dataclass_fields__}
 

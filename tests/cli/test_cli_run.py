@@ -14,7 +14,7 @@ import pytest
 
 from entflow.cli.compare import compare_run_configs
 from entflow.cli.main import main
-from entflow.cli.run import EXPLORATION_RUNS, REAL_RUNS, demo_base
+from entflow.cli.run import EXPLORATION_RUNS, REAL_DEMO_EVALUATION, REAL_RUNS, demo_base
 from entflow.errors import ConfigError
 from entflow.lab.reproduce import COMMON_OVERRIDES, COVERAGE_N, _setting_configs, registry, setting_compare_base
 from entflow.trainer.config import load_yaml
@@ -103,7 +103,7 @@ needs_smollm2 = pytest.mark.skipif(
 def test_real_preset_is_the_reproduce_real_runs():
     from entflow.hf.setup import RealTrainConfig
 
-    demo, out_dir = compare_run_configs(demo_base("real"), None, "real", [], cls=RealTrainConfig)
+    demo, out_dir = compare_run_configs(demo_base("real", jobs=2), None, "real", [], cls=RealTrainConfig)
     preset = registry().settings["real"].base()
     registered = _setting_configs(
         "real", preset, list(REAL_RUNS), COMMON_OVERRIDES, [0], Path("r/real"), config_cls=RealTrainConfig
@@ -111,19 +111,21 @@ def test_real_preset_is_the_reproduce_real_runs():
     assert out_dir == "runs" and all(type(c) is RealTrainConfig for c in demo)
     assert [c.group for c in demo] == ["grpo", "clip_cov_r05"]
     assert [(c.method, c.method_params) for c in demo] == [("grpo", {}), ("clip_cov", {"ratio": 0.05})]
-    # as reproduce trains them, with pass@k curves for the report when no claim asks for them yet
-    same = [_fields(c) | {"coverage_n": 0} for c in registered]
-    assert [_fields(c) | {"coverage_n": 0} for c in demo] == same
-    expected_n = registered[0].coverage_n or preset.get("coverage_n") or COVERAGE_N
-    assert {c.coverage_n for c in demo} == {expected_n} and expected_n >= 32
+    # trained as reproduce trains them (every key but the evaluation's and the thread count)
+    evaluation = dict.fromkeys([*REAL_DEMO_EVALUATION, "threads"], 0)
+    assert [_fields(c) | evaluation for c in demo] == [_fields(c) | evaluation for c in registered]
+    assert all(c.val_size == preset["val_size"] for c in demo)  # the training prompts skip the validation set
     for c in demo:
+        assert {k: getattr(c, k) for k in REAL_DEMO_EVALUATION} == REAL_DEMO_EVALUATION
+        assert c.coverage_n < registered[0].coverage_n and c.eval_k < registered[0].eval_k
+        assert c.threads == max(1, preset["threads"] // 2)  # `entflow run`'s default --jobs 2 share them
         assert (c.seed, c.steps, c.model, c.task) == (
             0,
             registry().settings["real"].steps,
             preset["model"],
             "basic_arithmetic",
         )
-        for key in ("lr", "prompts_per_step", "group_size", "max_new_tokens", "val_size", "eval_k", "reward"):
+        for key in ("lr", "prompts_per_step", "group_size", "max_new_tokens", "val_size", "reward"):
             assert getattr(c, key) == preset[key], key
         # COMMON settings a real run takes: no per-step audit; its own checkpoint policy, not the lab's 20
         assert c.audit is False and c.checkpoint_every == RealTrainConfig.checkpoint_every
@@ -138,8 +140,8 @@ def real_recorder(monkeypatch):
 
     trained: list[tuple[str, str, int, str]] = []
 
-    def fake_run_real_configs(configs, train, resume):
-        assert train.__name__ == "train_real" and resume
+    def fake_run_real_configs(configs, train, resume, jobs=1):
+        assert train.__name__ == "train_real" and resume and jobs == 2
         trained.extend((Path(c.out_dir).name, c.group, c.seed, type(c).__name__) for c in configs)
         return []
 

@@ -44,13 +44,13 @@ def test_the_packaged_registry_has_a_real_setting():
 @pytest.mark.parametrize(
     ("spec", "key"),
     [
-        ("real: {config: real.yaml, steps: 40, kind: reel}", "settings.real.kind"),
-        ("real: {config: real.yaml, steps: 40, kind: real, extra: 1}", "settings.real"),
+        ("real: {config: real.yaml, steps: 15, kind: reel}", "settings.real.kind"),
+        ("real: {config: real.yaml, steps: 15, kind: real, extra: 1}", "settings.real"),
     ],
 )
 def test_an_unknown_setting_kind_is_refused_naming_the_key(tmp_path, spec, key):
     text = registry_path().read_text()
-    good = "real: {config: real.yaml, steps: 40, kind: real}"
+    good = "real: {config: real.yaml, steps: 15, kind: real}"
     assert good in text
     path = tmp_path / "claims.yaml"
     path.write_text(text.replace(good, spec))

@@ -74,8 +74,8 @@ def compare_and_report(
     real: Any = None,
 ) -> int:
     """Train the methods of ``base["methods"]`` (or ``methods_arg``), then print and write the report.
-    ``real`` (``entflow.lab.reproduce.RealRuns``): the configs are a real model's, trained one at a
-    time (``entflow.lab.reproduce.run_real_configs``; ``jobs`` does not apply)."""
+    ``real`` (``entflow.lab.reproduce.RealRuns``): the configs are a real model's, trained ``jobs``
+    at a time (``entflow.lab.reproduce.run_real_configs``)."""
     from pathlib import Path
 
     from entflow.errors import ConfigError
@@ -86,7 +86,7 @@ def compare_and_report(
     if jobs < 1:
         raise ConfigError("jobs", f"must be >= 1, got {jobs}")
     if real is not None:
-        run_dirs = reproduce.run_real_configs(configs, real.train, resume=resume and not overwrite)
+        run_dirs = reproduce.run_real_configs(configs, real.train, resume=resume and not overwrite, jobs=jobs)
     else:
         run_dirs = compare.run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)
     from entflow.analysis.report import print_summary, write_report

@@ -83,54 +83,65 @@ def compare_configs(
     return configs
 
 
-def _train_worker(cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
-    from entflow.lab.setup import train_lab
-
-    cfg = LabConfig(**cfg_dict)
-    return str(train_lab(cfg, resume=resume, overwrite=overwrite))
-
-
 def run_compare(
     configs: list[LabConfig], jobs: int = 2, resume: bool = False, overwrite: bool = False, progress: bool = True
 ) -> list[Path]:
-    """Train every config (``jobs`` at a time) and return their run directories."""
-    from entflow.lab.setup import resolve_policy
+    """Train every lab config (``jobs`` at a time) from one warm start and return their run directories."""
+    from entflow.lab.setup import resolve_policy, train_lab
 
     if not configs:
         return []
     policy = resolve_policy(configs[0])  # pretrain once, before the workers start
     for cfg in configs:
         cfg.policy_path = cfg.policy_path or str(policy)
-        cfg.progress = False
-    payloads = [dataclasses.asdict(c) for c in configs]
-    if jobs <= 1:
-        from entflow.lab.setup import train_lab
+    return train_side_by_side(configs, train_lab, jobs, resume, overwrite, progress)
 
-        bar = _CompareProgress(configs) if progress else None
-        dirs = []
-        for c in configs:
-            dirs.append(train_lab(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None))
-        if bar:
-            bar.close()
-        return dirs
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_worker, p, resume, overwrite) for p in payloads]
-        bar = _CompareProgress(configs) if progress else None
-        while not all(f.done() for f in futures):
-            if bar:
-                bar.refresh()
-            time.sleep(0.5)
-        if bar:
-            bar.refresh()
-            bar.close()
-        return [Path(f.result()) for f in futures]
+
+def train_side_by_side(
+    configs: list[TrainConfig],
+    train: Any,
+    jobs: int,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> list[Path]:
+    """Train ``configs`` with ``train(cfg, resume=, overwrite=, on_step=)`` (a module-level function:
+    ``entflow.lab.setup.train_lab``, ``entflow.hf.setup.train_real``), ``jobs`` at a time in spawned
+    worker processes (``jobs`` = 1: in this process), with one progress row per run. Returns the run
+    directories in the order of ``configs``."""
+    if not configs:
+        return []
+    for cfg in configs:
+        cfg.progress = False
+    bar = _CompareProgress(configs) if progress else None
+    if jobs <= 1:
+        dirs = [
+            Path(train(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None)) for c in configs
+        ]
+    else:
+        payloads = [(type(c), dataclasses.asdict(c)) for c in configs]
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_train_worker, train, cls, p, resume, overwrite) for cls, p in payloads]
+            while not all(f.done() for f in futures):
+                if bar:
+                    bar.refresh()
+                time.sleep(0.5)
+            dirs = [Path(f.result()) for f in futures]
+    if bar:
+        bar.refresh()
+        bar.close()
+    return dirs
+
+
+def _train_worker(train: Any, cls: type[TrainConfig], cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
+    return str(train(cls(**cfg_dict), resume=resume, overwrite=overwrite))
 
 
 class _CompareProgress:
     """One progress row per run (:class:`~entflow.trainer.progress.ProgressBar`), fed from the
     runs' metrics files."""
 
-    def __init__(self, configs: list[LabConfig]):
+    def __init__(self, configs: list[TrainConfig]):
         self.configs = configs
         self._bar = ProgressBar()
         self._rows = [self._bar.add(c.run_name, total=c.steps) for c in configs]

@@ -455,12 +455,15 @@ def real_overrides(overrides: Sequence[str]) -> list[str]:
     return out
 
 
-def run_real_configs(configs: list[Any], train: Callable[..., Any], resume: bool) -> list[Path]:
-    """Train real-model configs with ``train`` (``entflow.hf.setup.train_real``) one at a time (each
-    uses the machine's cores, ``threads``). With ``resume`` a finished run is not trained again
-    (its checkpoint is at the last step) and a part-finished one continues from its checkpoint;
-    without, existing runs are replaced."""
-    return [Path(train(cfg, resume=resume, overwrite=not resume)) for cfg in configs]
+def run_real_configs(configs: list[Any], train: Callable[..., Any], resume: bool, jobs: int = 1) -> list[Path]:
+    """Train real-model configs with ``train`` (``entflow.hf.setup.train_real``), one at a time
+    (each uses ``threads`` cores), or ``jobs`` at a time in worker processes
+    (:func:`entflow.lab.compare.train_side_by_side`). With ``resume`` a finished run is not trained
+    again (its checkpoint is at the last step) and a part-finished one continues from its
+    checkpoint; without, existing runs are replaced."""
+    from entflow.lab.compare import train_side_by_side
+
+    return train_side_by_side(configs, train, jobs, resume=resume, overwrite=not resume)
 
 
 def run_compare_configs(configs: list[Any], jobs: int, resume: bool) -> list[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def run_compare(
 
 def train_side_by_side(
     configs: list[TrainConfig],
-    train: Any,
+    train: Callable[..., Any],
     jobs: int,
     resume: bool = False,
     overwrite: bool = False,
@@ -133,7 +134,9 @@ def train_side_by_side(
     return dirs
 
 
-def _train_worker(train: Any, cls: type[TrainConfig], cfg_dict: dict[str, Any], resume: bool, overwrite: bool) -> str:
+def _train_worker(
+    train: Callable[..., Any], cls: type[TrainConfig], cfg_dict: dict[str, Any], resume: bool, overwrite: bool
+) -> str:
     return str(train(cls(**cfg_dict), resume=resume, overwrite=overwrite))
 
 

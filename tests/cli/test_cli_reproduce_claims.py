@@ -36,7 +36,11 @@ def recorder(monkeypatch):
         retention = RETENTION.get(group, 0.4) * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
         return {"entropy_retention": retention, "dH_clipped_low_mean": -s}
 
+    def fake_run_real_configs(configs, train, resume, jobs=1):
+        return fake_run_compare(configs)
+
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)
+    monkeypatch.setattr(rep, "run_real_configs", fake_run_real_configs)
     monkeypatch.setattr(report, "summarize_run", lambda d: {})
     monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
     monkeypatch.setattr(rep, "run_facts", fake_facts)
@@ -104,12 +108,12 @@ def test_bad_selection_is_refused_before_training(tmp_path, recorder, capsys, ar
 
 def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path, recorder, capsys):
     """Without --claims or --seeds: the registered confirmation seeds (0–4); `--runs grpo` trains GRPO
-    in each setting a claim needs it in (the demo and the regime); --quick takes the first three."""
+    in each setting a claim needs it in (the demo, the regime and the real model); --quick takes the first three."""
     assert main(["reproduce", "--runs", "grpo", "--no-audit", f"out_dir={tmp_path}"]) == 0, capsys.readouterr().err
-    assert sorted(recorder) == sorted(("grpo", s) for s in range(5) for _ in ("demo", "regime"))
+    assert sorted(recorder) == sorted(("grpo", s) for s in range(5) for _ in ("demo", "regime", "real"))
     data = json.loads((tmp_path / "reproduce" / "claims.json").read_text())
-    assert data["seeds"] == [0, 1, 2, 3, 4] and data["runs"] == ["grpo", "regime/grpo"]
-    assert set(data["settings"]) == {"demo", "regime"} and data["settings"]["regime"]["steps"] == 120
+    assert data["seeds"] == [0, 1, 2, 3, 4] and sorted(data["runs"]) == ["grpo", "real/grpo", "regime/grpo"]
+    assert set(data["settings"]) == {"demo", "regime", "real"} and data["settings"]["regime"]["steps"] == 120
     # a claim registered on other seeds is never judged on these: not run, and it says where it runs
     row = next(r for r in data["claims"] if r["id"] == "exploration-klcov")
     assert row["verdict"] == "not run" and "registered on seeds [10, 11" in row["reason"]

@@ -227,7 +227,7 @@ def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
 
 def run_arm(arm: dict, steps: int, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
-    env["PYTHONPATH"] = os.pathsep.join([arm["src"], str(ROOT / "src")])
+    env["PYTHONPATH"] = os.pathsep.join([arm["src"], str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     cmd = [sys.executable, __file__, "--worker", arm["kind"], "--steps", str(steps), "--threads", str(threads)]
     for s in arm.get("sets", []):
         cmd += ["--set", s]
@@ -272,10 +272,15 @@ def main() -> None:
     )
     ap.add_argument("--worker", choices=["entflow", "trl"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="write every round's raw numbers to this JSON file")
-    ap.add_argument("--from-json", default=None, help="print the table of an --out file (no run)")
+    ap.add_argument("--first-round", type=int, default=0, help="the first round's index (sets its arm order)")
+    ap.add_argument("--from-json", nargs="+", default=None, help="print the table of --out files, merged (no run)")
     a = ap.parse_args()
     if a.from_json:
-        print_table(json.loads(Path(a.from_json).read_text()))
+        merged: dict[str, list[dict]] = {}
+        for f in a.from_json:
+            for name, res in json.loads(Path(f).read_text()).items():
+                merged.setdefault(name, []).extend(res)
+        print_table(merged)
         return
     if a.worker == "entflow":
         print(json.dumps(entflow_worker(a.steps, a.threads, a.set)))
@@ -293,7 +298,7 @@ def main() -> None:
             name = f"trl[{','.join(a.trl_variant)}]"
             arms.append({"name": name, "kind": "trl", "src": str(ROOT / "src"), "sets": a.trl_variant})
     results: dict[str, list[dict]] = {arm["name"]: [] for arm in arms}
-    for r in range(a.rounds):
+    for r in range(a.first_round, a.first_round + a.rounds):
         order = arms[r % len(arms) :] + arms[: r % len(arms)]
         for arm in order:
             res = run_arm(arm, a.steps, a.threads)

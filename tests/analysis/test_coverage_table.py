@@ -4,6 +4,7 @@ from each run's coverage.json; absent when no run measured coverage."""
 from __future__ import annotations
 
 import json
+import math
 
 from entflow.analysis.report import report_tables, summarize_run, terminal_tables
 from entflow.analysis.tables import Span, coverage_table
@@ -52,3 +53,29 @@ def test_only_runs_with_coverage_get_the_table(tmp_path):
         "val pass@16",
         "val pass@256",
     ]
+
+
+def test_columns_follow_the_k_each_run_measured(tmp_path):
+    """A run with n samples per problem gets the k of COVERAGE_KS up to n and its largest k = n."""
+
+    def curve(n: int, base: float) -> dict:
+        ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+        split = {"n_problems": 2, "correct": [1, 0], "pass_at_k": {str(k): base + k / 1024 for k in ks}}
+        return {"n": n, "warm": {"step": 0, "splits": {"val": split}}, "final": {"step": 15, "splits": {"val": split}}}
+
+    a = make_run(tmp_path, "grpo-s0", "grpo")
+    b = make_run(tmp_path, "clip_cov-s0", "clip_cov")
+    (a / "coverage.json").write_text(json.dumps(curve(32, 0.5)))
+    (b / "coverage.json").write_text(json.dumps(curve(4, 0.25)))
+    sa, sb = summarize_run(a), summarize_run(b)
+    assert sorted(k for k in sa if k.startswith("val_pass_at_") and k.endswith("_last")) == [
+        "val_pass_at_16_last",
+        "val_pass_at_1_last",
+        "val_pass_at_32_last",
+    ]
+    table = coverage_table([sa, sb])
+    assert [col.header for col in table.columns][1:] == ["val pass@1", "val pass@4", "val pass@16", "val pass@32"]
+    grpo, clip_cov = table.rows
+    assert grpo[4] == Span(0.53125, 0.53125)  # pass@32 = its largest k
+    assert clip_cov[2] == Span(0.25390625, 0.25390625)  # pass@4 = its largest k
+    assert math.isnan(clip_cov[3].first) and math.isnan(clip_cov[3].last)  # pass@16: not measured

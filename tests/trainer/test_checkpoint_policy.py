@@ -92,6 +92,31 @@ def test_stop_between_checkpoints_loses_only_those_steps_and_resume_is_exact(tmp
     assert [r["step"] for r in read_jsonl(resumed / "timing.jsonl")] == [1, 2, 3, 4, 6, 7]
 
 
+def test_stop_before_the_first_checkpoint_resumes_from_step_0_exactly(tmp_path, micro_policy, monkeypatch):
+    full = train_lab(micro_config(tmp_path / "a", micro_policy, steps=4, checkpoint_every=100))
+
+    class StopError(Exception):
+        pass
+
+    def stop_at_2(record):
+        if record["step"] == 2:
+            raise StopError  # steps 0–2 are logged, no checkpoint was written yet
+
+    written = record_checkpoints(monkeypatch)
+    cfg = micro_config(tmp_path / "b", micro_policy, steps=4, checkpoint_every=100)
+    with pytest.raises(StopError):
+        train_lab(cfg, on_step=stop_at_2)
+    assert written == [] and not (cfg.run_dir / "checkpoints" / "last.pt").exists()
+
+    resumed = train_lab(micro_config(tmp_path / "b", micro_policy, steps=4, checkpoint_every=100), resume=True)
+    assert written == [4]
+    # steps 1 and 2 recomputed from the start and not written twice; the log equals the uninterrupted run's
+    assert (full / "metrics.jsonl").read_text() == (resumed / "metrics.jsonl").read_text()
+    wa = load_checkpoint(full / "checkpoints" / "last.pt")["model"]
+    wb = load_checkpoint(resumed / "checkpoints" / "last.pt")["model"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_checkpoint_minutes_writes_by_wall_clock(tmp_path, micro_policy, monkeypatch):
     clock = iter(range(0, 10_000, 45))  # every call of the loop's clock is 45 s after the previous one
 

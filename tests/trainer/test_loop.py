@@ -219,6 +219,9 @@ def test_resume_refuses_a_changed_config(tmp_path, micro_policy):
     # extending a finished run is allowed: steps may change on resume
     run_dir = train_lab(micro_config(tmp_path, micro_policy, name="c", steps=3), resume=True)
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
+    # so may the thread count (it changes how the steps to come round, not the finished ones)
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="c", steps=4, threads=2), resume=True)
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3, 4]
 
 
 def test_resume_a_run_written_before_a_config_key_existed(tmp_path, micro_policy):

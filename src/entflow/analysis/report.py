@@ -125,15 +125,18 @@ def summarize_run(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def _coverage_numbers(run_dir: Path) -> dict[str, Any]:
-    """pass@k of the warm start (``_first``) and the final policy (``_last``) per split and k of
-    :data:`~entflow.analysis.tables.COVERAGE_KS`, from ``coverage.json``: keys
-    ``{split}_pass_at_{k}_first`` / ``_last``; none when the run measured no coverage."""
+    """pass@k of the warm start (``_first``) and the final policy (``_last``) per split, for each k
+    of :data:`~entflow.analysis.tables.COVERAGE_KS` the run measured and its largest k (``n``
+    samples per problem), from ``coverage.json``: keys ``{split}_pass_at_{k}_first`` / ``_last``;
+    none when the run measured no coverage."""
     cov = load_coverage(run_dir)
     out: dict[str, Any] = {}
     for which, end in (("warm", "first"), ("final", "last")):
         for split, data in ((cov.get(which) or {}).get("splits") or {}).items():
-            for k in COVERAGE_KS:
-                out[f"{split}_pass_at_{k}_{end}"] = metric_float(data.get("pass_at_k", {}).get(str(k)))
+            curve = data.get("pass_at_k") or {}
+            measured = sorted(int(k) for k in curve)
+            for k in sorted({k for k in COVERAGE_KS if k in measured} | set(measured[-1:])):
+                out[f"{split}_pass_at_{k}_{end}"] = metric_float(curve[str(k)])
     return out
 
 

@@ -11,6 +11,7 @@ markdown, HTML) only lay that text out, so the three formats show the same cells
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -186,13 +187,15 @@ TERMINAL_LEGEND = (
     "consecutive evaluations after it; greedy: the last greedy accuracy."
 )
 
-# the coverage table: pass@k of the warm start → the final policy, per split (coverage.json)
+# the coverage table: pass@k of the warm start → the final policy, per split (coverage.json), at these
+# k where measured and at the largest k measured
 COVERAGE_KS = (1, 16, 256)
 COVERAGE_SPLITS = ("val", "hard")
+_COVERAGE_KEY = re.compile(rf"(?:{'|'.join(COVERAGE_SPLITS)})_pass_at_(\d+)_last")
 COVERAGE_NOTE = (
     "pass@k = the chance that at least one of k samples (temperature 1) solves a problem, by the unbiased "
     "estimator from n samples per problem (coverage_n), averaged over the split's problems; warm start → final "
-    "policy. A k = 256 value below the warm start's means training narrowed what the policy can reach."
+    "policy. A value at the largest k below the warm start's means training narrowed what the policy can reach."
 )
 
 # the over-seeds table: (header, aggregate key, format spec)
@@ -257,9 +260,11 @@ def summary_table(
 
 
 def coverage_table(summaries: Sequence[dict[str, Any]]) -> Table:
-    """One row per run that measured coverage: pass@k warm start → final for each split and k of
-    :data:`COVERAGE_KS` (summary keys ``{split}_pass_at_{k}_first`` / ``_last``)."""
-    columns = [(f"{split} pass@{k}", f"{split}_pass_at_{k}", "pair") for split in COVERAGE_SPLITS for k in COVERAGE_KS]
+    """One row per run that measured coverage: pass@k warm start → final for each split and each k
+    the summaries hold (summary keys ``{split}_pass_at_{k}_first`` / ``_last``: the k of
+    :data:`COVERAGE_KS` a run measured and its largest)."""
+    ks = sorted({int(m[1]) for s in summaries for key in s if (m := _COVERAGE_KEY.fullmatch(key))})
+    columns = [(f"{split} pass@{k}", f"{split}_pass_at_{k}", "pair") for split in COVERAGE_SPLITS for k in ks]
     present = [c for c in columns if any(f"{c[1]}_last" in s for s in summaries)]
     rows = [
         (run_label(s), *(_summary_cell(s, key, fmt) for _, key, fmt in present))

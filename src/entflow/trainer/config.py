@@ -78,7 +78,7 @@ class TrainConfig:
     # ends checkpoint_minutes (wall clock) after the last checkpoint, and after the last step
     checkpoint_every: int = 1
     checkpoint_minutes: float | None = None
-    threads: int = 1  # torch threads (bit-identical resume needs the same value)
+    threads: int = 1  # torch threads (may change on resume; the same value resumes bit for bit)
     chunk_size: int | None = None  # token_stats chunking
     # update forwards' token statistics from the last hidden state and the LM head's weight
     # (token_stats_from_hidden; no [N, T, V] logits) when the head is a plain nn.Linear; equal to

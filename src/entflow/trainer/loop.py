@@ -299,11 +299,10 @@ def checkpoint_path(run_dir: Path) -> Path:
 
 
 def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Create ``run_dir``; refuse to resume a run without a checkpoint, and to start over a
-    finished one unless ``overwrite`` (which removes it first)."""
+    """Create ``run_dir``; refuse to start over a finished one unless ``overwrite`` (which removes
+    it first). A run resumed before its first checkpoint starts again from step 0 and, like any
+    resumed run, reproduces the steps already in its logs without writing them twice."""
     metrics_path = run_dir / "metrics.jsonl"
-    if resume and not checkpoint_path(run_dir).exists() and metrics_path.exists():
-        raise ConfigError("resume", f"{run_dir} has no checkpoint to resume from")
     if not resume and metrics_path.exists():
         if not overwrite:
             raise ConfigError("name", f"run directory {run_dir} exists; pass --resume or --overwrite, or another name")
@@ -383,6 +382,7 @@ RESUME_MAY_CHANGE = (
     "checkpoint_every",
     "checkpoint_minutes",
     "samples_logged",
+    "threads",  # the steps to come may round differently, the finished ones are what they are
     "out_dir",
     "name",
     "group",

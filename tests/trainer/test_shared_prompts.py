@@ -163,3 +163,29 @@ def test_generate_in_batches_passes_share_prompts_to_generate(monkeypatch):
             assert seen and all(flag == (share and not greedy) for flag in seen), (share, greedy, seen)
             runs[share, greedy] = [t for g in gens for t in g.texts]
     assert runs[True, False] == runs[False, False] and runs[True, True] == runs[False, True]
+
+
+def test_cache_kwarg_follows_the_forward_signature():
+    """The KV cache goes in by the name the model's forward takes: ``cache`` (newer transformers) or
+    ``past_key_values``; a peft-style wrapper is asked about the model it wraps."""
+    from entflow.trainer.shared_prompts import cache_kwarg
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False): ...
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, cache=None, use_cache=False): ...
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def get_base_model(self):
+            return self.inner
+
+        def forward(self, *args, **kwargs): ...
+
+    assert cache_kwarg(Old()) == "past_key_values"
+    assert cache_kwarg(New()) == "cache"
+    assert cache_kwarg(Wrapper(New())) == "cache" and cache_kwarg(Wrapper(Old())) == "past_key_values"

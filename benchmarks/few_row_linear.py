@@ -25,6 +25,7 @@ import time
 import torch
 from torch.nn import functional
 
+from _schedule import interleaved  # benchmarks/_schedule.py
 from entflow.trainer.few_row_linear import linear_few_rows
 
 SMOL = {"q/o": (576, 576), "k/v": (192, 576), "gate/up": (1536, 576), "down": (576, 1536), "lm_head": (49152, 576)}
@@ -32,15 +33,16 @@ LAB = {"lab mlp": (512, 128)}
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 264)
 
 
-def interleaved(fns: dict, reps: int) -> dict[str, float]:
-    """Median seconds per call of each function, the functions called in turn ``reps`` times."""
+def interleaved_medians(fns: dict, reps: int) -> dict[str, float]:
+    """Median seconds per call of each function over ``reps`` repetitions, each function once per
+    repetition in ``benchmarks/_schedule.py``'s rotating order (after one warm-up call each)."""
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, f in fns.items():
+    for _, order in interleaved(list(fns), reps):
+        for k in order:
             t0 = time.perf_counter()
-            f()
+            fns[k]()
             times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -53,7 +55,7 @@ def one_layer() -> None:
             x = torch.randn(m, k)
             reps = 5 if n * m > 5_000_000 else 30
             plain, few = (lambda x=x, w=w: functional.linear(x, w)), (lambda x=x, w=w: linear_few_rows(x, w))
-            t = interleaved({"plain": plain, "few": few}, reps)
+            t = interleaved_medians({"plain": plain, "few": few}, reps)
             ms = f"{t['plain'] * 1e3:.3f} | {t['few'] * 1e3:.3f}"
             print(f"| {name} | {n}×{k} | {m} | {ms} | {t['few'] / t['plain']:.2f} |")
 
@@ -66,7 +68,7 @@ def decoding_stack(rows: int = 16) -> None:
     def stack(fn):
         return lambda: [fn(xs[w.shape[1]], w) for ws in layers for w in ws]
 
-    t = interleaved({"plain": stack(functional.linear), "few": stack(linear_few_rows)}, 20)
+    t = interleaved_medians({"plain": stack(functional.linear), "few": stack(linear_few_rows)}, 20)
     print(
         f"\n30 layers × 7 weights, {rows} rows (weights from memory): F.linear {t['plain'] * 1e3:.1f} ms, "
         f"(W @ xᵀ)ᵀ {t['few'] * 1e3:.1f} ms, ratio {t['few'] / t['plain']:.2f}"
@@ -97,7 +99,7 @@ def smollm2_generate(reps: int) -> None:
         "few_row_linears": run(few_row_linears),
         "the LM head only": run(functools.partial(few_row_linears, min_weight=10**6)),
     }
-    t = interleaved(arms, reps)
+    t = interleaved_medians(arms, reps)
     print(f"\nSmolLM2-135M generate, 4 prompts × 4 responses × 32 tokens, median of {reps} interleaved calls:")
     for name, sec in t.items():
         print(f"  {name}: {sec:.2f} s ({sec / t['F.linear']:.2f}×)")

@@ -40,22 +40,18 @@ def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-def _forward(self: torch.nn.Linear, x: torch.Tensor, max_rows: int) -> torch.Tensor:
-    if (
-        not torch.is_grad_enabled()
-        and x.dim() >= 2
-        and MIN_ROWS * x.shape[-1] <= x.numel() <= max_rows * x.shape[-1]
-        and x.device.type == "cpu"
-        and x.dtype == self.weight.dtype == torch.float32
-    ):
+def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    # the layer is a float32 CPU one (few_row_linears chose it); the input decides the rest
+    rows = x.numel() // x.shape[-1]
+    if not torch.is_grad_enabled() and x.dtype == torch.float32 and MIN_ROWS <= rows <= MAX_ROWS:
         return linear_few_rows(x, self.weight, self.bias)
     return functional.linear(x, self.weight, self.bias)
 
 
 @contextmanager
-def few_row_linears(model: torch.nn.Module, max_rows: int = MAX_ROWS, min_weight: int = MIN_WEIGHT) -> Iterator[None]:
+def few_row_linears(model: torch.nn.Module, min_weight: int = MIN_WEIGHT) -> Iterator[None]:
     """Within the block, every ``nn.Linear`` of ``model`` whose float32 CPU weight has at least
-    ``min_weight`` entries computes a no-grad input of ``MIN_ROWS`` … ``max_rows`` rows as ``(W @ xᵀ)ᵀ``
+    ``min_weight`` entries computes a no-grad input of ``MIN_ROWS`` … ``MAX_ROWS`` rows as ``(W @ xᵀ)ᵀ``
     (:func:`linear_few_rows`); other inputs and layers as before. The layers are restored on exit,
     also on an error. A no-op on a model with no such layer (a GPU model, bfloat16, the lab's)."""
     layers = [
@@ -68,7 +64,7 @@ def few_row_linears(model: torch.nn.Module, max_rows: int = MAX_ROWS, min_weight
         and m.weight.numel() >= min_weight
     ]
     for m in layers:
-        m.forward = types.MethodType(lambda self, x: _forward(self, x, max_rows), m)
+        m.forward = types.MethodType(_forward, m)
     try:
         yield
     finally:

@@ -71,6 +71,11 @@ class StatefulMethodWarning(UserWarning):
     """A stateful or stochastic method was passed by name, so it is rebuilt on every call."""
 
 
+class EmulatedBF16Warning(UserWarning):
+    """Training is set to autocast to bfloat16 on a CPU without bfloat16 instructions, which
+    emulates it several times slower than float32."""
+
+
 class LogError(EntflowError, ValueError):
     """A training log cannot be read or analysed: empty, missing a key, non-finite values, too few
     points, or several runs in one folder. Names the file and the key."""

@@ -5,12 +5,14 @@ TRL options a method cannot combine with (docs/design.md §12, docs/integrations
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 
+import torch
 from trl import GRPOConfig
 
 from entflow.core.advantages import SCALES
-from entflow.errors import ConfigError, EntflowError
+from entflow.errors import ConfigError, EmulatedBF16Warning, EntflowError
 from entflow.methods.base import Method, get_method
 from entflow.methods.needs import needs_of
 
@@ -22,6 +24,7 @@ __all__ = [
     "build_method",
     "check_compatibility",
     "trl_beta",
+    "warn_if_cpu_emulates_bf16",
 ]
 
 # TRL's ``beta`` for a method that reads reference log-probs without ``kl_ref`` (archer): any
@@ -107,6 +110,39 @@ class EntflowGRPOConfig(GRPOConfig):
         method = build_method(self)
         check_compatibility(self, method)
         self.beta = trl_beta(self, method)
+        warn_if_cpu_emulates_bf16(self)
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU computes bfloat16 matmuls natively, as torch's oneDNN backend judges it
+    (AVX-512 and up on x86); None where this torch build cannot tell."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def warn_if_cpu_emulates_bf16(args: GRPOConfig) -> bool:
+    """Warn (:class:`entflow.errors.EmulatedBF16Warning`) when ``args`` trains on a CPU under
+    bfloat16 autocast that the CPU emulates; returns whether it warned.
+
+    ``GRPOConfig`` defaults to ``bf16=True``, and with ``use_cpu=True`` (transformers refuses bf16
+    without it on a machine with no GPU) that autocasts the forward and backward to bfloat16. A CPU
+    without bfloat16 instructions emulates it: a SmolLM2-sized MLP's forward + backward took
+    9.5-10.4× its float32 time on an AVX2 AMD EPYC (docs/benchmarks.md, "bf16 autocast on a CPU").
+    ``bf16=False`` trains in float32.
+    """
+    if not (args.bf16 and args.use_cpu) or cpu_has_native_bf16() is not False:
+        return False
+    warnings.warn(
+        EmulatedBF16Warning(
+            f"bf16=True trains under bfloat16 autocast on this CPU, which has no bfloat16 instructions "
+            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()}): it is emulated, several "
+            "times slower than float32. Set bf16=False to train in float32."
+        ),
+        stacklevel=4,  # the user's EntflowGRPOConfig(...) line: ← __init__ ← __post_init__ ← here
+    )
+    return True
 
 
 def trl_beta(args: GRPOConfig, method: Method) -> float:

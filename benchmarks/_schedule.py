@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -17,3 +19,17 @@ def interleaved(variants: Sequence[T], runs: int) -> Iterator[tuple[int, list[T]
         k = rep % len(items)
         order = items[k:] + items[:k]
         yield rep, order[::-1] if rep % 2 else order
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds per call of each function over ``reps`` repetitions, each function once per
+    repetition in :func:`interleaved`'s order, after one warm-up call each."""
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _, order in interleaved(list(fns), reps):
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}

@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
-from _schedule import interleaved  # benchmarks/_schedule.py
+from _schedule import interleaved_medians  # benchmarks/_schedule.py
 from entflow.integrations.trl.config import cpu_has_native_bf16
 
 
-def mlp_step(mlp: torch.nn.Module, x: torch.Tensor, bf16: bool) -> float:
-    """Seconds for one forward + backward of ``mlp`` on ``x`` ``[N, 576]``."""
-    start = time.perf_counter()
+def mlp_step(mlp: torch.nn.Module, x: torch.Tensor, bf16: bool) -> None:
+    """One forward + backward of ``mlp`` on ``x`` ``[N, 576]``, under bfloat16 autocast if ``bf16``."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         loss = mlp(x).float().pow(2).mean()
     loss.backward()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -41,14 +37,9 @@ def main() -> None:
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(576, 1536), torch.nn.SiLU(), torch.nn.Linear(1536, 576))
     x = torch.randn(args.rows, 576)
-    arms = {"float32": False, "bf16 autocast": True}
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for bf16 in arms.values():
-        mlp_step(mlp, x, bf16)  # warm-up
-    for _, order in interleaved(list(arms), args.runs):
-        for name in order:
-            times[name].append(mlp_step(mlp, x, arms[name]))
-    med = {name: statistics.median(t) for name, t in times.items()}
+    med = interleaved_medians(
+        {"float32": lambda: mlp_step(mlp, x, False), "bf16 autocast": lambda: mlp_step(mlp, x, True)}, args.runs
+    )
     print(
         json.dumps(
             {

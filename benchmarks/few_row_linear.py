@@ -19,32 +19,16 @@ import argparse
 import contextlib
 import functools
 import random
-import statistics
-import time
 
 import torch
 from torch.nn import functional
 
-from _schedule import interleaved  # benchmarks/_schedule.py
+from _schedule import interleaved_medians  # benchmarks/_schedule.py
 from entflow.trainer.few_row_linear import linear_few_rows
 
 SMOL = {"q/o": (576, 576), "k/v": (192, 576), "gate/up": (1536, 576), "down": (576, 1536), "lm_head": (49152, 576)}
 LAB = {"lab mlp": (512, 128)}
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 264)
-
-
-def interleaved_medians(fns: dict, reps: int) -> dict[str, float]:
-    """Median seconds per call of each function over ``reps`` repetitions, each function once per
-    repetition in ``benchmarks/_schedule.py``'s rotating order (after one warm-up call each)."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _, order in interleaved(list(fns), reps):
-        for k in order:
-            t0 = time.perf_counter()
-            fns[k]()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def one_layer() -> None:

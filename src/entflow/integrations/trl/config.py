@@ -129,7 +129,7 @@ def warn_if_cpu_emulates_bf16(args: GRPOConfig) -> bool:
     ``GRPOConfig`` defaults to ``bf16=True``, and with ``use_cpu=True`` (transformers refuses bf16
     without it on a machine with no GPU) that autocasts the forward and backward to bfloat16. A CPU
     without bfloat16 instructions emulates it: a SmolLM2-sized MLP's forward + backward took
-    9.5-10.4× its float32 time on an AVX2 AMD EPYC (docs/benchmarks.md, "bf16 autocast on a CPU").
+    9.5-12.3× its float32 time on an AVX2 AMD EPYC (docs/benchmarks.md, "bf16 autocast on a CPU").
     ``bf16=False`` trains in float32.
     """
     if not (args.bf16 and args.use_cpu) or cpu_has_native_bf16() is not False:

@@ -1,35 +1,28 @@
 """Triton kernels for :mod:`entflow.core.triton_token_stats` (imports Triton; load it lazily).
 
-One program per token row. The forward streams the row's V logits once in tiles of ``BLOCK``,
-keeping an online softmax (running max ``m``) and four running sums, all relative to ``m`` and
-rescaled when it grows (α = exp(m_old − m_new), δ = m_old − m_new):
+Forward: one program per token row streams the row's V logits once, in ``[1, BLOCK]`` pieces, through
+the online fold that every entflow kernel shares (:func:`entflow.core._triton_fold.online_fold`:
+running maximum and the sums Z, A, B, C in float32). Then log Z' = m + log Z (saved for the
+backward), entropy = log Z − A/Z, Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ².
 
-    Z = Σ e_b            → α Z + Σ_tile e
-    A = Σ e_b (z_b − m)  → α (A + δ Z) + Σ_tile e·d
-    B = Σ e_b²           → α² B + Σ_tile e²
-    C = Σ e_b² (z_b − m) → α² (C + δ B) + Σ_tile e²·d
-
-with e_b = exp(z_b − m), d_b = z_b − m, accumulated in float32. Then log Z' = m + log Z (saved
-for the backward), entropy = log Z − A/Z, Σπ² = B/Z², Σπ² log π = C/Z² − log Z · Σπ².
-The backward streams the row once more: log π = z − lse, π = exp(log π) and the closed-form
-gradient π (c0 + c1 log π + π (c2 + c3 log π)) + g_logp δ_bk (see ``stats_common.gradient_coefficients``).
+Backward: one program per (row, ``BLOCK`` of columns), as many programs as the GPU can keep busy,
+each reading its logits once: log π = z − lse, π = exp(log π) and the closed-form gradient
+π (c0 + c1 log π + π (c2 + c3 log π)) + g_logp δ_bk (see ``stats_common.gradient_coefficients``).
 
 A −inf logit contributes e = 0 and is kept out of every product (no 0·(−inf)). Masked rows
 (``row_mask`` = 0) read nothing: their loop is empty in the forward and their loads are masked
 in the backward, which only writes the zero gradient.
 
-The kernels are plain functions here and jitted by :func:`kernels` on first use, so that
-``TRITON_INTERPRET=1`` set at that time (the CPU tests) takes effect even if Triton was imported
-before.
+Jitted when this module is imported, which :mod:`entflow.core.triton_token_stats` does on first use,
+so that ``TRITON_INTERPRET=1`` set by then (the CPU tests, in a fresh process) takes effect.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-
 import triton
 import triton.language as tl
+
+from entflow.core._triton_fold import online_fold
 
 NEG_INF = tl.constexpr(float("-inf"))
 
@@ -62,30 +55,21 @@ def _fwd(
     if HAS_MASK:
         keep = tl.load(MASK + row) != 0
         v_end = tl.where(keep, V, 0)
-    m = tl.full([], NEG_INF, tl.float32)
-    z_sum = tl.zeros([], tl.float32)
-    a_sum = tl.zeros([], tl.float32)
-    b_sum = tl.zeros([], tl.float32)
-    c_sum = tl.zeros([], tl.float32)
+    m = tl.full([1], NEG_INF, tl.float32)
+    z_sum = tl.zeros([1], tl.float32)
+    a_sum = tl.zeros([1], tl.float32)
+    b_sum = tl.zeros([1], tl.float32)
+    c_sum = tl.zeros([1], tl.float32)
     cols = tl.arange(0, BLOCK)
     for start in range(0, v_end, BLOCK):
         offs = start + cols
         x = tl.load(base + offs, mask=offs < V, other=NEG_INF).to(tl.float32) * inv_temp
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        m_ref = tl.where(m_new == NEG_INF, 0.0, m_new)  # all −inf so far: any finite reference
-        alpha = tl.exp(m - m_ref)  # 0 on the first finite tile (m = −inf)
-        delta = tl.where(m == NEG_INF, 0.0, m - m_ref)
-        finite = x != NEG_INF
-        d = tl.where(finite, x - m_ref, 0.0)
-        e = tl.where(finite, tl.exp(d), 0.0)
-        if WANT_H:  # before Z is updated: A uses the old Z
-            a_sum = alpha * (a_sum + delta * z_sum) + tl.sum(e * d, axis=0)
-        z_sum = alpha * z_sum + tl.sum(e, axis=0)
-        if WANT_P2:
-            ee = e * e
-            c_sum = alpha * alpha * (c_sum + delta * b_sum) + tl.sum(ee * d, axis=0)
-            b_sum = alpha * alpha * b_sum + tl.sum(ee, axis=0)
-        m = m_new
+        m, z_sum, a_sum, b_sum, c_sum = online_fold(x[None, :], m, z_sum, a_sum, b_sum, c_sum, WANT_H, WANT_P2, WANT_P2)
+    m = tl.sum(m, axis=0)  # [1] -> scalar
+    z_sum = tl.sum(z_sum, axis=0)
+    a_sum = tl.sum(a_sum, axis=0)
+    b_sum = tl.sum(b_sum, axis=0)
+    c_sum = tl.sum(c_sum, axis=0)
     z_sum = tl.where(keep, z_sum, 1.0)  # masked rows: finite placeholders, zeroed below
     m = tl.where(keep, m, 0.0)
     log_z = tl.log(z_sum)
@@ -154,24 +138,22 @@ def _bwd(
         c2 = 2.0 * g_s2 + g_s2l
         c3 = 2.0 * g_s2l
     k = tl.load(IDS + row)
-    cols = tl.arange(0, BLOCK)
-    for start in range(0, V, BLOCK):
-        offs = start + cols
-        x = tl.load(base + offs, mask=offs < v_read, other=NEG_INF).to(tl.float32) * inv_temp
-        finite = x != NEG_INF
-        lp = tl.where(finite, x - lse, 0.0)
-        p = tl.where(finite, tl.exp(lp), 0.0)
-        g = p * (c0 + c1 * lp + p * (c2 + c3 * lp))
-        g = tl.where(offs == k, g + g_logp, g) * inv_temp
-        g = tl.where(keep, g, 0.0)
-        tl.store(out + offs, g.to(GRAD.dtype.element_ty), mask=offs < V)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(base + offs, mask=offs < v_read, other=NEG_INF).to(tl.float32) * inv_temp
+    finite = x != NEG_INF
+    lp = tl.where(finite, x - lse, 0.0)
+    p = tl.where(finite, tl.exp(lp), 0.0)
+    g = p * (c0 + c1 * lp + p * (c2 + c3 * lp))
+    g = tl.where(offs == k, g + g_logp, g) * inv_temp
+    g = tl.where(keep, g, 0.0)
+    tl.store(out + offs, g.to(GRAD.dtype.element_ty), mask=offs < V)
 
 
-@functools.cache
-def _jitted(interpret: str | None):
-    return triton.jit(_fwd), triton.jit(_bwd)
+_FWD = triton.jit(_fwd)
+_BWD = triton.jit(_bwd)
 
 
 def kernels():
-    """The jitted ``(forward, backward)`` kernels for the current ``TRITON_INTERPRET`` setting."""
-    return _jitted(os.environ.get("TRITON_INTERPRET"))
+    """The jitted ``(forward, backward)`` kernels: the forward runs on a grid ``(rows,)``, the
+    backward on ``(rows, cdiv(V, BLOCK))``."""
+    return _FWD, _BWD

@@ -16,7 +16,8 @@ import importlib.util
 
 import torch
 
-DEFAULT_BLOCK = 4096  # V tile of one program step (elements)
+DEFAULT_BLOCK = 4096  # forward: V piece of one program step (elements)
+BACKWARD_BLOCK = 1024  # backward: columns per program (one program per row and block)
 
 
 def available() -> bool:
@@ -65,11 +66,12 @@ class _TokenStatsTriton(torch.autograd.Function):
         zeros = torch.zeros(n, dtype=torch.float32, device=x3.device)
         g = [zeros if gg is None else gg.float().contiguous() for gg in grads]
         has_h, has_p2 = grads[1] is not None, grads[2] is not None or grads[3] is not None
-        bwd[(n,)](
+        bblock = min(BACKWARD_BLOCK, ctx.block)
+        bwd[(n, -(-v // bblock))](
             x3, x3.stride(0), x3.stride(1), x3.shape[1], v, ids, mask_t, float(ctx.inv_temp),
             lse, ent if has_h else lse, s2 if has_p2 else lse, s2l if has_p2 else lse,
             g[0], g[1], g[2], g[3], grad,
-            HAS_MASK=ctx.has_mask, HAS_H=has_h, HAS_P2=has_p2, BLOCK=ctx.block,
+            HAS_MASK=ctx.has_mask, HAS_H=has_h, HAS_P2=has_p2, BLOCK=bblock,
         )  # fmt: skip
         return grad, None, None, None, None, None
 

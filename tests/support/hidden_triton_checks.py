@@ -84,3 +84,63 @@ def test_triton_equals_torch_backend(gen, device, stats):
         assert _err(a, b_.double()) <= 1e-6
     for a, b_ in zip(ga, gb, strict=True):
         assert _err(a, b_.double()) <= 1e-6 * max(1.0, b_.abs().max().item())
+
+
+# The fused kernels at tiles far smaller than the shapes: 16 × 16 tiles with 16 of D per dot, so
+# N = 37 rows span three row tiles (the last of 5 rows), D = 40 three dot steps (the last of 8),
+# and V = 100 two vocabulary splits of four and three tiles (the last of 4 columns): the on-chip
+# fold rescales across tiles, the splits are merged, and every edge is ragged.
+SMALL_TILES = {"BM": 16, "BN": 16, "BK": 16, "num_warps": 4, "num_stages": 1}
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    from entflow.core import _triton_hidden_kernels as fused
+
+    for kind in fused.CONFIGS:
+        monkeypatch.setitem(fused.CONFIGS, kind, SMALL_TILES)
+    return fused
+
+
+def _fused_case(gen, device, dtype, stats, chunks):
+    h, w, b, ids, coef = make_inputs(gen, lead=(37,), d=40, v=100, scale=0.5)
+    b[7] = float("-inf")  # a masked vocabulary entry
+    b[60:63] = -1e30
+    ids = torch.where((ids == 7) | ((ids >= 60) & (ids < 63)), 8, ids)
+    x = [t.to(device, dtype).requires_grad_(True) for t in (h, w, b)]
+    out = token_stats_from_hidden(*x[:2], ids.to(device), x[2], 0.7, stats=stats, backend="triton", **chunks)
+    out = type(out)(*(None if o is None else o.cpu() for o in out))
+    got = [g.cpu() for g in torch.autograd.grad(objective(out, coef, stats), x)]
+    vals, ref = reference(*(t.detach().cpu() for t in x), ids, 0.7, coef, stats, floor=-1e30)
+    val_err = max(_err(getattr(out, n), vals[i]) for i, n in enumerate(NAMES) if n in stats)
+    scale = max(r.abs().max().item() for r in ref)
+    grad_err = max(_err(g, r) for g, r in zip(got, ref, strict=True)) / max(1.0, scale)
+    return val_err, grad_err, got, ref
+
+
+def test_fused_kernel_splits_and_ragged_tiles(small_tiles, device):
+    h = torch.randn(37, 40, device=device)
+    w = torch.randn(100, 40, device=device)
+    m = small_tiles.hidden_fold(h, w, None, torch.zeros(37, dtype=torch.long, device=device), 1.0, (True, True, True))[0]
+    assert m.shape == (2, 37)  # two vocabulary splits to merge
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("stats", [NAMES, ("logp", "entropy")])
+@pytest.mark.parametrize("chunks", [{}, {"chunk_rows": 20, "chunk_vocab": 48}])
+def test_fused_kernel_small_tiles_match_float64(gen, device, small_tiles, dtype, stats, chunks):
+    """Values to 1e-5; gradients to 1e-5 (float32) or 1e-2 (bf16: the inputs' rounding) of the
+    largest reference gradient; the backward's row and vocabulary chunks are ragged too."""
+    val_err, grad_err, got, _ = _fused_case(gen, device, dtype, stats, chunks)
+    assert val_err <= 1e-5
+    assert grad_err <= (1e-2 if dtype == torch.bfloat16 else 1e-5)
+    assert bool((got[2][7] == 0).all())  # the masked entry gets no gradient
+
+
+def test_fused_kernel_fault_a_tile_left_out_is_caught(gen, device, small_tiles, monkeypatch):
+    """An injected fault, the fold starting one tile late in each split, must fail the float64 check."""
+    val_err, grad_err, _, _ = _fused_case(gen, device, torch.float32, NAMES, {})
+    assert val_err <= 1e-5 and grad_err <= 1e-5
+    monkeypatch.setattr(small_tiles, "_FAULT_SKIP_TILES", 1)
+    val_err, _, _, _ = _fused_case(gen, device, torch.float32, NAMES, {})
+    assert val_err > 1e-2

@@ -1,170 +1,220 @@
-"""Triton tile kernels for :mod:`entflow.core.hidden_stats` (imports Triton; load it lazily).
+"""Fused Triton kernels for :mod:`entflow.core.hidden_stats` (imports Triton; load it lazily).
 
-The matmuls that make each ``[R, C]`` tile of logits stay torch's (cuBLAS on a GPU); these kernels
-replace the torch elementwise passes over a tile:
+The LM head's matmul and what follows it run in one kernel, so no tile of logits goes through memory
+between the matmul and the softmax:
 
-- ``fold_tile``: one program per row streams the row's C raw logits once, in ``BLOCK`` pieces,
-  and folds them into the row's running online-softmax sums (``Z, A, B, C`` relative to the
-  running maximum ``m``, rescaled by α = exp(m − m'), δ = m − m' when ``m`` grows: the recurrences
-  of the ``hidden_stats`` module docstring), plus the sampled token's logit when it lies in the
-  tile. Float32 accumulation; a −inf logit contributes e = 0 and stays out of every product.
-- ``grad_tile``: one program per (row, ``BLOCK`` of columns) overwrites the tile with the
-  logits gradient π (c0 + c1 log π + π (c2 + c3 log π)) + g_k δ_bk, log π = z − lse.
+- ``hidden_fold`` (forward): program (i, s) owns the rows ``[i·BM, (i+1)·BM)`` and the vocabulary
+  split ``s``. For each ``[BM, BN]`` tile of its split it multiplies ``h wᵀ`` on chip (``tl.dot``,
+  bf16/fp16 operands or float32 in IEEE precision, float32 accumulation over ``BK`` pieces of D),
+  adds the bias, divides by τ and folds the tile into the rows' running sums with the fold every
+  entflow kernel shares (:func:`entflow.core._triton_fold.online_fold`). It writes one partial state
+  per (split, row); :func:`merge_partials` combines the splits (the same recurrence over states).
+  Splitting the vocabulary keeps all SMs busy when there are few row tiles.
+- ``hidden_grad`` (backward): program (i, j) recomputes the ``[BM, BN]`` tile of logits on chip and
+  writes its gradient G = π (c0 + c1 log π + π (c2 + c3 log π)) + g_k δ_bk (log π = z − lse; the
+  coefficients already carry 1/τ) in the matmul operand dtype, plus its column sums into ∇b
+  (atomics). ``hidden_stats`` then multiplies G into ∇h and ∇W (cuBLAS, float32 accumulation).
 
-The kernels are jitted on first use (:func:`_kernels`), so ``TRITON_INTERPRET=1`` set by then
-(the CPU tests) takes effect.
+Jitted when this module is imported, which ``hidden_stats`` does on first use of the Triton
+backend, so ``TRITON_INTERPRET=1`` set by then (the CPU tests, in a fresh process) takes effect.
 """
 
 from __future__ import annotations
-
-import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from entflow.core._triton_fold import online_fold
+
 NEG_INF = tl.constexpr(float("-inf"))
-BLOCK = 1024
+
+# Tile shapes (BM rows × BN vocabulary entries, BK of D per dot) and launch settings, per operand
+# kind. Chosen from the H100 measurements of benchmarks/gpu_stats.py (docs/benchmarks.md, "On a GPU").
+CONFIGS = {
+    "half": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
+    "float32": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2},
+}
+# Tests only: skip this many vocabulary tiles at the start of each split (an injected fault that the
+# float64 checks must catch). Never set outside tests.
+_FAULT_SKIP_TILES = 0
 
 
-def _fold(
-    X,
-    C,
-    LOCAL,
-    inv_temp,
-    M,
-    ZS,
-    AS,
-    BS,
-    CS,
-    ZK,
-    WANT_H: tl.constexpr,
-    WANT_P2: tl.constexpr,
-    WANT_S2L: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    row = tl.program_id(0)
-    base = X + row.to(tl.int64) * C
-    m = tl.load(M + row)
-    z_sum = tl.load(ZS + row)
-    a_sum = tl.zeros([], tl.float32)
-    b_sum = tl.zeros([], tl.float32)
-    c_sum = tl.zeros([], tl.float32)
+@triton.jit
+def _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, inv_temp,
+                 HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 BK: tl.constexpr):  # fmt: skip
+    """Scaled logits ``(h wᵀ + b)/τ`` of one ``[BM, BN]`` tile, float32, −inf in columns past the end."""
+    ks = tl.arange(0, BK)
+    h_ptrs = H + rows.to(tl.int64)[:, None] * stride_h + ks[None, :]
+    w_ptrs = W + cols.to(tl.int64)[:, None] * stride_w + ks[None, :]
+    acc = tl.zeros([BM, BN], tl.float32)
+    for k0 in range(0, D, BK):
+        k_ok = (k0 + ks) < D
+        h = tl.load(h_ptrs + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs + k0, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        if IEEE:
+            acc = tl.dot(h, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(h, tl.trans(w), acc)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return tl.where(col_ok[None, :], acc * inv_temp, NEG_INF)
+
+
+@triton.jit
+def _hidden_fold(
+    H, W, BIAS, IDS, N, V, D, stride_h, stride_w, inv_temp, cols_per_split,
+    PM, PZ, PA, PB, PC, PK,
+    HAS_BIAS: tl.constexpr, WANT_H: tl.constexpr, WANT_P2: tl.constexpr, WANT_S2L: tl.constexpr,
+    IEEE: tl.constexpr, SKIP_TILES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    split = tl.program_id(1)
+    row_ok = rows < N
+    ids = tl.load(IDS + rows, mask=row_ok, other=-1)
+    m = tl.full([BM], NEG_INF, tl.float32)
+    z_sum = tl.zeros([BM], tl.float32)
+    a_sum = tl.zeros([BM], tl.float32)
+    b_sum = tl.zeros([BM], tl.float32)
+    c_sum = tl.zeros([BM], tl.float32)
+    z_k = tl.zeros([BM], tl.float32)  # the sampled token's scaled logit, from the tile that holds it
+    v_lo = split * cols_per_split
+    v_hi = tl.minimum(v_lo + cols_per_split, V)
+    for v0 in range(v_lo + SKIP_TILES * BN, v_hi, BN):
+        cols = v0 + tl.arange(0, BN)
+        col_ok = cols < v_hi
+        x = _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, inv_temp,
+                         HAS_BIAS, IEEE, BM, BN, BK)  # fmt: skip
+        z_k += tl.sum(tl.where(cols[None, :] == ids[:, None], x, 0.0), axis=1)
+        m, z_sum, a_sum, b_sum, c_sum = online_fold(x, m, z_sum, a_sum, b_sum, c_sum, WANT_H, WANT_P2, WANT_S2L)
+    out = split.to(tl.int64) * N + rows
+    tl.store(PM + out, m, mask=row_ok)
+    tl.store(PZ + out, z_sum, mask=row_ok)
+    tl.store(PK + out, z_k, mask=row_ok)
     if WANT_H:
-        a_sum = tl.load(AS + row)
+        tl.store(PA + out, a_sum, mask=row_ok)
     if WANT_P2:
-        b_sum = tl.load(BS + row)
+        tl.store(PB + out, b_sum, mask=row_ok)
     if WANT_S2L:
-        c_sum = tl.load(CS + row)
-    cols = tl.arange(0, BLOCK)
-    for start in range(0, C, BLOCK):
-        offs = start + cols
-        x = tl.load(base + offs, mask=offs < C, other=NEG_INF).to(tl.float32) * inv_temp
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        m_ref = tl.where(m_new == NEG_INF, 0.0, m_new)  # all −inf so far: any finite reference
-        alpha = tl.exp(m - m_ref)  # 0 while m = −inf
-        delta = tl.where(m == NEG_INF, 0.0, m - m_ref)
-        finite = x != NEG_INF
-        d = tl.where(finite, x - m_ref, 0.0)
-        e = tl.where(finite, tl.exp(d), 0.0)
-        if WANT_H:  # before Z is updated: A uses the old Z
-            a_sum = alpha * (a_sum + delta * z_sum) + tl.sum(e * d, axis=0)
-        z_sum = alpha * z_sum + tl.sum(e, axis=0)
-        if WANT_P2:
-            ee = e * e
-            if WANT_S2L:  # before B is updated
-                c_sum = alpha * alpha * (c_sum + delta * b_sum) + tl.sum(ee * d, axis=0)
-            b_sum = alpha * alpha * b_sum + tl.sum(ee, axis=0)
-        m = m_new
-    tl.store(M + row, m)
-    tl.store(ZS + row, z_sum)
-    if WANT_H:
-        tl.store(AS + row, a_sum)
-    if WANT_P2:
-        tl.store(BS + row, b_sum)
-    if WANT_S2L:
-        tl.store(CS + row, c_sum)
-    k = tl.load(LOCAL + row)
-    inside = (k >= 0) & (k < C)
-    one = tl.zeros([1], tl.int32) + inside.to(tl.int32)  # a [1] block: load x_k only when inside
-    x_k = tl.load(base + tl.where(inside, k, 0) + tl.zeros([1], tl.int64), mask=one != 0, other=0.0)
-    x_k = tl.sum(x_k.to(tl.float32), axis=0) * inv_temp
-    old = tl.load(ZK + row)
-    tl.store(ZK + row, tl.where(inside, x_k, old))
+        tl.store(PC + out, c_sum, mask=row_ok)
 
 
-def _grad(
-    X,
-    C,
-    LOCAL,
-    inv_temp,
-    LSE,
-    C0,
-    C1,
-    C2,
-    C3,
-    GK,
-    BLOCK: tl.constexpr,
-):
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ptrs = X + row.to(tl.int64) * C + offs
-    valid = offs < C
-    x = tl.load(ptrs, mask=valid, other=NEG_INF).to(tl.float32) * inv_temp
+@triton.jit
+def _hidden_grad(
+    H, W, BIAS, IDS, N, C, D, stride_h, stride_w, inv_temp,
+    LSE, C0, C1, C2, C3, GK, G, stride_g, GB,
+    HAS_BIAS: tl.constexpr, HAS_C1: tl.constexpr, HAS_C2: tl.constexpr, HAS_C3: tl.constexpr,
+    HAS_GK: tl.constexpr, HAS_GB: tl.constexpr, IEEE: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    row_ok = rows < N
+    col_ok = cols < C
+    x = _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, inv_temp,
+                     HAS_BIAS, IEEE, BM, BN, BK)  # fmt: skip
     finite = x != NEG_INF
-    lp = tl.where(finite, x - tl.load(LSE + row), 0.0)
+    lp = tl.where(finite, x - tl.load(LSE + rows, mask=row_ok, other=0.0)[:, None], 0.0)  # log π
     p = tl.where(finite, tl.exp(lp), 0.0)
-    c0 = tl.load(C0 + row)
-    c1 = tl.load(C1 + row)
-    c2 = tl.load(C2 + row)
-    c3 = tl.load(C3 + row)
-    g = p * (c0 + c1 * lp + p * (c2 + c3 * lp))
-    g = tl.where(offs == tl.load(LOCAL + row), g + tl.load(GK + row), g)
-    tl.store(ptrs, g.to(X.dtype.element_ty), mask=valid)
+    inner = tl.load(C0 + rows, mask=row_ok, other=0.0)[:, None] + tl.zeros([BM, BN], tl.float32)
+    if HAS_C1:
+        inner += tl.load(C1 + rows, mask=row_ok, other=0.0)[:, None] * lp
+    if HAS_C2:
+        q = tl.load(C2 + rows, mask=row_ok, other=0.0)[:, None] + tl.zeros([BM, BN], tl.float32)
+        if HAS_C3:
+            q += tl.load(C3 + rows, mask=row_ok, other=0.0)[:, None] * lp
+        inner += p * q
+    g = p * inner
+    if HAS_GK:
+        ids = tl.load(IDS + rows, mask=row_ok, other=-1)
+        g_k = tl.load(GK + rows, mask=row_ok, other=0.0)
+        g += tl.where(cols[None, :] == ids[:, None], g_k[:, None], 0.0)
+    g = tl.where(row_ok[:, None] & col_ok[None, :], g, 0.0)
+    ptrs = G + rows.to(tl.int64)[:, None] * stride_g + cols[None, :]
+    tl.store(ptrs, g.to(G.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    if HAS_GB:
+        tl.atomic_add(GB + cols, tl.sum(g, axis=0), mask=col_ok)
 
 
-@functools.cache
-def _jitted(interpret: str | None):
-    return triton.jit(_fold), triton.jit(_grad)
+def _config(dtype: torch.dtype, config: dict | None) -> dict:
+    base = CONFIGS["float32" if dtype == torch.float32 else "half"]
+    return base if config is None else {**base, **config}
 
 
-def _kernels():
-    return _jitted(os.environ.get("TRITON_INTERPRET"))
+def _tile(n: int, t: int) -> int:
+    """A tile of at most ``t`` (a power of two ≥ 16, as ``tl.dot`` needs) that is not much larger than ``n``."""
+    return max(16, min(t, 1 << max(n - 1, 1).bit_length()))
 
 
-def fold_tile(tile: torch.Tensor, e: torch.Tensor, st, local: torch.Tensor, inv_temp: float) -> None:
-    """Triton version of ``hidden_stats._fold_tile_torch`` (``tile`` [R, C] contiguous float32; ``e`` unused)."""
-    if tile.dtype != torch.float32:
-        raise TypeError(f"the Triton tile kernels take float32 tiles, got {tile.dtype}")
-    fold, _ = _kernels()
-    r, c = tile.shape
-    if r == 0 or c == 0:
-        return
-    dummy = st.z
-    fold[(r,)](
-        tile, c, local.contiguous(), float(inv_temp), st.m, st.z,
-        dummy if st.a is None else st.a, dummy if st.b is None else st.b, dummy if st.c is None else st.c, st.zk,
-        WANT_H=st.a is not None, WANT_P2=st.b is not None, WANT_S2L=st.c is not None, BLOCK=min(BLOCK, _pow2(c)),
+def _splits(n_row_tiles: int, v: int, bn: int, device: torch.device) -> int:
+    """Vocabulary splits: enough programs for about two waves of the device's SMs."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return max(1, min(triton.cdiv(2 * sms, n_row_tiles), triton.cdiv(v, 4 * bn)))
+
+
+def hidden_fold(h, w, bias, ids, inv_temp, want, config=None):
+    """Partial online-softmax states ``(m, Z, A, B, C, z_k)``, each ``[S, N]`` float32, of the logits
+    ``(h wᵀ + b)/τ`` over ``S`` vocabulary splits (``A``/``B``/``C`` empty when not wanted).
+
+    ``h`` ``[N, D]`` and ``w`` ``[V, D]`` of one dtype (bf16/fp16/float32, unit stride over D),
+    ``bias`` ``[V]`` or None, ``ids`` ``[N]`` int64; ``want = (want_h, want_p2, want_s2l)``."""
+    n, d = h.shape
+    v = w.shape[0]
+    cfg = _config(h.dtype, config)
+    bm, bn, bk = _tile(n, cfg["BM"]), _tile(v, cfg["BN"]), _tile(d, cfg["BK"])
+    row_tiles = triton.cdiv(n, bm)
+    cols_per_split = triton.cdiv(triton.cdiv(v, _splits(row_tiles, v, bn, h.device)), bn) * bn
+    splits = triton.cdiv(v, cols_per_split)
+    kw = {"dtype": torch.float32, "device": h.device}
+    parts = [torch.empty(splits, n, **kw) for _ in range(3)]  # m, Z, z_k
+    extra = [torch.empty(splits, n, **kw) if w_ else parts[1] for w_ in want]  # A, B, C
+    _hidden_fold[(row_tiles, splits)](
+        h, w, parts[1] if bias is None else bias, ids, n, v, d, h.stride(0), w.stride(0), float(inv_temp),
+        cols_per_split, parts[0], parts[1], *extra, parts[2],
+        HAS_BIAS=bias is not None, WANT_H=want[0], WANT_P2=want[1], WANT_S2L=want[2],
+        IEEE=h.dtype == torch.float32, SKIP_TILES=_FAULT_SKIP_TILES, BM=bm, BN=bn, BK=bk,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )  # fmt: skip
+    m, z, zk = parts
+    a, b, c = (e if w_ else None for e, w_ in zip(extra, want, strict=True))
+    return m, z, a, b, c, zk
 
 
-def grad_tile(tile, lse, coefs, local, inv_temp, p, tmp) -> torch.Tensor:
-    """Triton version of ``hidden_stats._grad_tile_torch``: the gradient overwrites ``tile``."""
-    if tile.dtype != torch.float32:
-        raise TypeError(f"the Triton tile kernels take float32 tiles, got {tile.dtype}")
-    _, grad = _kernels()
-    r, c = tile.shape
-    if r == 0 or c == 0:
-        return tile
-    zeros = torch.zeros(r, dtype=torch.float32, device=tile.device)
-    c0, c1, c2, c3, g_k = (zeros if t is None else t.contiguous() for t in coefs)
-    block = min(BLOCK, _pow2(c))
-    grad[(r, triton.cdiv(c, block))](
-        tile, c, local.contiguous(), float(inv_temp), lse.contiguous(), c0, c1, c2, c3, g_k, BLOCK=block
-    )
-    return tile
+def merge_partials(m, z, a, b, c, zk):
+    """Combine the splits' states ``[S, N]`` into one per row ``[N]``: the fold's recurrence applied
+    to whole states (α = exp(m_s − m'), δ = m_s − m')."""
+    m_new = m.amax(0)
+    ref = torch.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = torch.exp(m - ref)  # 0 for a split with no finite logit
+    delta = torch.where(m == float("-inf"), 0.0, m - ref)
+    z_new = (alpha * z).sum(0)
+    a_new = None if a is None else (alpha * (a + delta * z)).sum(0)
+    alpha2 = alpha * alpha
+    b_new = None if b is None else (alpha2 * b).sum(0)
+    c_new = None if c is None else (alpha2 * (c + delta * b)).sum(0)
+    return m_new, z_new, a_new, b_new, c_new, zk.sum(0)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 1).bit_length()
+def hidden_grad(h, w, bias, ids, inv_temp, lse, coefs, out, grad_bias=None, config=None):
+    """Write the logits gradient of the tile ``h wᵀ`` (``h`` ``[R, D]``, ``w`` ``[C, D]``) into ``out``
+    ``[R, C]`` (any float dtype, unit stride over C); add its column sums to ``grad_bias`` ``[C]``
+    (float32) when given. ``coefs`` = ``(c0, c1, c2, c3, g_k)`` ``[R]`` float32 (None where absent),
+    already multiplied by 1/τ."""
+    r, d = h.shape
+    c = w.shape[0]
+    cfg = _config(h.dtype, config)
+    bm, bn, bk = _tile(r, cfg["BM"]), _tile(c, cfg["BN"]), _tile(d, cfg["BK"])
+    c0, c1, c2, c3, g_k = coefs
+    if c0 is None:
+        c0 = torch.zeros(r, dtype=torch.float32, device=h.device)
+    dummy = c0
+    _hidden_grad[(triton.cdiv(r, bm), triton.cdiv(c, bn))](
+        h, w, dummy if bias is None else bias, ids, r, c, d, h.stride(0), w.stride(0), float(inv_temp),
+        lse, c0, *(dummy if t is None else t for t in (c1, c2, c3, g_k)), out, out.stride(0),
+        dummy if grad_bias is None else grad_bias,
+        HAS_BIAS=bias is not None, HAS_C1=c1 is not None, HAS_C2=c2 is not None, HAS_C3=c3 is not None,
+        HAS_GK=g_k is not None, HAS_GB=grad_bias is not None, IEEE=h.dtype == torch.float32,
+        BM=bm, BN=bn, BK=bk, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )  # fmt: skip
+    return out

@@ -191,12 +191,38 @@ def _grad_tile_torch(tile, lse, coefs, local, inv_temp, p, tmp) -> torch.Tensor:
     return g
 
 
-def _tile_fns(backend: str):
-    if backend == "triton":
-        from entflow.core._triton_hidden_kernels import fold_tile, grad_tile
+def _finish(m, z, a, b, c, zk, want):
+    """``lse`` and the requested statistics ``[logp, H, Σπ², Σπ² log π]`` (None where not wanted) of
+    rows whose online sums are ``m, Z, A, B, C`` and sampled scaled logit ``zk`` (module docstring)."""
+    log_z = torch.log(z)
+    lse = m + log_z
+    s2 = b / (z * z) if want[2] or want[3] else None
+    return lse, [
+        zk - lse if want[0] else None,
+        log_z - a / z if want[1] else None,
+        s2 if want[2] or want[3] else None,
+        c / (z * z) - log_z * s2 if want[3] else None,
+    ]
 
-        return fold_tile, grad_tile
-    return _fold_tile_torch, _grad_tile_torch
+
+def _fused_operands(h2: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h2`` and ``weight`` as the fused kernels' operands: one dtype (as they are when both are bf16
+    or both fp16 on CUDA, else float32; see :func:`_half_operands`), unit stride over D."""
+    odt = h2.dtype if _half_operands(h2, weight) else torch.float32
+    h, w = h2.to(odt), weight.to(odt)
+    return h if h.stride(-1) == 1 else h.contiguous(), w if w.stride(-1) == 1 else w.contiguous()
+
+
+def _forward_fused(h2, weight, bias, ids, inv_temp, want):
+    """The forward in one fused Triton kernel (matmul and fold on chip) plus a merge of its
+    vocabulary splits: ``(lse, stats)`` as :func:`_finish`."""
+    from entflow.core import _triton_hidden_kernels as fused
+
+    h, w = _fused_operands(h2, weight)
+    want_h, want_p2 = want[1], want[2] or want[3]
+    b = None if bias is None else bias.contiguous()
+    state = fused.merge_partials(*fused.hidden_fold(h, w, b, ids, inv_temp, (want_h, want_p2, want[3])))
+    return _finish(*state, want)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,44 +238,45 @@ def _view(buf: torch.Tensor, r: int, c: int) -> torch.Tensor:
     return buf[: r * c].view(r, c)  # contiguous, also for a narrower last vocabulary chunk
 
 
+def _forward_tiles(h2, weight, bias, ids, inv_temp, want, rows, cols):
+    """The forward with torch ops: row × vocabulary tiles, each one matmul into a reused buffer and
+    folded into the rows' running sums: ``(lse, stats)`` as :func:`_finish`."""
+    cdt = stats_common.compute_dtype(h2.dtype, weight.dtype)
+    n, v = h2.shape[0], weight.shape[0]
+    kw = {"dtype": cdt, "device": h2.device}
+    want_h, want_p2 = want[1], want[2] or want[3]
+    outs = [torch.empty(n, **kw) if w else None for w in (want[0], want_h, want_p2, want[3])]
+    lse = torch.empty(n, **kw)
+    odt = h2.dtype if _half_operands(h2, weight) else cdt  # the matmuls' operand dtype
+    r_max, c_max = max(min(rows, n), 1), max(min(cols, v), 1)
+    tile_buf, e_buf = _buffers(r_max, c_max, 2, kw)
+    bias_c = None if bias is None else bias.to(cdt)
+    for r0 in range(0, n, r_max):
+        r1 = min(r0 + r_max, n)
+        h = h2[r0:r1].to(odt)
+        st = _State(r1 - r0, want_h, want_p2, want[3], kw)
+        for c0 in range(0, v, c_max):
+            c1 = min(c0 + c_max, v)
+            tile = _tile_logits(h, weight[c0:c1].to(odt), None if bias_c is None else bias_c[c0:c1],
+                                _view(tile_buf, r1 - r0, c1 - c0))  # fmt: skip
+            _fold_tile_torch(tile, _view(e_buf, r1 - r0, c1 - c0), st, ids[r0:r1] - c0, inv_temp)
+        lse[r0:r1], chunk = _finish(st.m, st.z, st.a, st.b, st.c, st.zk, want)
+        for out, val in zip(outs, chunk, strict=True):
+            if out is not None:
+                out[r0:r1] = val
+    return lse, outs
+
+
 class _HiddenStats(torch.autograd.Function):
     """Tiled forward (online softmax); backward recomputes each tile (memory O(rows · vocab chunk))."""
 
     @staticmethod
     def forward(ctx, h2, weight, bias, ids, inv_temp, want, rows, cols, backend):  # h2 [N, D], weight [V, D]
         ctx.set_materialize_grads(False)
-        fold, _ = _tile_fns(backend)
-        cdt = stats_common.compute_dtype(h2.dtype, weight.dtype)
-        n, v = h2.shape[0], weight.shape[0]
-        kw = {"dtype": cdt, "device": h2.device}
-        want_h, want_p2 = want[1], want[2] or want[3]
-        outs = [torch.empty(n, **kw) if w else None for w in (want[0], want_h, want_p2, want[3])]
-        lse = torch.empty(n, **kw)
-        odt = h2.dtype if _half_operands(h2, weight) else cdt  # the matmuls' operand dtype
-        r_max, c_max = max(min(rows, n), 1), max(min(cols, v), 1)
-        tile_buf, e_buf = _buffers(r_max, c_max, 2, kw)
-        bias_c = None if bias is None else bias.to(cdt)
-        for r0 in range(0, n, r_max):
-            r1 = min(r0 + r_max, n)
-            h = h2[r0:r1].to(odt)
-            st = _State(r1 - r0, want_h, want_p2, want[3], kw)
-            for c0 in range(0, v, c_max):
-                c1 = min(c0 + c_max, v)
-                tile = _tile_logits(h, weight[c0:c1].to(odt), None if bias_c is None else bias_c[c0:c1],
-                                    _view(tile_buf, r1 - r0, c1 - c0))  # fmt: skip
-                fold(tile, _view(e_buf, r1 - r0, c1 - c0), st, ids[r0:r1] - c0, inv_temp)
-            log_z = torch.log(st.z)
-            lse[r0:r1] = st.m + log_z
-            if want[0]:
-                outs[0][r0:r1] = st.zk - lse[r0:r1]
-            if want_h:
-                outs[1][r0:r1] = log_z - st.a / st.z
-            if want_p2:
-                s2 = st.b / (st.z * st.z)
-                outs[2][r0:r1] = s2
-                if want[3]:
-                    outs[3][r0:r1] = st.c / (st.z * st.z) - log_z * s2
-        del tile_buf, e_buf
+        if backend == "triton":
+            lse, outs = _forward_fused(h2, weight, bias, ids, inv_temp, want)
+        else:
+            lse, outs = _forward_tiles(h2, weight, bias, ids, inv_temp, want, rows, cols)
         saved = [o if o is not None else lse.new_empty(0) for o in outs[1:]]
         ctx.save_for_backward(h2, weight, bias, ids, lse, *saved)
         ctx.inv_temp, ctx.want, ctx.rows, ctx.cols, ctx.backend = inv_temp, want, rows, cols, backend
@@ -268,7 +295,7 @@ class _HiddenStats(torch.autograd.Function):
             pairs = zip((h2, weight, bias), (need_h, need_w, need_b), strict=True)
             zeros = [torch.zeros_like(t) if need else None for t, need in pairs]
             return (*zeros, None, None, None, None, None, None)
-        _, grad_tile = _tile_fns(ctx.backend)
+        fused = ctx.backend == "triton"
         cdt = stats_common.compute_dtype(h2.dtype, weight.dtype)
         n, v, dim = h2.shape[0], weight.shape[0], h2.shape[1]
         kw = {"dtype": cdt, "device": h2.device}
@@ -289,30 +316,48 @@ class _HiddenStats(torch.autograd.Function):
         g_b = torch.zeros(v, **kw) if need_b else None
         bias_c = None if bias is None else bias.to(cdt)
         has_p2 = grads[2] is not None or grads[3] is not None
-        tile_buf, p_buf = _buffers(r_max, c_max, 2, kw)
-        tmp_buf = _buffers(r_max, c_max, 1, kw)[0] if has_p2 else None
-        g_op_buf = None if odt == cdt else _buffers(r_max, c_max, 1, {"dtype": odt, "device": h2.device})[0]
+        # torch tiles: logits, π and scratch buffers in the compute dtype, and the ∇logits operand in
+        # the half dtype; fused: the kernel writes the ∇logits operand straight into its buffer
+        tile_buf, p_buf = _buffers(r_max, c_max, 2, kw) if not fused else (None, None)
+        tmp_buf = _buffers(r_max, c_max, 1, kw)[0] if has_p2 and not fused else None
+        op_kw = {"dtype": odt, "device": h2.device}
+        g_op_buf = None if odt == cdt and not fused else _buffers(r_max, c_max, 1, op_kw)[0]
+        if fused:
+            from entflow.core import _triton_hidden_kernels as fused_kernels
+
+            h_op, w_op = _fused_operands(h2, weight)
         gw_tmp = torch.empty(c_max, dim, **kw) if need_w and one_row_chunk and weight.dtype != cdt else None
         gh_acc = torch.empty(r_max, dim, **kw) if need_h and h2.dtype != cdt else None
         for r0 in range(0, n, r_max):
             r1 = min(r0 + r_max, n)
             r = r1 - r0
-            h = h2[r0:r1].to(odt)
+            h = h_op[r0:r1] if fused else h2[r0:r1].to(odt)
             sl = slice(r0, r1)
             sv = tuple(t[sl] if t.numel() else None for t in (h_s, s2_s, s2l_s))
             coefs = _coefficients([None if g is None else g[sl] for g in grads], sv, ctx.inv_temp)
+            if fused:
+                coefs = tuple(None if t is None else t.float().contiguous() for t in coefs)
             acc_h = None
             if need_h:
                 acc_h = g_h[sl] if gh_acc is None else gh_acc[:r]
             for c0 in range(0, v, c_max):
                 c1 = min(c0 + c_max, v)
                 c = c1 - c0
-                w = weight[c0:c1].to(odt)
-                tile = _tile_logits(h, w, None if bias_c is None else bias_c[c0:c1], _view(tile_buf, r, c))
-                g = grad_tile(tile, lse[sl], coefs, ids[sl] - c0, ctx.inv_temp, _view(p_buf, r, c),
-                              None if tmp_buf is None else _view(tmp_buf, r, c))  # fmt: skip
-                # ∇logits of the tile as a matmul operand (rounded to bf16/fp16 in the half path, as TRL does)
-                g_op = g if g_op_buf is None else _view(g_op_buf, r, c).copy_(g)
+                if fused:  # ∇logits of the tile, recomputed on chip, in the operand dtype; ∇b by atomics
+                    w = w_op[c0:c1]
+                    g_op = fused_kernels.hidden_grad(
+                        h, w, None if bias is None else bias[c0:c1], ids[sl] - c0, ctx.inv_temp, lse[sl], coefs,
+                        _view(g_op_buf, r, c), None if g_b is None else g_b[c0:c1],
+                    )  # fmt: skip
+                else:
+                    w = weight[c0:c1].to(odt)
+                    tile = _tile_logits(h, w, None if bias_c is None else bias_c[c0:c1], _view(tile_buf, r, c))
+                    g = _grad_tile_torch(tile, lse[sl], coefs, ids[sl] - c0, ctx.inv_temp, _view(p_buf, r, c),
+                                         None if tmp_buf is None else _view(tmp_buf, r, c))  # fmt: skip
+                    # ∇logits of the tile as a matmul operand (rounded to bf16/fp16 in the half path, as TRL does)
+                    g_op = g if g_op_buf is None else _view(g_op_buf, r, c).copy_(g)
+                    if need_b:
+                        g_b[c0:c1] += g.sum(0)
                 if need_h:
                     _mm_into(acc_h, g_op, w, accumulate=c0 > 0)
                 if need_w:
@@ -322,8 +367,6 @@ class _HiddenStats(torch.autograd.Function):
                         _mm_into(g_w[c0:c1], g_op.t(), h)
                     else:
                         g_w[c0:c1].copy_(_mm_into(gw_tmp[:c], g_op.t(), h))
-                if need_b:
-                    g_b[c0:c1] += g.sum(0)
             if gh_acc is not None:
                 g_h[sl].copy_(acc_h)
         if g_w_acc is not None and g_w_acc is not g_w:

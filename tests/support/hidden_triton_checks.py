@@ -121,7 +121,8 @@ def _fused_case(gen, device, dtype, stats, chunks):
 def test_fused_kernel_splits_and_ragged_tiles(small_tiles, device):
     h = torch.randn(37, 40, device=device)
     w = torch.randn(100, 40, device=device)
-    m = small_tiles.hidden_fold(h, w, None, torch.zeros(37, dtype=torch.long, device=device), 1.0, (True, True, True))[0]
+    ids = torch.zeros(37, dtype=torch.long, device=device)
+    m = small_tiles.hidden_fold(h, w, None, ids, 1.0, (True, True, True))[0]
     assert m.shape == (2, 37)  # two vocabulary splits to merge
 
 

@@ -1,25 +1,28 @@
-"""Benchmark on a GPU: the per-token statistics, entflow's torch and Triton paths against TRL's own kernels.
+"""Benchmark on a GPU: the per-token statistics, entflow's kernels against TRL's and Liger's, side by side.
 
-Two inputs, each forward + backward of ``logp + entropy`` with random coefficients (what a policy
-loss with an entropy term differentiates), bf16 inputs, float32 accumulation everywhere:
+Every variant computes, forward + backward, ``0.7·Σ logp − 1.3·Σ entropy`` (what a policy loss with an
+entropy term differentiates) from bf16 inputs:
 
-- **logits** ``[N, V]``: ``ef.token_stats(..., backend="torch" | "triton")`` with
-  ``stats=("logp", "entropy")`` (``*2``) and with all four statistics (``ts4_triton``), TRL 1.16's
-  ``trl.trainer.utils.selective_log_softmax_and_entropy`` (its fused Triton kernel on CUDA), and the naive
-  ``log_softmax`` of the whole tensor in float32;
-- **hidden** ``[N, D]`` with an LM head ``[V, D]``: ``entflow.core.token_stats_from_hidden``
-  (``backend="torch" | "triton"``, logp + entropy), TRL 1.16's ``trl.kernels.ChunkedLogProbFunction``
-  (its Triton kernel on CUDA, the vocabulary chunk its GRPO trainer passes) and the naive
-  ``hidden @ W.T`` then ``log_softmax``.
+- **logits** ``[N, V]``: ``ef.token_stats(backend="triton")`` (logp + entropy at several forward
+  blocks, and all four statistics), ``backend="torch"``, TRL 1.16's
+  ``selective_log_softmax_and_entropy`` (its Triton kernel on CUDA) and the naive ``log_softmax``;
+- **hidden** ``[N, D]`` and an LM head ``[V, D]``: ``ef.token_stats_from_hidden`` (the fused Triton
+  kernel, logp + entropy and all four statistics, plus a sweep of tile settings), TRL 1.16's fused head
+  (``trl.kernels.ChunkedLogProbFunction``, the vocabulary chunk its trainer passes), Liger-Kernel's
+  ``LigerFusedLinearScaledCrossEntropyFunction`` (its Hopper CuTe kernel where it can be imported,
+  else its torch fallback, which is verl's), Liger's Triton fused linear cross-entropy (log-probs only:
+  it has no entropy) and the naive ``hidden @ W.T`` then ``log_softmax``.
 
-Variants run interleaved (``benchmarks/_schedule.py``), the order rotated every repetition; time is
-measured between ``torch.cuda.synchronize`` calls, peak extra memory with
-``torch.cuda.max_memory_allocated`` above the inputs. Medians over ``--runs``; each variant's sums
-are printed next to naive's, so a fast wrong path shows. Without CUDA, ``--device cpu`` runs the
-torch variants at a small shape (a smoke run, not a measurement).
+Variants run interleaved (``benchmarks/_schedule.py``), the order rotated every repetition; time between
+``torch.cuda.synchronize`` calls, peak extra memory from ``torch.cuda.max_memory_allocated`` above the
+inputs; medians. Every variant's sums and gradient norm are printed next to naive's, so a fast wrong
+path shows. The bf16 matmul peak is measured in the same run (8192³, cuBLAS), and each hidden variant's
+achieved fraction of it is reported for the three head matmuls a step needs at least (forward, ∇h, ∇W:
+6·N·V·D flops), as Liger's README counts them.
 
-    python benchmarks/gpu_stats.py --out gpu_stats.json               # N = 8,192, V = 151,936, D = 896 and 3,584
-    python benchmarks/gpu_stats.py --device cpu --tokens 64 --vocab 4096 --dims 64 --runs 2
+    python benchmarks/gpu_stats.py --out gpu_stats.json          # the shapes of docs/benchmarks.md
+    python benchmarks/gpu_stats.py --table gpu_stats.json        # print the docs table from a result
+    python benchmarks/gpu_stats.py --device cpu --quick          # a smoke run of the torch variants
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import importlib.util
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -44,20 +48,38 @@ MIB = 1024 * 1024
 TRL_CHUNK = 32768  # the vocabulary chunk TRL 1.16's GRPO trainer passes to ChunkedLogProbFunction
 TWO = ("logp", "entropy")
 FOUR = ("logp", "entropy", "sum_p2", "sum_p2_logp")
+# (N, D, V): Qwen2.5-0.5B's head at one and eight sequences of 1,024 tokens; Liger's README shape
+HIDDEN_SHAPES = [(1024, 896, 151_936), (8192, 896, 151_936), (8192, 4096, 131_072)]
+LOGITS_SHAPE = (8192, 151_936)
+# fused-kernel settings swept at the large shapes (name: kernel config, backward chunk rows × vocab)
+SWEEP = {
+    "bm128_bn64_w4": ({"BM": 128, "BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3}, None),
+    "bm64_bn128_w4": ({"BM": 64, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4}, None),
+    "bm128_bn128_s4": ({"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 4}, None),
+    "chunks8192x8192": (None, (8192, 8192)),
+    "chunks8192x16384": (None, (8192, 16384)),
+}
 
 Fn = Callable[..., tuple[torch.Tensor, ...]]
 
 
 def logits_variants(triton: bool, trl: bool) -> dict[str, Fn]:
     """``f(logits [N, V], ids [N]) -> (logp, entropy, ...)`` per variant."""
-
     out: dict[str, Fn] = {
-        "ts2_torch": lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="torch"))[:2],
-        "naive": naive_path,  # the doctor's speed check's naive path
+        "naive": naive_path,
+        "ef2_torch": lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="torch"))[:2],
     }
     if triton:
-        out["ts2_triton"] = lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="triton"))[:2]
-        out["ts4_triton"] = lambda x, ids: tuple(ef.token_stats(x, ids, stats=FOUR, backend="triton"))
+        from entflow.core.triton_token_stats import token_stats_triton
+
+        def blocked(block: int, stats: tuple[str, ...]) -> Fn:
+            want = tuple(s in stats for s in FOUR)
+            return lambda x, ids: token_stats_triton(x.unsqueeze(0), ids, 1.0, want, None, block)  # type: ignore[arg-type]
+
+        out["ef2"] = lambda x, ids: tuple(ef.token_stats(x, ids, stats=TWO, backend="triton"))[:2]
+        out["ef4"] = lambda x, ids: tuple(ef.token_stats(x, ids, stats=FOUR, backend="triton"))
+        for block in (1024, 2048, 8192):
+            out[f"ef2@block{block}"] = blocked(block, TWO)
     if trl:
         from trl.trainer.utils import selective_log_softmax_and_entropy
 
@@ -65,26 +87,68 @@ def logits_variants(triton: bool, trl: bool) -> dict[str, Fn]:
     return out
 
 
-def hidden_variants(triton: bool, trl: bool, tiles: list[tuple[int, int]]) -> dict[str, Fn]:
-    """``f(hidden [N, D], weight [V, D], ids [N]) -> (logp, entropy)`` per variant; ``tiles`` adds
-    ``hidden2_<backend>@RxC``, entflow at ``chunk_rows=R, chunk_vocab=C`` (a tile sweep)."""
+def _liger() -> tuple[dict[str, Fn], dict[str, str]]:
+    """Liger-Kernel's variants, and why any is missing."""
+    out: dict[str, Fn] = {}
+    missing: dict[str, str] = {}
+    if importlib.util.find_spec("liger_kernel") is None:
+        return out, {"liger": "liger-kernel not installed"}
+    from liger_kernel.ops import fused_linear_scaled_cross_entropy as scaled
+
+    def with_entropy(impl) -> Fn:
+        def f(h, w, ids):
+            nll, entropy = impl(h, w, ids, 1.0, -100, True)
+            return -nll, entropy
+
+        return f
+
+    try:  # the Hopper CuTe kernel (needs nvidia-cutlass-dsl)
+        sm90 = scaled._load_sm90_function()
+        out["liger_sm90"] = with_entropy(lambda h, w, ids, t, ii, e: sm90.apply(h, w, ids, t, ii, 1, e))
+    except Exception as exc:  # an optional dependency: record why and go on
+        missing["liger_sm90"] = f"{type(exc).__name__}: {exc}"[:200]
+    out["liger_fallback"] = with_entropy(scaled._FusedLinearPPOFallbackFunction.apply)
+    from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+    def flce_logp(h, w, ids):  # log-probs only (no entropy): the entropy term is left out of its loss
+        nll = LigerFusedLinearCrossEntropyFunction.apply(h, w, ids, None, None, -100, 0.0, 0.0, "none")
+        nll = nll[0] if isinstance(nll, tuple) else nll
+        return -nll, torch.zeros_like(nll)
+
+    out["liger_flce_logp_only"] = flce_logp
+    return out, missing
+
+
+def hidden_variants(triton: bool, trl: bool, sweep: bool) -> tuple[dict[str, Fn], dict[str, str]]:
+    """``f(hidden [N, D], weight [V, D], ids [N]) -> (logp, entropy)`` per variant, and the missing ones."""
 
     def naive(h, w, ids):
         return naive_path(h @ w.T, ids)
 
-    def entflow(backend, rows=None, cols=None):
+    def entflow(backend: str, stats=TWO, config=None, chunks=None) -> Fn:
         def f(h, w, ids):
-            ts = token_stats_from_hidden(h, w, ids, stats=TWO, chunk_rows=rows, chunk_vocab=cols, backend=backend)
+            if config is not None:
+                from entflow.core import _triton_hidden_kernels as fused
+
+                saved = dict(fused.CONFIGS["half"])
+                fused.CONFIGS["half"] = {**saved, **config}
+            rows, cols = chunks if chunks else (None, None)
+            try:
+                ts = token_stats_from_hidden(h, w, ids, stats=stats, backend=backend, chunk_rows=rows, chunk_vocab=cols)
+            finally:
+                if config is not None:
+                    fused.CONFIGS["half"] = saved
             return tuple(ts)[:2]
 
         return f
 
-    out: dict[str, Fn] = {"hidden2_torch": entflow("torch"), "naive": naive}
+    out: dict[str, Fn] = {"naive": naive}
     if triton:
-        out["hidden2_triton"] = entflow("triton")
-    backend = "triton" if triton else "torch"
-    for rows, cols in tiles:
-        out[f"hidden2_{backend}@{rows}x{cols}"] = entflow(backend, rows, cols)
+        out["ef2"] = entflow("triton")
+        out["ef4"] = entflow("triton", FOUR)
+        if sweep:
+            for name, (config, chunks) in SWEEP.items():
+                out[f"ef2@{name}"] = entflow("triton", config=config, chunks=chunks)
     if trl:
         from trl.kernels import ChunkedLogProbFunction
 
@@ -93,7 +157,9 @@ def hidden_variants(triton: bool, trl: bool, tiles: list[tuple[int, int]]) -> di
             return res[0], res[1]
 
         out["trl"] = trl_fn
-    return out
+    liger, missing = _liger()
+    out.update(liger)
+    return out, missing
 
 
 def _sync(device: torch.device) -> None:
@@ -125,8 +191,13 @@ def measure(f: Fn, inputs: tuple[torch.Tensor, ...], ids: torch.Tensor, device: 
 
 
 def bench(name: str, variants: dict[str, Fn], inputs: tuple, ids: torch.Tensor, device, runs: int) -> dict:
-    for f in variants.values():  # warm-up: kernels compiled, allocator primed
-        measure(f, inputs, ids, device)
+    errors: dict[str, str] = {}
+    for v, f in list(variants.items()):  # warm-up: kernels compiled, allocator primed; a variant that fails is reported
+        try:
+            measure(f, inputs, ids, device)
+        except Exception as exc:
+            errors[v] = f"{type(exc).__name__}: {exc}"[:300]
+            del variants[v]
     rows: dict[str, list[dict]] = {v: [] for v in variants}
     for _, order in interleaved(list(variants), runs):
         for v in order:
@@ -134,62 +205,163 @@ def bench(name: str, variants: dict[str, Fn], inputs: tuple, ids: torch.Tensor, 
     med = {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in rows.items()}
     base = med["naive"]
     print(f"\n{name}: medians of {runs} (ratio = time / naive's; sums and |grad| against naive's)")
-    print(f"{'variant':<24}{'ms':>10}{'ratio':>8}{'peak MiB':>11}{'Δlogp rel':>12}{'ΔH rel':>10}{'|g|/naive':>11}")
+    print(f"{'variant':<26}{'ms':>10}{'ratio':>8}{'peak MiB':>11}{'Δlogp rel':>12}{'ΔH rel':>10}{'|g|/naive':>11}")
     for v, m in med.items():
         m["ratio_to_naive"] = m["seconds"] / base["seconds"]
         m["logp_rel_diff"] = abs(m["logp_sum"] - base["logp_sum"]) / max(1.0, abs(base["logp_sum"]))
         m["entropy_rel_diff"] = abs(m["entropy_sum"] - base["entropy_sum"]) / max(1.0, abs(base["entropy_sum"]))
         m["grad_ratio"] = m["grad_norm"] / base["grad_norm"]
         print(
-            f"{v:<24}{m['seconds'] * 1e3:>10.2f}{m['ratio_to_naive']:>8.2f}{m['peak_extra_mib']:>11.0f}"
+            f"{v:<26}{m['seconds'] * 1e3:>10.2f}{m['ratio_to_naive']:>8.2f}{m['peak_extra_mib']:>11.0f}"
             f"{m['logp_rel_diff']:>12.1e}{m['entropy_rel_diff']:>10.1e}{m['grad_ratio']:>11.4f}"
         )
-    return med
+    for v, e in errors.items():
+        print(f"{v:<26}failed: {e}")
+    return {"variants": med, "failed": errors}
+
+
+def matmul_peak_tflops(device: torch.device, n: int = 8192, reps: int = 10) -> float:
+    """bf16 ``n³`` matrix products through cuBLAS: TFLOP/s, mean of ``reps`` after three warm-ups."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def summarize(results: dict) -> dict:
+    """Per hidden shape: entflow against the fastest peer with entropy, the four statistics' cost, the
+    achieved fraction of the matmul peak; for the logits, entflow against TRL."""
+    out: dict = {}
+    peak = results["env"].get("bf16_matmul_tflops")
+    for key, res in results.items():
+        if not key.startswith(("hidden", "logits")):
+            continue
+        v = res["variants"]
+        if "ef2" not in v:
+            continue
+        peers = {p: v[p] for p in ("trl", "liger_sm90", "liger_fallback") if p in v}
+        s: dict = {"ef2_ms": v["ef2"]["seconds"] * 1e3, "ef4_over_ef2": v["ef4"]["seconds"] / v["ef2"]["seconds"]}
+        if peers:
+            best = min(peers, key=lambda p: peers[p]["seconds"])
+            s.update(
+                fastest_peer=best,
+                time_ratio=v["ef2"]["seconds"] / peers[best]["seconds"],
+                memory_ratio=v["ef2"]["peak_extra_mib"] / min(p["peak_extra_mib"] for p in peers.values()),
+            )
+        ef_best = min((k for k in v if k.startswith("ef2")), key=lambda k: v[k]["seconds"])
+        s["fastest_ef2_setting"] = ef_best
+        if key.startswith("hidden") and peak:
+            n, d, vocab = res["shape"]["N"], res["shape"]["D"], res["shape"]["V"]
+            s["peak_fraction_3mm"] = 6 * n * d * vocab / v["ef2"]["seconds"] / 1e12 / peak
+        out[key] = s
+    return out
+
+
+def table(results: dict) -> str:
+    """The markdown table of docs/benchmarks.md ("On a GPU") from a result JSON."""
+    env = results["env"]
+    lines = [
+        f"{env['device']}, torch {env['torch']}, Triton {env['triton']}, TRL {env['trl']}, "
+        f"Liger-Kernel {env.get('liger_kernel')}; {env['date']}; bf16 matmul peak measured "
+        f"{env.get('bf16_matmul_tflops', float('nan')):.0f} TFLOP/s; `{env.get('command', '')}`",
+        "",
+        "| input | variant | ms | peak extra MiB | × fastest peer |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for key, res in results.items():
+        if not key.startswith(("hidden", "logits")):
+            continue
+        v = res["variants"]
+        peers = [v[p]["seconds"] for p in ("trl", "liger_sm90", "liger_fallback") if p in v]
+        fastest = min(peers) if peers else float("nan")
+        shape = ", ".join(f"{k} = {x:,}" for k, x in res["shape"].items())
+        for name, m in sorted(v.items(), key=lambda kv: kv[1]["seconds"]):
+            ratio = m["seconds"] / fastest
+            lines.append(f"| {key.split('_')[0]} ({shape}) | {name} | {m['seconds'] * 1e3:.2f} | "
+                         f"{m['peak_extra_mib']:,.0f} | {ratio:.2f} |")  # fmt: skip
+        for name, why in res.get("failed", {}).items():
+            lines.append(f"| {key.split('_')[0]} ({shape}) | {name} | failed: {why[:80]} | | |")
+    summary = results.get("summary", {})
+    if summary:
+        lines += ["", "| input | entflow ms | × fastest peer (which) | memory × peers' least | 4 stats × 2 | "
+                  "fraction of bf16 peak (3 matmuls) |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for key, s in summary.items():
+            frac = f"{s['peak_fraction_3mm']:.0%}" if "peak_fraction_3mm" in s else "n/a"
+            lines.append(
+                f"| {key} | {s['ef2_ms']:.2f} | {s.get('time_ratio', float('nan')):.2f} ({s.get('fastest_peer')}) | "
+                f"{s.get('memory_ratio', float('nan')):.2f} | {s['ef4_over_ef2']:.2f} | {frac} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tokens", type=int, default=8192, help="rows N (e.g. 8 sequences × 1,024 tokens)")
-    ap.add_argument("--vocab", type=int, default=151_936)
-    ap.add_argument("--dims", default="896,3584", help="hidden sizes D for the hidden-state input")
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--tiles", default="", help="extra hidden-state tiles ROWSxVOCAB,... (a sweep)")
-    ap.add_argument("--only", default="logits,hidden", help="which inputs: logits, hidden or both")
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    ap.add_argument("--no-sweep", action="store_true", help="leave out the fused-kernel settings sweep")
     ap.add_argument("--out", default=None, help="write the medians as JSON here")
+    ap.add_argument("--table", default=None, help="print the docs table of this result JSON and exit")
     args = ap.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_stats: --device cuda but torch sees no CUDA device (use --device cpu for a smoke run)")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     triton = device.type == "cuda" and importlib.util.find_spec("triton") is not None
     trl = importlib.util.find_spec("trl") is not None
-    g = torch.Generator(device="cpu").manual_seed(0)
-    N, V = args.tokens, args.vocab
-    ids = torch.randint(0, V, (N,), generator=g).to(device)
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
     env = {
         "date": time.strftime("%Y-%m-%d"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
         "torch": torch.__version__,
         "dtype": str(dtype),
-        "trl": importlib.metadata.version("trl") if trl else None,
-        "triton": importlib.metadata.version("triton") if triton else None,
+        "trl": version("trl"),
+        "triton": version("triton"),
+        "liger_kernel": version("liger-kernel"),
+        "command": " ".join(["python", "benchmarks/gpu_stats.py", *sys.argv[1:]]),
     }
+    if device.type == "cuda":
+        env["bf16_matmul_tflops"] = matmul_peak_tflops(device)
     print(json.dumps(env))
-    results: dict = {"env": env, "shape": {"N": N, "V": V}}
-    only = args.only.split(",")
-    tiles = [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",") if t]
-    if "logits" in only:
-        logits = (torch.randn(N, V, generator=g) * 2.0).to(device, dtype)  # std 2, as the CPU benchmarks
-        variants = logits_variants(triton, trl)
-        results["logits"] = bench(f"logits [{N}, {V}] {dtype}", variants, (logits,), ids, device, args.runs)
-        del logits
-    for D in (int(d) for d in args.dims.split(",") if "hidden" in only):
-        h = torch.randn(N, D, generator=g).to(device, dtype)
-        w = (torch.randn(V, D, generator=g) * (2.0 / D**0.5)).to(device, dtype)
-        name = f"hidden [{N}, {D}] · W [{V}, {D}] {dtype}"
-        results[f"hidden_D{D}"] = bench(name, hidden_variants(triton, trl, tiles), (h, w), ids, device, args.runs)
+    results: dict = {"env": env}
+    g = torch.Generator(device="cpu").manual_seed(0)
+    n, vocab = (64, 4096) if args.quick else LOGITS_SHAPE
+    ids = torch.randint(0, vocab, (n,), generator=g).to(device)
+    logits = (torch.randn(n, vocab, generator=g) * 2.0).to(device, dtype)  # std 2, as the CPU benchmarks
+    res = bench(f"logits [{n}, {vocab}] {dtype}", logits_variants(triton, trl), (logits,), ids, device, args.runs)
+    results["logits"] = {"shape": {"N": n, "V": vocab}, **res}
+    del logits
+    shapes = [(64, 32, 4096)] if args.quick else HIDDEN_SHAPES
+    for n, d, vocab in shapes:
+        ids = torch.randint(0, vocab, (n,), generator=g).to(device)
+        h = torch.randn(n, d, generator=g).to(device, dtype)
+        w = (torch.randn(vocab, d, generator=g) * (2.0 / d**0.5)).to(device, dtype)
+        variants, missing = hidden_variants(triton, trl, sweep=n >= 8192 and not args.no_sweep)
+        name = f"hidden [{n}, {d}] · W [{vocab}, {d}] {dtype}"
+        res = bench(name, variants, (h, w), ids, device, args.runs)
+        res["failed"].update(missing)
+        results[f"hidden_N{n}_D{d}"] = {"shape": {"N": n, "D": d, "V": vocab}, **res}
         del h, w
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    results["summary"] = summarize(results)
+    print("\n" + table(results))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -80,6 +80,15 @@ def measure(path: Path, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> 
     return seconds, peak, (logp.detach(), H.detach())
 
 
+def _path_name(fn: Callable, device: torch.device) -> str:
+    """Which of token_stats' paths ran: its backend="auto" choice, or the subject's name."""
+    if fn is not token_stats:
+        return getattr(fn, "__name__", "custom")
+    from entflow.core import triton_token_stats
+
+    return "triton kernel" if device.type == "cuda" and triton_token_stats.available() else "torch"
+
+
 def check_speed(
     device: str | torch.device,
     quick: bool = False,
@@ -129,7 +138,8 @@ def check_speed(
             ]
         shape_s = f"{B}×{T}×{V} {str(dtype).removeprefix('torch.')}"
         mem = f", {m['entflow_peak_mib']:.0f} MiB peak" if peaks["entflow"] else ""
-        detail = f"{shape_s}: entflow {med['entflow'] * 1e3:.1f} ms{mem}; " + ", ".join(ratios)
+        path = _path_name(fn, device)
+        detail = f"{shape_s}: entflow ({path}) {med['entflow'] * 1e3:.1f} ms{mem}; " + ", ".join(ratios)
         problems = []
         if not agree <= AGREE_TOL:
             problems.append(f"outputs differ from naive by {agree:.1e} (tol {AGREE_TOL:.0e})")

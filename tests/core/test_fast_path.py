@@ -41,6 +41,10 @@ VARIANTS = [(name, BUILD.get(name, {})) for name in ef.list_methods()] + [
     ("clip_higher+steer+clip_cov", {"clip_cov.ratio": 0.05, "cov_low": -1.0, "cov_high": 1.0}),
     ("clip_cov", {"ratio": 0.05, "cov_low": -1.0, "cov_high": 1.0}),
     ("kl_cov", {"ratio": 0.05}),
+    ("maxrl", {"epsilon": 0.0}),
+    ("topr", {"importance_sampling_level": "sequence"}),
+    ("chord", {"enable_phi_function": False, "mu_warmup_steps": 5, "mu_decay_steps": 10}),
+    ("clipb+chord+positive_nll", {"mu": 0.5}),  # two token masks, a loss term counted over the kept tokens
 ]
 
 
@@ -107,6 +111,7 @@ def fast_batch(gen: torch.Generator) -> ef.TokenBatch:
         group_index=b.group_index * 7 + 3,
         reward_baselines=b.rewards.flip(0),  # remax's greedy rewards
         topk_logp=-torch.rand(8, 7, 3, generator=gen, dtype=torch.float64).cumsum(-1),  # simko's candidates
+        expert_mask=torch.arange(8) % 4 == 3,  # chord's expert rows
         step=2,
         total_steps=10,
         validate=False,
@@ -148,6 +153,8 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
             sum_p2_logp=b.sum_p2_logp,
             topk_logp=b.topk_logp,
             group_index=b.group_index,
+            rewards=b.rewards,
+            expert_mask=b.expert_mask,
             step=2,
             total_steps=10,
             validate=False,
@@ -168,6 +175,8 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
                 sum_p2_logp=batch.sum_p2_logp[s],
                 topk_logp=batch.topk_logp[s],
                 group_index=batch.group_index[s],
+                rewards=batch.rewards[s],
+                expert_mask=batch.expert_mask[s],
                 step=2,
                 total_steps=10,
                 validate=False,

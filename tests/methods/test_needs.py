@@ -153,6 +153,23 @@ EXPECTED: dict[str, dict] = {
     "vespo": {},  # gamma weight of the response's Σ log r
     "luspo": dict(aggregation="seq-mean-token-mean"),  # |y_i|·GSPO, the response mean
     "off_policy_mask": {},  # the response's mean old_logp − logp, per call
+    # the field's exploration and entropy methods (methods/group_baselines.py, topr.py, imitation.py, clipb.py)
+    **{
+        n: dict(advantage_fields=("rewards", "group_index"), shapers=(n,), replaces_advantages=True)
+        for n in ("maxrl", "asymre")
+    },
+    "topr": {},  # −sg(α)·A·log π, α from r (logp, old_logp) and the sign of A
+    "positive_nll": dict(loss_fields=("rewards",)),  # NLL on the responses with R > 0
+    "chord": dict(loss_fields=("expert_mask",), reads_step=True, drops_tokens=("chord",)),  # μ(step), expert rows
+    "clipb": dict(  # GRPO advantages; drops negative tokens by the rollout's p(H + log p)
+        reads_entropy=True,
+        advantage_fields=("rewards", "group_index", "old_entropy"),
+        rollout_stats=("old_entropy",),
+        statistics_fields=("old_logp", "old_entropy"),
+        shapers=("clipb",),
+        replaces_advantages=True,
+        drops_tokens=("clipb",),
+    ),
 }
 
 
@@ -277,7 +294,7 @@ STAT_METHODS = [n for n in sorted(EXPECTED) if method_class(n).batch_statistics 
 
 @pytest.mark.parametrize("name", STAT_METHODS)
 def test_batch_statistics_read_only_the_declared_fields(name, gen):
-    batch = make_batch(gen, n=8, t=12)
+    batch = make_batch(gen, n=8, t=12, expert_mask=torch.arange(8) % 4 == 0)  # chord's expert rows
     declared = needs_of(build(name)).statistics_fields
     base = _statistics(name, batch)
     assert base, "the method computes statistics"

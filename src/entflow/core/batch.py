@@ -18,7 +18,9 @@ class TokenBatch:
     ``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``; ``rewards`` and
     ``group_index`` are ``[N]`` (needed by sequence-level advantage shaping);
     ``reward_baselines`` ``[N]`` is the reward of a greedy response to each row's prompt (ReMax's
-    baseline, drawn by the host); ``topk_logp`` ``[N, T, K]`` holds the current policy's
+    baseline, drawn by the host); ``expert_mask`` ``[N]`` bool marks the rows that are expert
+    demonstrations (reference solutions the task supplies) rather than samples of the policy (CHORD
+    trains them by supervised fine-tuning); ``topk_logp`` ``[N, T, K]`` holds the current policy's
     log-probabilities of each position's K most probable tokens, with grad (SimKO).
     ``logp`` carries the gradient during an update; every other field is read detached,
     except ``entropy``, which the entropy bonus differentiates.
@@ -42,6 +44,7 @@ class TokenBatch:
     rewards: torch.Tensor | None = None
     group_index: torch.Tensor | None = None
     reward_baselines: torch.Tensor | None = None
+    expert_mask: torch.Tensor | None = None
     step: int = 0
     total_steps: int | None = None
     validate: bool = True
@@ -80,6 +83,10 @@ class TokenBatch:
             if x is not None:
                 check_shape(name, x, (n,), f"[N] = ({n},)")
                 check_finite(name, x)
+        if self.expert_mask is not None:
+            check_shape("expert_mask", self.expert_mask, (n,), f"[N] = ({n},) bool")
+            if self.expert_mask.dtype != torch.bool:
+                raise ShapeError("expert_mask", f"[N] = ({n},) bool", f"dtype {self.expert_mask.dtype}")
 
     # --- derived views -------------------------------------------------------------------
     @property

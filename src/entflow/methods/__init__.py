@@ -3,10 +3,13 @@
 from entflow.methods import (  # noqa: F401  (importing a module registers its methods)
     aepo,
     clip,
+    clipb,
     covariance,
     entropic,
     exploration,
     forking,
+    group_baselines,
+    imitation,
     loss_modes,
     opefo,
     passk,
@@ -18,6 +21,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     sign,
     siren,
     steer,
+    topr,
     verl_advantages,
 )
 from entflow.methods.base import (

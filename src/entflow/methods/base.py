@@ -1,7 +1,7 @@
 """The method protocol, the registry and composition (docs/design.md §6 last paragraphs, §7).
 
 A method is a small dataclass whose fields are its parameters. It plugs into the loss through
-any of eight hooks, each optional (the base class does nothing):
+any of nine hooks, each optional (the base class does nothing):
 
 ==================  =====================================  ==========================================
 hook                called from                            used by (examples)
@@ -11,6 +11,9 @@ hook                called from                            used by (examples)
 ``batch_statistics`` ``policy_loss`` (per call) or          steer, opefo, clip_cov, kl_cov, forking,
                     ``prepare_statistics`` (global)        rand_pos_clip, quadrant
 ``shape_advantages`` ``compute_advantages``, left to right  w_reinforce, unlikeliness, ppl_shaping, gtpo
+``token_mask``      ``policy_loss``, before the others;    clipb, chord
+                    dropped tokens leave the loss and
+                    its denominator
 ``token_weights``   ``policy_loss``; weights multiply      steer, opefo, clip_cov, quadrant, forking
 ``token_loss``      ``policy_loss``; replaces ℓ_t          kl_cov
 ``loss_terms``      ``policy_loss``; added to the loss     entropy_bonus, adaptive_entropy, kl_ref
@@ -107,6 +110,11 @@ class LossContext:
     clip_high: float
     dual_clip: float | None
     metrics: dict[str, Any] = field(default_factory=dict)  # 0-d tensors (read once) or floats
+    agg: str = "token-mean"  # the loss's aggregation (LossSpec.for_method's)
+    max_len: int | None = None  # the fixed T_max of seq-mean-token-sum-norm, or None
+    # bool [N, T]: valid tokens that a ``token_mask`` part removed from the loss (None: nothing removed);
+    # ``batch.mask`` no longer holds them, so a loss term that reads them on purpose (CHORD's SFT rows) finds them here
+    dropped: torch.Tensor | None = None
     stats: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # batch statistics per part name
     _estimates: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
@@ -199,6 +207,16 @@ class Method:
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         """Sequence/token advantage shaping: ``adv`` [N, T] → [N, T]."""
         return adv
+
+    def token_mask(self, ctx: LossContext) -> torch.Tensor | None:
+        """The valid tokens that stay in the loss, bool ``[N, T]`` (None: all of them).
+
+        A dropped token leaves the loss **and its denominator** (a token weight of 0 keeps it in
+        the denominator): ``policy_loss`` runs every other hook, the aggregation and the metrics
+        on the batch whose mask is ``mask & keep``. It runs first, on the batch as given, after
+        this part's own ``batch_statistics`` (taken over the full mask); the other parts'
+        statistics are taken over the kept tokens. The masks of several parts are ANDed."""
+        return None
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
         """Detached per-token loss weights ``[N, T]``, or None for all ones."""
@@ -426,6 +444,14 @@ class Composite(Method):
         for p in self._parts:
             adv = p.shape_advantages(adv, batch)
         return adv
+
+    def token_mask(self, ctx: LossContext) -> torch.Tensor | None:
+        keep = None
+        for p in self._parts:
+            k = p.token_mask(ctx)
+            if k is not None:
+                keep = k if keep is None else keep & k
+        return keep
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor | None:
         weights = None

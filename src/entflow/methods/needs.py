@@ -59,6 +59,12 @@ class MethodNeeds:
             when advantages are computed, i.e. before the first loss call.
         reads_step: the batch's ``step`` / ``total_steps`` matter (a schedule over training).
     Loss:
+        drops_tokens: parts whose ``token_mask`` removes tokens from the loss and from its
+            denominator (Clip_B's negative tokens, CHORD's expert rows). ``policy_loss`` and
+            ``prepare_statistics`` apply it; a trainer that normalises the loss itself (a
+            denominator counted from its own mask) must take the count from entflow instead.
+        expert_rows (property): the loss reads ``expert_mask`` ``[N]``, rows that are expert
+            demonstrations the host appends to the batch (CHORD).
         aggregation: the loss aggregation a part's formula fixes (``"seq-mean-token-mean"`` for a
             sequence-level loss: GMPO, LUSPO), which ``policy_loss`` uses whatever ``agg`` it is
             given; a trainer whose own normalisation assumes another aggregation must refuse the
@@ -97,6 +103,7 @@ class MethodNeeds:
     rollout_stats: tuple[str, ...] = ()
     reads_step: bool = False
     aggregation: str | None = None
+    drops_tokens: tuple[str, ...] = ()
     shapers: tuple[str, ...] = ()
     replaces_advantages: bool = False
     strict_on_policy: bool = False
@@ -130,6 +137,11 @@ class MethodNeeds:
     def ref_logp(self) -> bool:
         """The loss reads reference-model log-probs (a KL to a frozen reference)."""
         return "ref_logp" in self.loss_fields
+
+    @property
+    def expert_rows(self) -> bool:
+        """The loss reads ``expert_mask``: the host must append expert rows (CHORD)."""
+        return "expert_mask" in self.loss_fields
 
     @property
     def shapes_advantages(self) -> bool:
@@ -199,6 +211,7 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
         rollout_stats=tuple(f for f in ROLLOUT_STATS if f in advantage_fields),
         reads_step=any(p.reads_step for p in parts),
         aggregation=m.aggregation(),
+        drops_tokens=tuple(p.name for p in parts if p.overrides("token_mask")),
         shapers=tuple(p.name for p in shapers),
         replaces_advantages=bool(shapers) and shapers[0].replaces_advantages,
         strict_on_policy=any(p.strict_on_policy for p in parts),

@@ -10,6 +10,7 @@ stats=...)``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,9 +88,11 @@ def _weights(method: Method, ctx: LossContext, token_weights: torch.Tensor | Non
 
 
 def _loss_context(
-    batch: TokenBatch, method: Method, clip_low: float, clip_high: float, dual_clip: float | None
+    batch: TokenBatch, method: Method, spec: LossSpec, dropped: torch.Tensor | None = None
 ) -> tuple[LossContext, torch.Tensor]:
-    """The context the method hooks see, and the ratio r (with grad)."""
+    """The context the method hooks see, and the ratio r (with grad). ``spec``: the spec the loss
+    runs under (``LossSpec.for_method``'s); ``dropped``: tokens a ``token_mask`` part removed."""
+    clip_low, clip_high, dual_clip = spec.clip
     for name in method.needs:
         batch.require(name, f"method {method.name!r}")
     valid = batch.valid
@@ -104,19 +107,56 @@ def _loss_context(
         clip_low=clip_low,
         clip_high=clip_high,
         dual_clip=dual_clip,
+        agg=spec.agg,
+        max_len=spec.max_len,
+        dropped=dropped,
     )
     return ctx, ratio
 
 
-def _method_statistics(method: Method, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, dict]]:
+def _method_statistics(parts: list[Method], ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, dict]]:
     """Each part's ``batch_statistics`` → per context ``{part name: stats}``."""
     out: list[dict[str, dict]] = [{} for _ in ctxs]
-    for part in method.parts:
+    for part in parts:
         stats = part.batch_statistics(ctxs, reducer)
         if stats is not None:
             for o, s in zip(out, stats, strict=True):
                 o[part.name] = s
     return out
+
+
+def _droppers(method: Method) -> list[Method]:
+    """The parts whose ``token_mask`` removes tokens from the loss (they run first)."""
+    return [p for p in method.parts if p.overrides("token_mask")]
+
+
+def _drop_tokens(batch: TokenBatch, method: Method, ctx: LossContext) -> tuple[TokenBatch, torch.Tensor | None]:
+    """The batch whose mask keeps only what ``method.token_mask(ctx)`` keeps, and the valid tokens
+    it dropped (bool ``[N, T]``; None when no part drops anything). Dropped tokens leave every
+    later step: the other hooks, the aggregation's denominator and the metrics."""
+    keep = method.token_mask(ctx)
+    if keep is None:
+        return batch, None
+    try:
+        keep = keep.to(torch.bool).expand_as(batch.mask)
+    except RuntimeError as e:
+        raise ShapeError("token_mask", f"[N, T] = {list(batch.mask.shape)}", list(keep.shape)) from e
+    valid = batch.valid
+    mask = torch.where(keep, batch.mask, torch.zeros_like(batch.mask))
+    kept = dataclasses.replace(batch, mask=mask, validate=False)  # the rest of the batch was validated already
+    kept.validate = batch.validate
+    return kept, valid & ~keep
+
+
+def _after_drop(
+    batch: TokenBatch, method: Method, spec: LossSpec, ctx: LossContext
+) -> tuple[TokenBatch, LossContext, torch.Tensor]:
+    """Apply the droppers' masks; the new context keeps the metrics and statistics gathered so far."""
+    batch, dropped = _drop_tokens(batch, method, ctx)
+    new, ratio = _loss_context(batch, method, spec, dropped)
+    new.metrics.update(ctx.metrics)
+    new.stats = dict(ctx.stats)
+    return batch, new, ratio
 
 
 def prepare_statistics(
@@ -159,8 +199,18 @@ def prepare_statistics(
     reducer = Reducer([tuple(b.logp.shape) for b in micro_batches], device, group=group, shared=True)
     if max_len is not None:
         check_max_len(max_len, reducer.max_len)
-    ctxs = [_loss_context(b, method, clip_low, clip_high, dual_clip)[0] for b in micro_batches]
-    per_ctx = _method_statistics(method, ctxs, reducer)
+    ctxs = [_loss_context(b, method, spec)[0] for b in micro_batches]
+    droppers = _droppers(method)
+    per_ctx: list[dict[str, dict]] = [{} for _ in ctxs]
+    if droppers:  # token masks first: the other parts' statistics and the denominator see the kept tokens
+        per_ctx = _method_statistics(droppers, ctxs, reducer)
+        for c, s in zip(ctxs, per_ctx, strict=True):
+            c.stats = s
+        kept = [_after_drop(b, method, spec, c) for b, c in zip(micro_batches, ctxs, strict=True)]
+        micro_batches, ctxs = [k[0] for k in kept], [k[1] for k in kept]
+    others = [p for p in method.parts if p not in droppers]
+    for m, s in zip(per_ctx, _method_statistics(others, ctxs, reducer), strict=True):
+        m.update(s)
     denom = reducer.sum([aggregation_count(b.mask, agg) for b in micro_batches])
     fixed_len = max_len if max_len is not None else (reducer.max_len if agg == "seq-mean-token-sum-norm" else None)
     return [
@@ -226,12 +276,21 @@ def policy_loss(
         _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
         max_len = stats.max_len
     check_max_len(max_len, batch.logp.shape[-1])
-    valid = batch.valid
-    ctx, ratio = _loss_context(batch, method, clip_low, clip_high, dual_clip)
+    if max_len != spec.max_len:  # the prepared statistics' fixed length: the hooks see the one the loss uses
+        spec = dataclasses.replace(spec, max_len=max_len)
+    ctx, ratio = _loss_context(batch, method, spec)
+    droppers = _droppers(method)
+    reducer = Reducer([tuple(batch.logp.shape)], batch.logp.device)
     if stats is not None:
         ctx.stats = stats.methods
-    else:
-        ctx.stats = _method_statistics(method, [ctx], Reducer([tuple(batch.logp.shape)], batch.logp.device))[0]
+    elif droppers:
+        ctx.stats = _method_statistics(droppers, [ctx], reducer)[0]
+    if droppers:  # dropped tokens leave the loss and its denominator (Method.token_mask)
+        batch, ctx, ratio = _after_drop(batch, method, spec, ctx)
+    if stats is None:
+        others = [p for p in method.parts if p not in droppers]
+        ctx.stats.update(_method_statistics(others, [ctx], reducer)[0])
+    valid = batch.valid
     adv = ctx.adv
     token_loss = method.token_loss(ppo_clip_loss(adv, ratio, clip_low, clip_high, dual_clip), ctx)
     weights = _weights(method, ctx, token_weights)

@@ -2,8 +2,9 @@
 
 positive_nll: no peer is importable here (NeMo-RL's ``ClippedPGLossFn``, whose
 ``positive_example_nll_weight`` branch this was read against, needs its Ray/Megatron stack), so an
-independent float64 reference of arXiv 2504.05118 Eq. 10 in NeMo-RL's reading: a token mean of
-−log π over the valid tokens of responses with reward > 0, whatever the aggregation, 0 when none.
+independent float64 reference of VAPO's positive-example LM loss (arXiv 2504.05118) in NeMo-RL's
+reading: a token mean of −log π over the valid tokens of responses with reward > 0, whatever the
+aggregation, 0 when none.
 chord: a float64 hand formula, and Trinity-RFT 0.6.0's ``MIXCHORDPolicyLossFn`` and
 ``mu_schedule_function`` on the same tensors (loss and gradient w.r.t. the log-probs to 1e-6
 relative, token-mean and seq-mean-token-mean, ragged masks, an all-zero and an all-equal group).
@@ -66,7 +67,7 @@ def hand_positive_nll(b: ef.TokenBatch, agg: str, weight: float) -> tuple[torch.
     n = b.logp.shape[0]
     loss = hand_rows(b, logp, list(range(n)), ppo_token(b, logp), agg)
     pos = [(i, t) for i in range(n) for t in range(logp.shape[1]) if b.mask[i, t] > 0 and b.rewards[i] > 0]
-    if pos:  # arXiv 2504.05118 Eq. 10: the LM loss on the correct responses, one token mean
+    if pos:  # VAPO: the LM loss on the correct responses, one token mean
         loss = loss + weight * (-sum(logp[i, t] for i, t in pos) / len(pos))
     (g,) = torch.autograd.grad(loss, logp)
     return loss.detach(), g
@@ -114,7 +115,7 @@ def test_positive_nll_needs_rewards_in_the_loss(gen):
 
 
 def hand_mu(step: int, warmup: int, decay: int, peak: float, valley: float) -> float:
-    """arXiv 2508.11408 §3: linear warm-up to the peak, cosine decay to the valley, then the valley."""
+    """CHORD-μ (arXiv 2508.11408): linear warm-up to the peak, cosine decay to the valley, then the valley."""
     if step < warmup:
         return peak * step / warmup
     if step >= warmup + decay:
@@ -148,7 +149,7 @@ def hand_chord(b: ef.TokenBatch, agg: str, mu: float, phi: bool, dual_clip=None)
 
     def sft(i, t):
         p = math.exp(float(logp[i, t].detach()))
-        return -(p * (1 - p) if phi else 1.0) * logp[i, t]  # arXiv 2508.11408 Eq. 8: φ = p(1 − p), detached
+        return -(p * (1 - p) if phi else 1.0) * logp[i, t]  # CHORD-φ: φ = p(1 − p), detached
 
     loss = (1 - mu) * hand_rows(b, logp, usual, ppo_token(b, logp, dual_clip), agg) + mu * hand_rows(
         b, logp, expert, sft, agg

@@ -105,6 +105,6 @@ class AsymRE(ReportsShaping, Method):
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         R, count, mean, _ = group_moments(batch, self.name)
-        a = torch.where(count > 1, R - (mean + self.baseline_shift), R)  # arXiv 2506.20520 §3: R − (V + δ)
+        a = torch.where(count > 1, R - (mean + self.baseline_shift), R)  # AsymRE (arXiv 2506.20520): R − (V + δ)
         self._report(baseline_mean=(mean + self.baseline_shift).mean())
         return on_tokens(a, adv, batch)

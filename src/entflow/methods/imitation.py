@@ -36,7 +36,7 @@ def _reduce_dtype(x: torch.Tensor) -> torch.Tensor:
 @dataclass(repr=False)
 class PositiveNLL(Method):
     """VAPO's positive-example NLL: ``L = L_PPO + μ·NLL``, ``NLL = −mean log π_t`` over the valid
-    tokens of the responses whose reward is > 0 (arXiv 2504.05118 Eq. 10).
+    tokens of the responses whose reward is > 0 (arXiv 2504.05118, Eq. 10 as NeMo-RL cites it).
 
     The NLL is one token mean over those tokens whatever the loss's aggregation, and 0 when no
     response is correct (NeMo-RL's ``positive_example_nll_weight``). Its denominator is the
@@ -46,7 +46,7 @@ class PositiveNLL(Method):
 
     name = "positive_nll"
     formula = "L = L_PPO + μ·(−Σ_{t: R_i > 0} log π_t / #{t: R_i > 0});  0 when no R_i > 0"
-    paper = "VAPO, arXiv 2504.05118 Eq. 10 (positive-example LM loss); NeMo-RL positive_example_nll_weight"
+    paper = "VAPO, arXiv 2504.05118 (positive-example LM loss, Eq. 10); NeMo-RL positive_example_nll_weight"
     needs = ("rewards",)
 
     positive_example_nll_weight: float = param(0.1, NONNEG, "μ, the weight of the NLL term (VAPO: 0.1)")
@@ -64,7 +64,7 @@ class PositiveNLL(Method):
         logp = _reduce_dtype(ctx.batch.logp)
         total = torch.where(pos, logp, torch.zeros_like(logp)).sum()
         count = ctx.stat(self)["count"].to(logp.dtype)
-        nll = -total / count.clamp(min=1)  # arXiv 2504.05118 Eq. 10: L_NLL over the correct responses
+        nll = -total / count.clamp(min=1)  # VAPO's positive-example LM loss: the correct responses' NLL
         ctx.metrics["positive_nll/nll"] = nll.detach()
         ctx.metrics["positive_nll/n_tokens"] = count.detach()
         return {"positive_nll/loss": self.positive_example_nll_weight * nll}
@@ -72,7 +72,7 @@ class PositiveNLL(Method):
 
 def mu_schedule(step: int, warmup_steps: int, decay_steps: int, peak: float, valley: float) -> float:
     """CHORD's μ at ``step``: linear warm-up 0 → peak over ``warmup_steps``, then a cosine decay
-    peak → valley over ``decay_steps``, then ``valley`` (arXiv 2508.11408 §3, Trinity-RFT's
+    peak → valley over ``decay_steps``, then ``valley`` (CHORD-μ, arXiv 2508.11408; Trinity-RFT's
     ``mu_schedule_function``, same integers in, same value out)."""
     if step < warmup_steps:
         return step / warmup_steps * peak
@@ -85,7 +85,7 @@ def mu_schedule(step: int, warmup_steps: int, decay_steps: int, peak: float, val
 @register
 @dataclass(repr=False)
 class CHORD(Method):
-    """CHORD: ``L = (1 − μ)·L_GRPO + μ·L_SFT`` (arXiv 2508.11408 Eq. 5, with the token weight of Eq. 8).
+    """CHORD: ``L = (1 − μ)·L_GRPO + μ·L_SFT`` (arXiv 2508.11408: the hybrid loss, and CHORD-φ's token weight).
 
     ``L_GRPO`` is the loss of the rest of the method (PPO-clip by default) over the rows that are
     not expert rows: the expert rows leave it and its denominator. ``L_SFT = agg(−φ_t·log π_t)``
@@ -101,7 +101,7 @@ class CHORD(Method):
 
     name = "chord"
     formula = "L = (1 − μ(step))·L_GRPO(rows ∉ expert) + μ(step)·agg_{expert rows}(−sg(φ_t)·log π_t),  φ = p(1 − p)"
-    paper = "CHORD, arXiv 2508.11408 Eq. 5 and Eq. 8 (φ = p(1 − p)); Trinity-RFT mix_chord, ms-swift"
+    paper = "CHORD, arXiv 2508.11408 (L_Hybrid; CHORD-φ: φ = p(1 − p)); Trinity-RFT mix_chord, ms-swift"
     needs = ("expert_mask",)
     reads_step = True
 
@@ -137,7 +137,7 @@ class CHORD(Method):
         logp = ctx.batch.logp.masked_fill(~tokens, 0)
         if self.enable_phi_function:
             p = logp.detach().exp()
-            phi = p * (1 - p)  # arXiv 2508.11408 Eq. 8: φ(p) = p(1 − p), detached
+            phi = p * (1 - p)  # CHORD-φ (arXiv 2508.11408): φ(p) = p(1 − p), detached
             per_token = -phi * logp
         else:
             per_token = -logp

@@ -7,9 +7,9 @@ would cut their gradient); negative samples are pushed down only as far as the c
 still produces them (ρ < 1 tapers them), which keeps the update stable off-policy without a
 KL term. ``importance_sampling_level`` chooses ρ: the token ratio ``r_t = π_t/μ_t`` (Trinity-RFT's
 ``TOPRPolicyLossFn``, ROLL) or the paper's sequence ratio ``π(y)/μ(y) = exp(Σ_t log r_t)`` over the
-response's valid tokens. The advantages are whatever the batch carries (GRPO's by default: the
-"baseline trick" of Trinity-RFT; the paper uses raw rewards, which ``grpo`` with ``adv_scale=none``
-and no centring does not give — pass rewards as ``advantages`` for that).
+response's valid tokens. The advantages are whatever the batch carries: the group advantages by
+default, Trinity-RFT's "baseline trick"; the paper weighs by the raw reward R (pass the rewards as
+``advantages`` for that form).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class TOPR(Method):
 
     The gradient w.r.t. ``logp`` is ``−α·A``. ``ρ``: the token ratio r_t (``"token"``, the
     default, as Trinity-RFT and ROLL) or the response's ratio exp(Σ_t log r_t) (``"sequence"``,
-    the paper's Eq. for the TOPR gradient). PPO's clip does not apply: the method fixes the clip
+    the paper's TOPR gradient). PPO's clip does not apply: the method fixes the clip
     bounds to none (the §8 clip statistics read 0), and a dual clip is ignored.
     ``topr/neg_weight_mean``: the mean α over negative-advantage tokens.
     """

@@ -44,7 +44,9 @@ VARIANTS = [(name, BUILD.get(name, {})) for name in ef.list_methods()] + [
     ("maxrl", {"epsilon": 0.0}),
     ("topr", {"importance_sampling_level": "sequence"}),
     ("chord", {"enable_phi_function": False, "mu_warmup_steps": 5, "mu_decay_steps": 10}),
-    ("clipb+chord+positive_nll", {"mu": 0.5}),  # two token masks, a loss term counted over the kept tokens
+    ("clipb+chord+positive_nll", {"mu": 0.5}),
+    ("stare", {"variant": "C2", "target_entropy": 10.0}),
+    ("stare", {"adaptive": True, "target_entropy": 10.0}),  # two token masks, a loss term counted over the kept tokens
 ]
 
 

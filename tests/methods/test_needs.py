@@ -161,6 +161,7 @@ EXPECTED: dict[str, dict] = {
     "topr": {},  # −sg(α)·A·log π, α from r (logp, old_logp) and the sign of A
     "positive_nll": dict(loss_fields=("rewards",)),  # NLL on the responses with R > 0
     "chord": dict(loss_fields=("expert_mask",), reads_step=True, drops_tokens=("chord",)),  # μ(step), expert rows
+    "stare": dict(reads_entropy=True, statistics_fields=("logp", "old_entropy")),  # L± by −log π, gate on H̄
     "clipb": dict(  # GRPO advantages; drops negative tokens by the rollout's p(H + log p)
         reads_entropy=True,
         advantage_fields=("rewards", "group_index", "old_entropy"),

@@ -20,6 +20,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     shaping,
     sign,
     siren,
+    stare,
     steer,
     topr,
     verl_advantages,

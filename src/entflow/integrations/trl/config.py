@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from trl import GRPOConfig
@@ -23,7 +23,10 @@ __all__ = [
     "EntflowGRPOConfig",
     "build_method",
     "check_compatibility",
+    "from_trl_config",
     "trl_beta",
+    "trl_computes_update",
+    "trl_only_options",
     "warn_if_cpu_emulates_bf16",
 ]
 
@@ -113,6 +116,23 @@ class EntflowGRPOConfig(GRPOConfig):
         warn_if_cpu_emulates_bf16(self)
 
 
+def from_trl_config(args: GRPOConfig) -> EntflowGRPOConfig:
+    """A plain ``trl.GRPOConfig`` as an :class:`EntflowGRPOConfig`: every TRL field as the user set
+    it (already validated by TRL's ``__post_init__``, which is not run again) and entflow's fields
+    at their defaults, i.e. ``entflow_method="grpo"``. ``args`` itself is left unchanged."""
+    if isinstance(args, EntflowGRPOConfig):
+        return args
+    if not isinstance(args, GRPOConfig):
+        raise ConfigError("args", f"must be a trl.GRPOConfig or EntflowGRPOConfig, got {type(args).__name__}")
+    new = EntflowGRPOConfig.__new__(EntflowGRPOConfig)
+    new.__dict__.update(args.__dict__)
+    for f in fields(EntflowGRPOConfig):
+        if f.name.startswith("entflow_"):
+            setattr(new, f.name, f.default)
+    new.entflow_method_params = {}
+    return new
+
+
 def cpu_has_native_bf16() -> bool | None:
     """Whether this CPU computes bfloat16 matmuls natively, as torch's oneDNN backend judges it
     (AVX-512 and up on x86); None where this torch build cannot tell."""
@@ -174,11 +194,43 @@ def _part(method: Method, name: str) -> Method | None:
     return next((p for p in method.parts if p.name == name), None)
 
 
+def trl_only_options(args: GRPOConfig) -> tuple[str, ...]:
+    """The TRL options ``args`` sets that entflow's own loss and advantages do not compute (TRL's
+    other loss types, sequence-level ratios, per-reward normalisation, its entropy mask and bonus,
+    its off-policy mask, its KL to the reference, a two-sided clip that is not a dual clip).
+
+    With ``entflow_method="grpo"`` and any of them, :class:`EntflowGRPOTrainer` leaves the
+    advantages and the loss to TRL's own ``GRPOTrainer``: the update is TRL's."""
+    eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
+    found = {
+        "loss_type": args.loss_type not in LOSS_TYPE_AGG,
+        "importance_sampling_level": args.importance_sampling_level != "token",
+        "multi_objective_aggregation": args.multi_objective_aggregation != "sum_then_normalize",
+        "scale_rewards": args.scale_rewards not in SCALES,
+        "top_entropy_quantile": args.top_entropy_quantile < 1.0,
+        "entropy_coef": args.entropy_coef != 0.0,
+        "use_adaptive_entropy": bool(args.use_adaptive_entropy),
+        "off_policy_mask_threshold": args.off_policy_mask_threshold is not None,
+        "beta": args.beta != 0.0,
+        "delta": args.delta is not None and not args.delta > 1 + eps_high,
+    }
+    return tuple(k for k, on in found.items() if on)
+
+
+def trl_computes_update(args: GRPOConfig, method: Method) -> bool:
+    """Whether the adapter hands advantages and loss to TRL: plain ``grpo`` with a TRL-only option."""
+    return method.name == "grpo" and bool(trl_only_options(args))
+
+
 def check_compatibility(args: GRPOConfig, method: Method) -> None:
     """Refuse TRL options that would silently change or be silently ignored by ``method``.
 
-    Each refusal is a :class:`ConfigError` naming the TRL field and saying what to use instead.
+    With ``grpo`` nothing is refused: a TRL-only option hands the update to TRL
+    (:func:`trl_computes_update`). With another method, each refusal is a :class:`ConfigError`
+    naming the TRL field and saying why, and what to use instead.
     """
+    if trl_computes_update(args, method):
+        return
     m = method.name
 
     def refuse(key: str, why: str) -> None:
@@ -307,17 +359,6 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             f"epsilon_high={args.epsilon_high} would be ignored; leave them at the default or drop the clip setter",
         )
     ga = args.gradient_accumulation_steps
-    if (
-        getattr(args, "entflow_global_stats", False)
-        and ga > 1
-        and (args.steps_per_generation * args.num_iterations) % ga
-    ):
-        refuse(
-            "steps_per_generation",
-            f"global statistics need every optimizer step's {ga} micro-batches generated before its first one, "
-            f"so steps_per_generation × num_iterations = {args.steps_per_generation * args.num_iterations} must be a "
-            f"multiple of gradient_accumulation_steps = {ga}; change it or set entflow_global_stats=False",
-        )
     if needs.strict_on_policy and args.steps_per_generation * args.num_iterations != ga:
         key = "num_iterations" if args.num_iterations != 1 else "steps_per_generation"
         refuse(

@@ -215,6 +215,17 @@ def rollout_token_stats_from_logits(
 # --------------------------------------------------------------------------------------------
 
 
+def step_segment(step: int, accumulation_steps: int, generate_every: int) -> range:
+    """The micro-steps that share global statistics with micro-step ``step``: those of its
+    optimizer step (``accumulation_steps`` micro-steps) that read its generation batch (one
+    generation every ``generate_every`` micro-steps). When ``generate_every`` is a multiple of
+    ``accumulation_steps`` this is the whole optimizer step; otherwise a step can span two
+    generation batches, the second generated only when the step reaches it, and each part is a
+    segment of its own."""
+    step_start, gen_start = step - step % accumulation_steps, step - step % generate_every
+    return range(max(step_start, gen_start), min(step_start + accumulation_steps, gen_start + generate_every))
+
+
 def loss_scale(
     mask: torch.Tensor,
     num_items_in_batch: torch.Tensor,

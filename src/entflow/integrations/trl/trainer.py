@@ -40,7 +40,7 @@ import warnings
 from typing import Any
 
 import torch
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import StepStatistics
@@ -52,13 +52,21 @@ from entflow.integrations.trl.compat import (
     no_grad_forward,
     trl_computes_old_logps,
 )
-from entflow.integrations.trl.config import LOSS_TYPE_AGG, EntflowGRPOConfig, build_method, check_compatibility
+from entflow.integrations.trl.config import (
+    LOSS_TYPE_AGG,
+    EntflowGRPOConfig,
+    build_method,
+    check_compatibility,
+    from_trl_config,
+    trl_computes_update,
+)
 from entflow.integrations.trl.loss import (
     ROLLOUT_KEYS,
     advantage_batch,
     loss_scale,
     rollout_token_stats,
     scored_rewards,
+    step_segment,
     token_batch,
     trl_loss,
 )
@@ -77,26 +85,35 @@ STATE_FILE = "entflow_state.pt"  # per checkpoint; ``entflow_state_{rank}.pt`` w
 class EntflowGRPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages and loss are entflow's (see the module docstring).
 
-    Takes exactly ``GRPOTrainer``'s arguments; ``args`` must be an :class:`EntflowGRPOConfig`.
+    Takes exactly ``GRPOTrainer``'s arguments; ``args`` is an :class:`EntflowGRPOConfig` or a plain
+    ``trl.GRPOConfig`` (= ``entflow_method="grpo"`` with entflow's defaults).
     The method object is ``trainer.entflow_method`` (its state: ``trainer.entflow_method.state_dict()``).
     """
 
-    def __init__(self, model, reward_funcs, args: EntflowGRPOConfig | None = None, *rest: Any, **kwargs: Any):
+    def __init__(
+        self, model, reward_funcs=None, args: EntflowGRPOConfig | GRPOConfig | None = None, *rest: Any, **kwargs: Any
+    ):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = EntflowGRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
-        if not isinstance(args, EntflowGRPOConfig):
-            raise ConfigError("args", f"EntflowGRPOTrainer needs an EntflowGRPOConfig, got {type(args).__name__}")
+        args = from_trl_config(args)  # a plain trl.GRPOConfig means entflow_method="grpo"
         self.entflow_method = build_method(args)  # before TRL loads anything: bad input fails here
         check_compatibility(args, self.entflow_method)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
 
         needs = self.entflow_needs = needs_of(self.entflow_method)
-        self._ef_agg = LOSS_TYPE_AGG[self.loss_type]
+        # grpo with a TRL-only option (loss types, sequence-level ratios, KL, entropy bonus or mask, ...):
+        # advantages and loss are TRL's own, so the update is exactly TRL's
+        self._ef_trl_update = trl_computes_update(self.args, self.entflow_method)
+        self._ef_agg = LOSS_TYPE_AGG.get(self.loss_type, "token-mean")
         # global statistics: over every micro-batch of an optimizer step on every process
         self._ef_world = self.accelerator.num_processes
-        self._ef_global = self.args.entflow_global_stats and (
-            self.args.gradient_accumulation_steps > 1 or self._ef_world > 1
+        # (a method without batch statistics, e.g. grpo, normalises each micro-batch as TRL does)
+        has_statistics = any(p.overrides("batch_statistics") for p in self.entflow_method.parts)
+        self._ef_global = (
+            self.args.entflow_global_stats
+            and has_statistics
+            and (self.args.gradient_accumulation_steps > 1 or self._ef_world > 1)
         )
         self._ef_stats_need_values = self._ef_global and needs.statistics_read_values
         self._ef_stats: list[StepStatistics] | None = None
@@ -138,6 +155,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
         return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
+        if self._ef_trl_update:
+            return super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         needs = self.entflow_needs
         rollout_before_loss = bool(needs.rollout_stats) or self._ef_stats_need_values
@@ -229,11 +248,18 @@ class EntflowGRPOTrainer(GRPOTrainer):
     # ---------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs):
+        if self._ef_trl_update:
+            return super()._compute_loss(model, inputs)
         mode = "train" if self.model.training else "eval"
         ga = self.args.gradient_accumulation_steps
-        use_stats = mode == "train" and self._ef_global and self.current_gradient_accumulation_steps == ga
-        if use_stats and self._step % ga == 0:  # first micro-batch of an optimizer step
-            self._ef_stats = self._ef_step_statistics()
+        # transformers sets current_gradient_accumulation_steps only inside the training loop: an
+        # evaluation before the first step (eval_on_start, evaluate()) has none, and accumulates nothing
+        ga_now = self.current_gradient_accumulation_steps if mode == "train" else 1
+        use_stats = mode == "train" and self._ef_global and ga_now == ga
+        if use_stats:
+            segment = self._ef_segment()
+            if self._step == segment.start:  # first micro-batch of the segment
+                self._ef_stats = self._ef_step_statistics(segment)
         input_ids, attention_mask, keep, extra = forward_inputs(inputs)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
@@ -247,14 +273,16 @@ class EntflowGRPOTrainer(GRPOTrainer):
         batch = self._ef_token_batch(inputs, logps, entropies)
         weights = inputs["importance_sampling_ratio"] if self._ef_is_correction else None
         if use_stats:
-            stats, scale = self._ef_stats[self._step % ga], self._ef_world
+            # each segment's summed losses are its full loss; the segments share the step by micro-batches
+            stats = self._ef_stats[self._step - segment.start]
+            scale = self._ef_world * len(segment) / ga
         else:
             stats = None
             scale = loss_scale(
                 batch.mask,
                 inputs.get("num_items_in_batch"),
                 self.loss_type,
-                self.current_gradient_accumulation_steps,
+                ga_now,
                 self._ef_world,
                 self.args.steps_per_generation,
                 train=mode == "train",
@@ -262,8 +290,7 @@ class EntflowGRPOTrainer(GRPOTrainer):
         loss, out = trl_loss(batch, self.entflow_method, self._ef_loss_spec, scale, stats, token_weights=weights)
 
         if self.aux_loss_enabled:  # MoE load balancing, scaled as TRL does
-            norm = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * aux_loss / norm
+            loss = loss + self.router_aux_loss_coef * aux_loss / ga_now
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
         self._ef_log_metrics(out.metrics, batch, mode)
@@ -296,23 +323,31 @@ class EntflowGRPOTrainer(GRPOTrainer):
             total_steps=self._ef_total_gen_steps(),
         )
 
-    def _ef_step_statistics(self) -> list[StepStatistics]:
-        """:func:`entflow.prepare_statistics` over this optimizer step's micro-batches.
+    def _ef_segment(self) -> range:
+        """:func:`~entflow.integrations.trl.loss.step_segment` of the current micro-step: global
+        statistics are computed over what the optimizer step sees of one generation batch, and
+        each segment's loss is weighted by its share of the step's micro-batches
+        (docs/integrations.md, "Global statistics")."""
+        return step_segment(self._step, self.args.gradient_accumulation_steps, self._ef_generate_every)
 
-        The log-prob values are those the loss will see: the rollout's on the first optimizer
-        step after a generation (no update since), else one no-grad forward of the current policy
-        (only when the method's statistics read log-probs).
+    def _ef_step_statistics(self, segment: range) -> list[StepStatistics]:
+        """:func:`entflow.prepare_statistics` over the micro-batches of ``segment`` (micro-steps).
+
+        The log-prob values are those the loss will see: the rollout's when no optimizer step
+        ran since the generation, else one no-grad forward of the current policy (only when the
+        method's statistics read log-probs).
         """
         ga, spg = self.args.gradient_accumulation_steps, self.args.steps_per_generation
-        first_of_cycle = (self._step % self._ef_generate_every) < ga
+        s = segment.start
+        no_step_since_generation = s - s % ga <= s - s % self._ef_generate_every
         micro = []
-        for j in range(ga):
-            inputs = self._buffered_inputs[(self._step + j) % spg]
+        for j in segment:
+            inputs = self._buffered_inputs[j % spg]
             old = inputs.get("old_per_token_logps")
             if old is None:
                 values = torch.zeros_like(inputs["completion_mask"], dtype=torch.float32)
                 inputs = {**inputs, "old_per_token_logps": values}  # the statistics read masks only
-            elif first_of_cycle or not self._ef_stats_need_values:
+            elif no_step_since_generation or not self._ef_stats_need_values:
                 values = old
             else:
                 values = self._ef_current_logps(inputs)

@@ -304,3 +304,98 @@ def test_a_fit_that_explains_little_is_reported_as_not_informative():
     good = analyze_series(*law_run()).to_dict()
     assert good["fit"]["informative"] and good["prediction"]["informative"] and good["fit"]["law"]["informative"]
     assert good["fit"]["note"] == good["prediction"]["note"] == ""
+
+
+# --------------------------------------------------------------------------------------------
+# Which form's ceiling analyze reports, on logs drawn from each form
+# --------------------------------------------------------------------------------------------
+
+TRUE_CEILING = {"law": 0.93 - 0.31, "mirror": 0.70}
+
+
+def form_log(form: str, n_val: int, sigma: float, seed: int):
+    """A 300-step log: H decays, the training reward and a validation metric on every
+    (300 / n_val)-th step follow the law R = −0.31·e^H + 0.93 (ceiling 0.62) or the mirror form
+    R = 0.70·e^(−1.2·H) (ceiling 0.70), each with N(0, sigma) noise."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, 301, dtype=float)
+    H = 0.2 + 1.3 * np.exp(-s / 50)
+
+    def curve(h):
+        return -0.31 * np.exp(h) + 0.93 if form == "law" else 0.70 * np.exp(-1.2 * h)
+
+    R = curve(H) + rng.normal(0, sigma, s.size)
+    vi = np.arange(300 // n_val - 1, 300, 300 // n_val)
+    return s, H, R, s[vi], curve(H[vi]) + rng.normal(0, sigma, vi.size)
+
+
+def test_a_trl_log_with_six_validation_points_no_longer_names_a_wrong_ceiling(tmp_path):
+    """A TRL trainer_state.json drawn from the law (ceiling 0.62), its validation reward logged every
+    50 of 300 steps: 6 points, so 1 held out. Choosing the form with the smaller held-out RMSE picks
+    the mirror form on that one point, whose interval excludes the truth; analyze now reports the
+    law, and "form uncertain" with both ceilings, since their intervals do not overlap."""
+    from transformers import TrainerState
+
+    from entflow.analysis.collapse import analyze_log
+
+    s, H, R, vs, val = form_log("law", 6, 0.005, seed=8)
+    hist = []
+    for step, h, r in zip(s, H, R, strict=True):
+        hist.append({"reward": float(r), "entropy": float(h), "step": int(step)})
+        if step in vs:
+            hist.append({"eval_reward": float(val[list(vs).index(step)]), "step": int(step)})
+    path = tmp_path / "trainer_state.json"
+    TrainerState(global_step=300, max_steps=300, log_history=hist).save_to_json(str(path))
+    # the rule before: both forms fitted on the first 5 points, the smaller error on the 6th wins
+    vH = H[vs.astype(int) - 1]
+    old = {
+        m: abs(f(vH[:5], val[:5]).predict(vH[5:])[0] - val[5]) for m, f in (("law", fit_law), ("mirror", fit_mirror))
+    }
+    mirror = fit_mirror(vH, val)
+    assert old["mirror"] < old["law"] and not mirror.ci["ceiling"][0] <= 0.62 <= mirror.ci["ceiling"][1]
+    assert fit_law(vH, val).r2 > 0.99  # the law fits well
+    _, an = analyze_log(path)
+    d = an.to_dict()
+    assert an.target == "val" and an.n_points == 6 and an.heldout_n == 1
+    assert an.model == "law" and an.form_uncertain and not an.informative
+    assert d["fit"]["ceiling"] == pytest.approx(an.law.ceiling) and d["fit"]["form_uncertain"] is True
+    lo, hi = d["fit"]["ceiling_ci"]
+    assert lo == min(an.law.ci["ceiling"][0], mirror.ci["ceiling"][0]) and lo <= 0.62 <= hi
+    assert d["fit"]["selection"]["resolved"] is None and "form uncertain" in d["fit"]["note"]
+    rows = {r[0]: r for r in collapse_table(an).text()}
+    assert rows["selected form"][1] == "form uncertain"
+    assert rows["ceiling, law (form uncertain)"][1] == f"{an.law.ceiling:.4g}"
+    assert rows["ceiling, mirror (form uncertain)"][1] == f"{mirror.ceiling:.4g}"
+    evidence = [e for e in d["collapse"]["evidence"] if e.startswith("form uncertain")]
+    assert len(evidence) == 1 and f"{an.law.ceiling:.4g}" in evidence[0] and f"{mirror.ceiling:.4g}" in evidence[0]
+
+
+@pytest.mark.parametrize("sigma", [0.005, 0.01])
+@pytest.mark.parametrize("n_val", [6, 20, 300])
+@pytest.mark.parametrize("form", ["law", "mirror"])
+def test_the_reported_ceiling_interval_covers_the_truth(form, n_val, sigma):
+    """200 seeded noise draws of a log from each form, with 6, 20 and 300 validation points: the
+    reported interval (fit.ceiling_ci) covers the true ceiling at about its 95 % (binomial sd 1.5
+    points; the hull of both forms' intervals, reported while the form is unresolved, covers more);
+    analyze never confidently names the other form's ceiling; the mirror form is never selected on
+    6 points (1 held out), and 300 points resolve the true form. On law data with 6 points no
+    confident (informative) interval excludes the truth."""
+    truth, draws = TRUE_CEILING[form], 200
+    covered = confident_miss = other_form_miss = 0
+    for seed in range(draws):
+        s, H, R, vs, val = form_log(form, n_val, sigma, seed)
+        an = analyze_series(s, H, R, val_steps=vs, val=val)
+        lo, hi = an.to_dict()["fit"]["ceiling_ci"]
+        hit = lo <= truth <= hi
+        covered += hit
+        confident_miss += an.informative and not hit
+        other_form_miss += an.informative and not hit and an.model != form
+        if n_val == 6:
+            assert an.model == "law" and an.heldout_n == 1
+        if n_val == 300:
+            assert an.choice.resolved == form and an.model == form and not an.form_uncertain
+    rate = covered / draws
+    assert 0.91 <= rate <= (0.99 if n_val == 300 else 1.0), rate
+    assert other_form_miss == 0
+    if form == "law" and n_val == 6:
+        assert confident_miss == 0

@@ -1,6 +1,6 @@
 """The entropy–performance law (entflow.analysis.law): the fit against the normal equations, early
 prediction (paper 003 App. B.3) and the two naive forecasts it must beat against hand-worked values,
-entropy retention by hand."""
+entropy retention by hand, form selection against scipy's paired t-test."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from entflow.analysis.law import (
+    MIN_HELDOUT_POINTS,
     early_fit_points,
     early_prediction,
     entropy_retention,
     fit_entropy_law,
+    fit_law,
+    fit_mirror,
     naive_forecasts,
+    select_form,
 )
 from entflow.errors import AnalysisError, EntflowError
 
@@ -136,3 +141,75 @@ def test_entropy_retention_is_final_over_initial_window_means():
     assert entropy_retention(np.array([2.0, 1.0, 0.5])) == (2.0, 0.5, 0.25)
     assert all(math.isnan(v) for v in entropy_retention(np.array([])))
     assert math.isnan(entropy_retention(np.array([0.0, 1.0]))[2])  # initial 0: no ratio
+
+
+# --------------------------------------------------------------------------------------------
+# Form selection: the law unless the held-out points resolve the mirror form
+# --------------------------------------------------------------------------------------------
+
+
+def _forms_data(form: str, n: int, sigma: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(H, R) ``[n]``: H decaying over 300 steps, sampled every 300/n steps; R from the law
+    (ceiling 0.62) or the mirror form (ceiling 0.70), plus N(0, sigma) noise."""
+    s = np.arange(1, 301)[300 // n - 1 :: 300 // n]
+    H = 0.2 + 1.3 * np.exp(-s / 50)
+    R = -0.31 * np.exp(H) + 0.93 if form == "law" else 0.70 * np.exp(-1.2 * H)
+    return H, R + np.random.default_rng(seed).normal(0, sigma, n)
+
+
+def test_select_form_is_a_paired_t_test_on_the_held_out_squared_errors():
+    """20 points of mirror data: both forms fitted on the first 14 (70 %), scored on the last 6;
+    the gain and its noise are scipy's paired t-test on the squared errors (independent code)."""
+    H, R = _forms_data("mirror", 20, 0.01, seed=3)
+    c = select_form(H, R)
+    assert c.heldout_n == 6
+    e_law = fit_law(H[:14], R[:14]).predict(H[14:]) - R[14:]
+    e_mir = fit_mirror(H[:14], R[:14]).predict(H[14:]) - R[14:]
+    t = stats.ttest_rel(e_law**2, e_mir**2).statistic  # mean(d) / (sd(d)/√m)
+    t_crit = stats.t.ppf(0.975, 5)
+    assert c.gain == pytest.approx(np.mean(e_law**2 - e_mir**2), rel=1e-12)
+    assert c.gain / (c.noise / t_crit) == pytest.approx(t, rel=1e-9)
+    assert c.heldout_rmse["law"] == pytest.approx(math.sqrt(np.mean(e_law**2)), rel=1e-12)
+    assert (c.resolved == "mirror") is bool(t > t_crit)
+    assert c.resolved == "mirror" and c.model == "mirror" and c.selected is c.mirror
+    assert c.ceiling_ci == c.mirror.ci["ceiling"] and not c.uncertain
+
+
+def test_too_few_held_out_points_never_select_the_mirror_form():
+    """Exact mirror data on 6 points: the mirror form predicts the one held-out point far better,
+    yet one point cannot resolve the forms: the law's ceiling is reported, "form uncertain" since
+    the two ceilings' intervals do not overlap, and the interval is the hull of both."""
+    H, R = _forms_data("mirror", 6, 1e-4, seed=0)
+    c = select_form(H, R)
+    assert c.heldout_n == 1 < MIN_HELDOUT_POINTS == 5
+    assert c.heldout_rmse["mirror"] < c.heldout_rmse["law"] / 10  # the old rule picked the mirror
+    assert c.resolved is None and c.model == "law" and c.selected is c.law and c.uncertain
+    assert "form uncertain" in c.reason and "cannot resolve" in c.reason
+    (llo, lhi), (mlo, mhi) = c.law.ci["ceiling"], c.mirror.ci["ceiling"]
+    assert lhi < mlo or mhi < llo  # disjoint
+    assert c.ceiling_ci == (min(llo, mlo), max(lhi, mhi))
+    assert c.ceiling_ci[0] <= 0.70 <= c.ceiling_ci[1]
+
+
+def test_unresolved_forms_whose_ceilings_agree_report_the_law_with_the_hull():
+    """Law data, 20 points, noisy enough that neither form is resolved and the intervals overlap:
+    the law's ceiling, not "form uncertain", with the hull of both intervals."""
+    for seed in range(200):
+        H, R = _forms_data("law", 20, 0.03, seed)
+        c = select_form(H, R)
+        if c.resolved is None and c.mirror is not None and not c.uncertain:
+            break
+    else:
+        pytest.fail("no unresolved, overlapping draw in 200")
+    (llo, lhi), (mlo, mhi) = c.law.ci["ceiling"], c.mirror.ci["ceiling"]
+    assert not (lhi < mlo or mhi < llo)
+    assert c.model == "law" and c.ceiling == c.law.ceiling
+    assert c.ceiling_ci == (min(llo, mlo), max(lhi, mhi))
+    assert c.reason.startswith("the law (paper 003's form)")
+
+
+def test_many_points_of_law_data_resolve_the_law():
+    H, R = _forms_data("law", 300, 0.005, seed=0)
+    c = select_form(H, R)
+    assert c.heldout_n == 90 and c.resolved == "law" and c.model == "law" and not c.uncertain
+    assert c.ceiling_ci == c.law.ci["ceiling"]

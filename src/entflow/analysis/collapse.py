@@ -11,9 +11,11 @@ and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) 
   :func:`entflow.analysis.law.fit_law`), with 95 % t-intervals on a, b and the
   ceiling ``−a + b`` from the OLS covariance ``s²·(XᵀX)⁻¹``, ``X = [−e^H, 1]``, ``s² = RSS/(n − 2)``;
 * **mirror form** — ``R = q·exp(−β·H)`` (docs/reproduction.md: it fits the lab's ``grpo_law`` better),
-  nonlinear least squares (``scipy.optimize.curve_fit``), ceiling ``q`` at H = 0; the form used for
-  prediction is the one with the smaller **held-out** RMSE: both are fitted on the first 70 % of
-  the points (training order) and scored on the last 30 %;
+  nonlinear least squares (``scipy.optimize.curve_fit``), ceiling ``q`` at H = 0;
+* **form selection** — :func:`entflow.analysis.law.select_form`: the law's ceiling, unless the mirror
+  form predicts the last 30 % of the points (both fitted on the first 70 %) better by more than the
+  held-out noise, on at least 5 held-out points; "form uncertain" with both ceilings when the data
+  resolve neither form and the two ceilings' intervals do not overlap;
 * **early prediction** — paper 003 App. B.3 (:func:`entflow.analysis.law.early_prediction`, whose
   minimum-point rule every early prediction shares): fit on the first ``early_frac`` (15 %) of the points,
   predict R at the last point from its entropy, with a prediction interval (delta method:
@@ -44,13 +46,17 @@ import numpy as np
 from entflow.analysis.arrays import finite_vector
 from entflow.analysis.curves import ema
 from entflow.analysis.law import (
+    HELDOUT_FRAC,
+    MIN_HELDOUT_POINTS,
     MIN_POINTS,
+    FormChoice,
     FormFit,
     early_prediction,
     entropy_retention,
     fit_law,
     fit_mirror,
     law_with_intervals,
+    select_form,
 )
 from entflow.analysis.log_keys import resolve_keys
 from entflow.analysis.log_readers import LogData, read_log
@@ -71,7 +77,6 @@ __all__ = [
 ]
 
 SCHEMA = "entflow.analysis/2"
-HELDOUT_FRAC = 0.30  # model choice: fit on the first 70 % of the points, score on the last 30 %
 # The one bound of "the fit says something" (docs/analyze.md §2, "When the fit knows little"): a
 # ceiling or a prediction is informative only when the selected form explains at least MIN_R2 of
 # R's variance and its 95 % interval is no wider than the span of R seen in the log.
@@ -99,10 +104,6 @@ def uninformative(r2: float, interval: Any, span: float) -> str:
     return ""
 
 
-def _fit_form(model: str, H: np.ndarray, R: np.ndarray, level: float) -> FormFit | None:
-    return fit_law(H, R, level) if model == "law" else fit_mirror(H, R, level)
-
-
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
     xc = x - x.mean()
     den = float(xc @ xc)
@@ -113,7 +114,9 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
 class CollapseAnalysis:
     """What :func:`analyze_series` found; :meth:`to_dict` is the ``analysis.json`` schema (docs/analyze.md).
 
-    ``points`` = (steps, H, R) ``[n]`` each: the points the law was fitted on.
+    ``points`` = (steps, H, R) ``[n]`` each: the points the law was fitted on. ``choice`` is the
+    form selection (:func:`entflow.analysis.law.select_form`): :attr:`model`, ``heldout_rmse`` and
+    ``heldout_n`` are its numbers, :attr:`form_uncertain` whether the form is uncertain.
     """
 
     target: str
@@ -131,11 +134,25 @@ class CollapseAnalysis:
     suggestion: dict[str, Any]
     points: tuple[np.ndarray, np.ndarray, np.ndarray] = field(repr=False, default=())
     source: dict[str, Any] = field(default_factory=dict)
+    choice: FormChoice | None = field(repr=False, default=None)
 
     @property
     def selected(self) -> FormFit:
-        """The form the held-out error selected (:attr:`model`): the law or the mirror form."""
+        """The form whose ceiling is reported (:attr:`model`): the law, or the mirror form when the
+        held-out points resolve it."""
         return self.mirror if self.model == "mirror" and self.mirror is not None else self.law
+
+    @property
+    def form_uncertain(self) -> bool:
+        """True when the data resolve neither form and their ceilings disagree beyond their intervals:
+        both ceilings are reported, neither as "the ceiling" (:attr:`informative` is False)."""
+        return self.choice is not None and self.choice.uncertain
+
+    @property
+    def ceiling_ci(self) -> tuple[float, float]:
+        """The reported ceiling's interval: the selected form's, or the hull of both when the form is
+        uncertain."""
+        return self.choice.ceiling_ci if self.choice is not None else self.selected.ci["ceiling"]
 
     @property
     def ceiling(self) -> float:
@@ -144,7 +161,9 @@ class CollapseAnalysis:
 
     @property
     def fit_note(self) -> str:
-        """Why the selected form's ceiling is not informative (:func:`uninformative`), or ``""``."""
+        """Why the ceiling is not informative (the form is uncertain, or :func:`uninformative`), or ``""``."""
+        if self.form_uncertain:
+            return self.choice.reason
         return self.form_note(self.selected)
 
     @property
@@ -169,6 +188,18 @@ class CollapseAnalysis:
             "note": note,
         }
 
+    def _selection(self) -> dict[str, Any]:
+        c = self.choice
+        if c is None:
+            return {"resolved": None, "gain": math.nan, "noise": math.nan, "min_heldout": None, "reason": ""}
+        return {
+            "resolved": c.resolved,
+            "gain": c.gain,
+            "noise": c.noise,
+            "min_heldout": MIN_HELDOUT_POINTS,
+            "reason": c.reason,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """The stable ``analysis.json`` object (NaN → None); see docs/analyze.md for every key."""
         law, mir, sel = self.law, self.mirror, self.selected
@@ -180,7 +211,8 @@ class CollapseAnalysis:
             "fit": {
                 "model": sel.model,
                 "ceiling": sel.ceiling,
-                "ceiling_ci": list(sel.ci["ceiling"]),
+                "ceiling_ci": list(self.ceiling_ci),
+                "form_uncertain": self.form_uncertain,
                 "r2": sel.r2,
                 "informative": self.informative,
                 "note": self.fit_note,
@@ -190,6 +222,7 @@ class CollapseAnalysis:
                 "mirror": None if mir is None else self.form_dict(mir, ("q", "beta")),
                 "heldout_rmse": self.heldout_rmse,
                 "heldout_n": self.heldout_n,
+                "selection": self._selection(),
             },
             "prediction": self.prediction,
             "entropy": self.entropy,
@@ -240,24 +273,6 @@ def _reward_summary(steps: np.ndarray, reward: np.ndarray, stall_ratio: float) -
         "final": float(reward[-1]),
         "stall_ratio": stall_ratio,
     }
-
-
-def _choose_model(H: np.ndarray, R: np.ndarray, level: float) -> tuple[str, dict[str, float], int]:
-    n_train = max(MIN_POINTS, math.ceil((1 - HELDOUT_FRAC) * H.size - 1e-9))
-    n_out = H.size - n_train
-    rmse = {"law": math.nan, "mirror": math.nan}
-    if n_out < 1:
-        return "law", rmse, 0
-    for model in rmse:
-        try:
-            f = _fit_form(model, H[:n_train], R[:n_train], level)
-        except AnalysisError:  # e.g. all early entropies equal
-            f = None
-        if f is not None:
-            rmse[model] = float(np.sqrt(np.mean((f.predict(H[n_train:]) - R[n_train:]) ** 2)))
-    finite = {k: v for k, v in rmse.items() if math.isfinite(v)}
-    model = min(finite, key=lambda k: (finite[k], k != "law")) if finite else "law"
-    return model, rmse, n_out
 
 
 def _early_prediction(
@@ -401,9 +416,26 @@ def _suggest(verdict: str, trainer: str = "entflow") -> dict[str, Any]:
     }
 
 
-def _verdict(
-    ent: dict[str, Any], rew: dict[str, Any], form: FormFit, fit_note: str, R_last: float, threshold: float
-) -> dict[str, Any]:
+def _ceiling_evidence(choice: FormChoice, fit_note: str, R_last: float) -> str:
+    """The verdict's sentence about the ceiling: the selected form's, or both when the form is uncertain."""
+    names = {"law": "law ceiling −a+b", "mirror": "mirror ceiling q"}
+    if choice.uncertain and choice.mirror is not None:
+        both = ", ".join(
+            f"{names[f.model]} = {f.ceiling:.4g} [{f.ci['ceiling'][0]:.4g}, {f.ci['ceiling'][1]:.4g}]"
+            for f in (choice.law, choice.mirror)
+        )
+        return f"form uncertain: {both} vs last R {R_last:.4g}; {choice.reason.removeprefix('form uncertain: ')}"
+    form = choice.selected
+    if fit_note:
+        return f"{names[form.model]}: not informative, {fit_note}"
+    lo, hi = form.ci["ceiling"]
+    return (
+        f"{names[form.model]} = {form.ceiling:.4g} [{lo:.4g}, {hi:.4g}] vs last R {R_last:.4g} "
+        f"(headroom {form.ceiling - R_last:.3g}); R² {form.r2:.3f}"
+    )
+
+
+def _verdict(ent: dict[str, Any], rew: dict[str, Any], ceiling: str, threshold: float) -> dict[str, Any]:
     ret = ent["retention"]
     evidence = [
         f"entropy retention {ret:.3g} (mean of the last 20 % / first 5 % of entropies: "
@@ -419,15 +451,7 @@ def _verdict(
         + ("stalled" if rew["stalled"] else "still rising")
         + f" (stalled: late <= {rew['stall_ratio']:g} x early)"
     )
-    name = "law ceiling −a+b" if form.model == "law" else "mirror ceiling q"
-    if fit_note:
-        evidence.append(f"{name}: not informative, {fit_note}")
-    else:
-        lo, hi = form.ci["ceiling"]
-        evidence.append(
-            f"{name} = {form.ceiling:.4g} [{lo:.4g}, {hi:.4g}] vs last R {R_last:.4g} "
-            f"(headroom {form.ceiling - R_last:.3g}); R² {form.r2:.3f}"
-        )
+    evidence.append(ceiling)
     if not math.isfinite(ret):
         verdict, reason = "healthy", "entropy retention undefined (initial entropy not positive)"
         evidence.append("initial entropy is not positive: retention undefined")
@@ -509,14 +533,15 @@ def analyze_series(
         raise AnalysisError("entropy", f"all {RH.size} entropies are equal ({RH[0]:g}): the law has no slope to fit")
     law = fit_law(RH, R, level)
     mirror = fit_mirror(RH, R, level)
-    model, rmse, n_out = _choose_model(RH, R, level)
-    if model == "mirror" and mirror is None:
-        model = "law"
+    choice = select_form(RH, R, level, law=law, mirror=mirror)
+    model = choice.model
     selected, other = (mirror, law) if model == "mirror" else (law, mirror)
-    fit_note = uninformative(selected.r2, selected.ci["ceiling"], float(np.ptp(R)))
+    fit_note = (
+        choice.reason if choice.uncertain else uninformative(selected.r2, selected.ci["ceiling"], float(np.ptp(R)))
+    )
     ent = _entropy_summary(s, H)
     rs = _reward_summary(s, rew, stall_ratio)
-    verdict = _verdict(ent, rs, selected, fit_note, float(R[-1]), retention_threshold)
+    verdict = _verdict(ent, rs, _ceiling_evidence(choice, fit_note, float(R[-1])), retention_threshold)
     forms = {model: selected, ("law" if model == "mirror" else "mirror"): other}
     return CollapseAnalysis(
         target=target,
@@ -525,14 +550,15 @@ def analyze_series(
         law=law,
         mirror=mirror,
         model=model,
-        heldout_rmse=rmse,
-        heldout_n=n_out,
+        heldout_rmse=choice.heldout_rmse,
+        heldout_n=choice.heldout_n,
         prediction=_early_prediction(Rs, RH, R, early_frac, level, forms),
         entropy=ent,
         reward=rs,
         collapse=verdict,
         suggestion=_suggest(verdict["verdict"]),
         points=(Rs, RH, R),
+        choice=choice,
     )
 
 

@@ -8,6 +8,10 @@ number on the same run (``tests/analysis/test_law_agreement.py``).
   squares, ceiling ``−a + b``;
 * :func:`fit_law` / :func:`fit_mirror` — the same law with t-intervals (OLS covariance), and the
   mirror form ``R = q·exp(−β·H)`` (docs/reproduction.md) by nonlinear least squares;
+* :func:`select_form` — which form's ceiling to report: the law, unless the mirror form predicts
+  held-out points better by more than their noise on at least :data:`MIN_HELDOUT_POINTS` points;
+  "form uncertain" (both ceilings) when the data resolve neither and the two ceilings' intervals
+  do not overlap;
 * :func:`early_prediction` — paper 003 App. B.3: fit the law on the first ``frac`` of the points,
   predict the rest from their observed entropy, next to the two :func:`naive_forecasts` it must
   beat (the last value carried forward; a straight line in the step). **One minimum-point rule**
@@ -35,10 +39,13 @@ from entflow.errors import AnalysisError
 __all__ = [
     "EARLY_FRAC",
     "FINAL_FRAC",
+    "HELDOUT_FRAC",
     "INITIAL_FRAC",
     "MIN_EARLY_POINTS",
+    "MIN_HELDOUT_POINTS",
     "MIN_POINTS",
     "EarlyPrediction",
+    "FormChoice",
     "FormFit",
     "LawFit",
     "early_fit_points",
@@ -49,12 +56,17 @@ __all__ = [
     "fit_mirror",
     "head_tail_means",
     "naive_forecasts",
+    "select_form",
 ]
 
 MIN_POINTS = 4  # a fit with intervals: two parameters and two degrees of freedom left
 MIN_EARLY_POINTS = MIN_POINTS - 1  # the early fit: two parameters and one degree of freedom left
 EARLY_FRAC = 0.15  # paper 003 App. B.3: the first 15 % of training
 INITIAL_FRAC, FINAL_FRAC = 0.05, 0.20  # entropy retention: last 20 % / first 5 %
+HELDOUT_FRAC = 0.30  # form selection: fit on the first 70 % of the points, score on the last 30 %
+# form selection: the fewest held-out points on which the mirror form may replace the law (with
+# fewer, one lucky point decides; 5 held-out points are a log of about 17)
+MIN_HELDOUT_POINTS = 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,6 +271,146 @@ def fit_mirror(entropy: Any, acc: Any, level: float = 0.95) -> FormFit | None:
     }
     params = {"q": float(q), "beta": float(beta)}
     return FormFit("mirror", params, np.asarray(pcov), s2, _r2(R, fitted), int(H.size), level, float(q), ci)
+
+
+# --------------------------------------------------------------------------------------------
+# Which form's ceiling to report
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormChoice:
+    """Which form's ceiling :func:`select_form` reports, and why.
+
+    ``model`` is the form whose ceiling is reported: ``mirror`` only when the held-out test
+    ``resolved`` it, else ``law`` (paper 003's form). ``resolved`` is the form that predicts the
+    held-out points better by more than their noise, on at least :data:`MIN_HELDOUT_POINTS` of
+    them, or None; when it is None, :attr:`ceiling_ci` is the hull of both forms' intervals.
+    ``uncertain`` is True when nothing is resolved and the two ceilings' intervals do not overlap:
+    the data cannot say which of two different ceilings holds, so both are reported.
+
+    ``heldout_rmse`` / ``heldout_n``: each form fitted on the first 70 % of the points (training
+    order) and scored on the last ``heldout_n``; ``gain`` is the mean over those points of the law's
+    squared error minus the mirror form's (> 0: the mirror form predicts better), ``noise`` its
+    t-quantile × standard error at ``level`` (NaN with fewer than two held-out points or a form that
+    could not be fitted); ``reason`` says in one sentence why ``model`` was chosen.
+    """
+
+    model: str
+    uncertain: bool
+    resolved: str | None
+    law: FormFit
+    mirror: FormFit | None
+    heldout_rmse: dict[str, float]
+    heldout_n: int
+    gain: float
+    noise: float
+    reason: str
+
+    @property
+    def selected(self) -> FormFit:
+        """The form whose ceiling is reported (:attr:`model`)."""
+        return self.mirror if self.model == "mirror" and self.mirror is not None else self.law
+
+    @property
+    def ceiling(self) -> float:
+        """The selected form's ceiling (the law's when the form is uncertain)."""
+        return self.selected.ceiling
+
+    @property
+    def ceiling_ci(self) -> tuple[float, float]:
+        """The reported ceiling's interval: the resolved form's; when the data resolve neither form,
+        the hull of both forms' intervals (the ceiling is in it if either form holds), so that an
+        unresolved choice never reports the law's interval alone on data from the mirror form."""
+        lo, hi = self.selected.ci["ceiling"]
+        if self.resolved is None and self.mirror is not None:
+            mlo, mhi = self.mirror.ci["ceiling"]
+            lo, hi = min(lo, mlo), max(hi, mhi)
+        return lo, hi
+
+
+def _disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _heldout_errors(H: np.ndarray, R: np.ndarray, n_train: int, level: float) -> dict[str, np.ndarray | None]:
+    """Each form fitted on the first ``n_train`` points: its errors on the rest ``[n − n_train]``,
+    or None when it cannot be fitted."""
+    out: dict[str, np.ndarray | None] = {}
+    for model in ("law", "mirror"):
+        try:
+            f = (fit_law if model == "law" else fit_mirror)(H[:n_train], R[:n_train], level)
+        except AnalysisError:  # e.g. all early entropies equal
+            f = None
+        out[model] = None if f is None else f.predict(H[n_train:]) - R[n_train:]
+    return out
+
+
+def select_form(
+    entropy: Any, acc: Any, level: float = 0.95, *, law: FormFit | None = None, mirror: FormFit | None = None
+) -> FormChoice:
+    """Which form's ceiling to report: paper 003's law, unless the data resolve the mirror form.
+
+    Both forms are fitted on the first 70 % of the points (training order, :data:`HELDOUT_FRAC`)
+    and predict the last 30 %. With ``d_i`` = the law's squared error − the mirror form's at
+    held-out point i, the mirror form is selected only when ``mean(d) > t·sd(d)/√m`` (a paired
+    t-test at ``level``, m − 1 degrees of freedom) on at least :data:`MIN_HELDOUT_POINTS` held-out
+    points; the law is resolved by the mirror image of that test. With fewer points, or a gain
+    within the noise, the law's ceiling is reported, and the choice is "form uncertain" when the
+    two ceilings' intervals (fitted on all the points) do not overlap.
+
+    Args:
+        entropy: ``[n]`` entropy H at each point, in training order.
+        acc: ``[n]`` performance R at the same points.
+        level: confidence level of the test and of the intervals.
+        law, mirror: the forms already fitted on all the points (:func:`fit_law`,
+            :func:`fit_mirror`), to avoid fitting them again.
+
+    Raises:
+        AnalysisError: fewer than :data:`MIN_POINTS` points, or all entropies equal.
+    """
+    H, R = np.asarray(entropy, dtype=np.float64), np.asarray(acc, dtype=np.float64)
+    law = fit_law(H, R, level) if law is None else law
+    mirror = fit_mirror(H, R, level) if mirror is None else mirror
+    n_train = max(MIN_POINTS, math.ceil((1 - HELDOUT_FRAC) * H.size - 1e-9))
+    m = H.size - n_train
+    rmse = {"law": math.nan, "mirror": math.nan}
+    gain = noise = math.nan
+    if m >= 1:
+        errors = _heldout_errors(H, R, n_train, level)
+        for model, e in errors.items():
+            if e is not None:
+                rmse[model] = float(np.sqrt(np.mean(e**2)))
+        e_law, e_mir = errors["law"], errors["mirror"]
+        if e_law is not None and e_mir is not None:
+            d = e_law**2 - e_mir**2  # [m]
+            gain = float(d.mean())
+            if m >= 2:
+                noise = float(stats.t.ppf(0.5 + level / 2, m - 1)) * float(d.std(ddof=1)) / math.sqrt(m)
+    resolved = None
+    if m >= MIN_HELDOUT_POINTS and math.isfinite(noise):
+        resolved = "mirror" if gain > noise else "law" if gain < -noise else None
+    model = "mirror" if resolved == "mirror" and mirror is not None else "law"
+    uncertain = resolved is None and mirror is not None and _disjoint(law.ci["ceiling"], mirror.ci["ceiling"])
+    if resolved is not None:
+        better = "mirror form" if resolved == "mirror" else "law"
+        reason = (
+            f"the {better} predicts the last {m} points better by more than their noise "
+            f"(squared-error gain {abs(gain):.3g} > {noise:.3g})"
+        )
+        if model != resolved:
+            reason += "; the mirror form does not converge on all the points"
+    elif m < MIN_HELDOUT_POINTS:
+        reason = f"{m} held-out point(s) cannot resolve the forms (at least {MIN_HELDOUT_POINTS} needed)"
+    elif not math.isfinite(noise):
+        reason = "a form cannot be fitted on the first 70 % of the points"
+    else:
+        reason = f"on the last {m} points the forms' squared-error gain {gain:.3g} is within the noise ±{noise:.3g}"
+    if uncertain:
+        reason = f"form uncertain: the two ceilings disagree beyond their intervals, and {reason}"
+    elif resolved is None:
+        reason = f"the law (paper 003's form): {reason}"
+    return FormChoice(model, uncertain, resolved, law, mirror, rmse, m, gain, noise, reason)
 
 
 # --------------------------------------------------------------------------------------------

@@ -333,8 +333,8 @@ def _save(fig: Any, path: Path) -> Path:
 def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     """``entropy_reward.png`` (entropy, reward and, when logged, response length and clip fraction against
     the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the
-    selected one solid, and its ceiling with its 95 % CI when the fit is informative; the title says
-    which is drawn)."""
+    selected one solid, and its ceiling with its 95 % CI when the fit is informative, or both
+    ceilings when the form is uncertain; the title says which is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -371,10 +371,21 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
         chosen = form.model == analysis.model
         style = "-" if chosen else "--"
         color = "C1" if chosen else "C2"
-        which = "selected" if chosen else "other"
+        which = "form uncertain" if analysis.form_uncertain else "selected" if chosen else "other"
         ax.plot(grid, form.predict(grid), style, color=color, label=f"{name}, {which} (R² {form.r2:.3f})")
-    if analysis.informative:
-        lo, hi = analysis.selected.ci["ceiling"]
+    if analysis.form_uncertain:
+        for form, _ in forms:
+            chosen = form.model == analysis.model
+            ax.axhline(
+                form.ceiling,
+                color="C1" if chosen else "C2",
+                ls=":",
+                lw=1,
+                label=f"ceiling ({form.model}) {form.ceiling:.3g}",
+            )
+        title = "R against H: form uncertain (the two ceilings disagree beyond their intervals), both ceilings"
+    elif analysis.informative:
+        lo, hi = analysis.ceiling_ci
         ax.axhline(
             analysis.ceiling, color="C1", ls=":", lw=1, label=f"ceiling ({analysis.model}) {analysis.ceiling:.3g}"
         )

@@ -383,40 +383,50 @@ TRAINER_NAMES = {"entflow": "entflow", "trl": "TRL", "verl": "verl (Hydra overri
 
 
 def _ceiling_row(d: dict[str, Any], model: str, selected: bool) -> list[str]:
-    """One form's ceiling, labelled "selected" or "other": its value with its CI and R², or "not
-    informative" with the reason (:func:`~entflow.analysis.collapse.uninformative`) and the estimate."""
+    """One form's ceiling, labelled "selected", "other" or "form uncertain": its value with its CI
+    and R², or "not informative" with the reason (:func:`~entflow.analysis.collapse.uninformative`)
+    and the estimate."""
     form = d["fit"][model]
-    label = f"ceiling, {model} ({'selected' if selected else 'other'})"
+    uncertain = d["fit"]["form_uncertain"]
+    label = f"ceiling, {model} ({'form uncertain' if uncertain else 'selected' if selected else 'other'})"
     numbers = f"95 % CI {_iv(form['ci']['ceiling'])}; R² {_text(form['r2'], '.3f')}"
     if not form["informative"]:
         return [label, "not informative", f"{form['note']}; estimate {_text(form['ceiling'])}"]
-    return [label, _text(form["ceiling"]), numbers if selected else f"{numbers}; not selected"]
+    return [label, _text(form["ceiling"]), numbers if selected or uncertain else f"{numbers}; not selected"]
+
+
+def _selection_row(fit: dict[str, Any]) -> list[str]:
+    """The selected form (or "form uncertain"), why, and the held-out RMSEs it was judged on."""
+    rmse = fit["heldout_rmse"]
+    scores = f"held-out RMSE law {_text(rmse['law'])}, mirror {_text(rmse['mirror'])} (last {fit['heldout_n']} points)"
+    reason = fit["selection"]["reason"]
+    value = "form uncertain" if fit["form_uncertain"] else fit["model"]
+    if fit["form_uncertain"]:
+        reason = reason.removeprefix("form uncertain: ")
+    return ["selected form", value, f"{reason}; {scores}" if reason else scores]
 
 
 def collapse_table(analysis: Any) -> Table:
     """The table of one :class:`~entflow.analysis.collapse.CollapseAnalysis` (``entflow analyze`` on
-    any trainer's log): R and the selected form (held-out error), each form's ceiling (the selected
-    one first, "not informative" when :func:`~entflow.analysis.collapse.uninformative` says so),
-    the forms' parameters, the early prediction next to its baselines, entropy and the reward's
-    slope. The verdict is in the title; :func:`collapse_footer` has the reason and the suggestion."""
+    any trainer's log): R and the selected form (the law unless the held-out points resolve the
+    mirror form; "form uncertain" when neither is resolved and their ceilings disagree), each
+    form's ceiling (the selected one first, "not informative" when
+    :func:`~entflow.analysis.collapse.uninformative` says so), the forms' parameters, the early
+    prediction next to its baselines, entropy and the reward's slope. The verdict is in the title;
+    :func:`collapse_footer` has the reason and the suggestion."""
     d = analysis.to_dict()
     fit, pred, ent, rew, col = d["fit"], d["prediction"], d["entropy"], d["reward"], d["collapse"]
     src = d["source"] or {}
     title = f"entflow analyze: {src.get('path', '')} ({src.get('format', 'series')}): {col['verdict']}"
     model = fit["model"]
     other = "mirror" if model == "law" else "law"
-    rmse = fit["heldout_rmse"]
     rows = [
         [
             "R (fitted target)",
             _text(src.get("keys", {}).get(d["target"], d["target"])),
             f"{'validation metric' if d['target'] == 'val' else 'training reward'}, {fit['n']} points",
         ],
-        [
-            "selected form",
-            model,
-            f"held-out RMSE law {_text(rmse['law'])}, mirror {_text(rmse['mirror'])} (last {fit['heldout_n']} points)",
-        ],
+        _selection_row(fit),
         _ceiling_row(d, model, True),
     ]
     if fit[other] is not None:

@@ -57,6 +57,7 @@ def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tenso
         "group_index": torch.arange(n) // 4,
         "reward_baselines": torch.rand(n, generator=g, dtype=D),  # remax's greedy rewards
         "topk_logp": logpi.sort(-1, descending=True).values[..., :3],  # simko's candidates
+        "expert_mask": torch.arange(n) % 4 == 1,  # chord's expert rows
     }
 
 
@@ -70,7 +71,8 @@ def run(fields, name, params, device, dtype, metrics="float"):
     m = ef.get_method(name, **params)
     full = ef.TokenBatch(logp.detach(), advantages=None, step=1, total_steps=5, **f)
     adv = ef.compute_advantages(full, m)
-    f.pop("rewards")
+    if "rewards" not in m.needs:  # the loss reads rewards only where the method says so (positive_nll)
+        f.pop("rewards")
     b = ef.TokenBatch(logp, advantages=adv, step=1, total_steps=5, **f)
     out = ef.policy_loss(b, m, metrics=metrics)
     out.loss.backward()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import re
 
-HOOKS = ("clip_bounds", "shape_advantages", "token_weights", "token_loss", "loss_terms", "update")
+HOOKS = ("clip_bounds", "shape_advantages", "token_mask", "token_weights", "token_loss", "loss_terms", "update")
 HOOK_WHERE = {
     "clip_bounds": "sets the PPO clip bounds",
     "shape_advantages": "shapes advantages in compute_advantages",
+    "token_mask": "drops tokens from the loss and from its denominator",
     "token_weights": "multiplies the per-token loss by a detached weight",
     "token_loss": "replaces the per-token loss",
     "loss_terms": "adds terms to the loss (or reports shaping metrics)",
@@ -100,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
         console.print("reads the entropy H (detached): old_entropy, else entropy")
     if cls.advantage_needs:
         console.print("batch fields read by compute_advantages: " + ", ".join(cls.advantage_needs))
-    if cls.state_fields:
+    if isinstance(cls.state_fields, property):  # the state depends on the parameters (stare: adaptive=True)
+        console.print("state (state_dict): depends on the parameters; see above")
+    elif cls.state_fields:
         console.print("state (state_dict): " + ", ".join(cls.state_fields))
     if cls.replaces_advantages:
         console.print("builds advantages from rewards (put it first among advantage shapers)")

@@ -351,15 +351,11 @@ def test_composed_loss_equals_policy_loss(tiny, tmp_path):
         (dict(entflow_method="steer+steer"), "entflow_method"),
         # TRL options another method cannot meet (with grpo, TRL computes the update: nothing refused)
         (dict(entflow_method="steer", loss_type="cispo"), "loss_type"),
-        (dict(entflow_method="steer", top_entropy_quantile=0.2), "top_entropy_quantile"),
-        (dict(entflow_method="steer", entropy_coef=0.01), "entropy_coef"),
-        (dict(entflow_method="steer", use_adaptive_entropy=True), "use_adaptive_entropy"),
         (dict(entflow_method="steer", beta=0.04), "beta"),
         (dict(entflow_method="kl_ref", use_bias_correction_kl=True), "use_bias_correction_kl"),  # TRL < 1.10: False
         (dict(entflow_method="clip_higher", epsilon_high=0.3), "epsilon_high"),
         (dict(entflow_method="steer", delta=1.1), "delta"),
         (dict(entflow_method="steer", importance_sampling_level="sequence"), "importance_sampling_level"),
-        (dict(entflow_method="steer", off_policy_mask_threshold=0.5), "off_policy_mask_threshold"),
     ],
 )
 def test_bad_input_names_the_field(tmp_path, kw, field):

@@ -291,6 +291,44 @@ def test_trl_option_with_grpo_gives_trls_update(tiny, tmp_path, name, config):
 
 
 # --------------------------------------------------------------------------------------------
+# with another method, TRL's masks and entropy bonus compose as TRL applies them to its own loss
+# --------------------------------------------------------------------------------------------
+
+# clip_higher at (0.2, 0.2) is PPO-clip with TRL's bounds under another name: entflow's own loss runs,
+# so the run equals TRL's exactly when the adapter adds TRL's option as TRL adds it to its loss
+PPO_CLIP = dict(entflow_method="clip_higher", entflow_method_params={"clip_low": 0.2, "clip_high": 0.2})
+COMPOSED = ["entropy_coef", "use_adaptive_entropy", "top_entropy_quantile", "off_policy_mask_threshold"]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs_fields(*_NEEDS.get(n, ()))) for n in [*COMPOSED, "all"]])
+def test_trl_option_composes_with_another_method(tiny, tmp_path, name):
+    kw = {k: v for n in COMPOSED for k, v in OPTIONS[n][0].items()} if name == "all" else OPTIONS[name][0]
+    w0 = initial_weights(tiny[0])
+    w_trl, c_trl, _ = _run(GRPOTrainer, GRPOConfig, tiny, tmp_path / "trl", continuous_reward, **kw)
+    w_ef, c_ef, trainer = _run(
+        EntflowGRPOTrainer, EntflowGRPOConfig, tiny, tmp_path / "ef", continuous_reward, **kw, **PPO_CLIP
+    )
+    assert not trainer._ef_trl_update  # entflow's loss, TRL's option added
+    assert c_ef == c_trl
+    assert_equal_update(w0, w_trl, w_ef, tol=1e-4)  # float32 round-off of two implementations
+    if "entropy_coef" in kw:  # TRL's coefficient is logged, and moved when adaptive
+        coefs = [h["entropy_coef"] for h in trainer.state.log_history if "entropy_coef" in h]
+        assert coefs[0] == pytest.approx(0.1 if kw.get("use_adaptive_entropy") else 0.05)
+
+
+def test_entropy_bonus_composes_with_clip_cov(tiny, tmp_path):
+    """TRL's entropy bonus with entflow's clip_cov: both act (the bonus changes the run, clip_cov selects)."""
+    method = dict(entflow_method="clip_cov", entflow_method_params={"ratio": 0.2, "cov_low": -1e6, "cov_high": 1e6})
+    runs = {}
+    for name, kw in (("bonus", dict(entropy_coef=0.5)), ("plain", {})):
+        w, _, trainer = _run(EntflowGRPOTrainer, EntflowGRPOConfig, tiny, tmp_path / name, continuous_reward,
+                             **kw, **method)  # fmt: skip
+        assert any(h.get("clip_cov/n_selected", 0) > 0 for h in trainer.state.log_history)
+        runs[name] = w
+    assert max(rel(runs["bonus"][k], runs["plain"][k]) for k in runs["plain"]) > 1e-5
+
+
+# --------------------------------------------------------------------------------------------
 # global statistics over what the optimizer step sees
 # --------------------------------------------------------------------------------------------
 

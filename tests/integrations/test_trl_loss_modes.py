@@ -91,7 +91,6 @@ def test_entflow_in_trl_equals_trls_own_option(tiny, tmp_path, name):
         # with another method than grpo (grpo hands these options to TRL's own loss)
         (dict(entflow_method="steer", loss_type="vespo"), "loss_type", "entflow_method='vespo' with loss_type='dapo'"),
         (dict(entflow_method="steer", loss_type="luspo"), "loss_type", "entflow_method='luspo' with loss_type='grpo'"),
-        (dict(entflow_method="steer", off_policy_mask_threshold=0.3), "off_policy_mask_threshold", "'threshold': 0.3"),
     ],
 )
 def test_trl_options_that_are_entflow_methods_are_refused_with_the_fix(tmp_path, kw, key, says):

@@ -258,28 +258,9 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
         )
     if args.scale_rewards not in SCALES:
         refuse("scale_rewards", f"must be one of {SCALES}, got {args.scale_rewards!r}")
-    if args.top_entropy_quantile < 1.0:
-        refuse(
-            "top_entropy_quantile",
-            f"TRL's high-entropy token mask is entflow's 'forking_tokens'; write "
-            f"entflow_method='{m}+forking_tokens' with entflow_method_params={{'rho': {args.top_entropy_quantile}}} "
-            "and leave top_entropy_quantile=1.0",
-        )
-    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
-        key = "use_adaptive_entropy" if args.use_adaptive_entropy else "entropy_coef"
-        refuse(
-            key,
-            "TRL's entropy bonus would be dropped by the entflow loss; use entflow's 'entropy_bonus' (c) or "
-            "'adaptive_entropy' (target, delta, c_min, c_max) in entflow_method and leave entropy_coef=0, "
-            "use_adaptive_entropy=False",
-        )
-    if args.off_policy_mask_threshold is not None:
-        refuse(
-            "off_policy_mask_threshold",
-            "TRL's off-policy sequence mask is entflow's 'off_policy_mask'; write "
-            f"entflow_method='{m}+off_policy_mask' with entflow_method_params="
-            f"{{'threshold': {args.off_policy_mask_threshold}}} and leave off_policy_mask_threshold=None",
-        )
+    # top_entropy_quantile, off_policy_mask_threshold, entropy_coef and use_adaptive_entropy compose with
+    # every method: the adapter applies TRL's masks to the method's policy-gradient term and adds TRL's
+    # entropy bonus to the method's loss, as TRL does to its own loss
     needs = needs_of(method)
     if needs.aggregation is not None and LOSS_TYPE_AGG.get(args.loss_type) != needs.aggregation:
         fitting = [k for k, v in LOSS_TYPE_AGG.items() if v == needs.aggregation]

@@ -272,6 +272,12 @@ class EntflowGRPOTrainer(GRPOTrainer):
         )
         batch = self._ef_token_batch(inputs, logps, entropies)
         weights = inputs["importance_sampling_ratio"] if self._ef_is_correction else None
+        # TRL's off-policy sequence mask and high-entropy token mask, on the policy-gradient term as TRL applies them
+        off_policy_mask, entropy_mask = self._ef_trl_token_masks(inputs, logps, entropies)
+        for m in (off_policy_mask, entropy_mask):
+            if m is not None:
+                m = m[:, : batch.mask.shape[1]]
+                weights = m if weights is None else weights * m
         if use_stats:
             # each segment's summed losses are its full loss; the segments share the step by micro-batches
             stats = self._ef_stats[self._step - segment.start]
@@ -288,6 +294,8 @@ class EntflowGRPOTrainer(GRPOTrainer):
                 train=mode == "train",
             )
         loss, out = trl_loss(batch, self.entflow_method, self._ef_loss_spec, scale, stats, token_weights=weights)
+        if getattr(self, "_entropy_bonus_enabled", False):  # TRL's entropy_coef / use_adaptive_entropy
+            loss = loss - self._ef_trl_entropy_bonus(entropies, completion_mask(inputs), entropy_mask, ga_now, mode)
 
         if self.aux_loss_enabled:  # MoE load balancing, scaled as TRL does
             loss = loss + self.router_aux_loss_coef * aux_loss / ga_now
@@ -297,6 +305,66 @@ class EntflowGRPOTrainer(GRPOTrainer):
         if mode == "train":
             self._ef_after_micro_batch(out.metrics, batch)
         return loss
+
+    def _ef_trl_token_masks(
+        self, inputs: dict[str, Any], logps: torch.Tensor, entropies: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """TRL's ``off_policy_mask_threshold`` mask ``[B, 1]`` and its ``top_entropy_quantile`` mask
+        ``[B, T]`` (each None when off), computed by TRL's own ``get_off_policy_mask`` and
+        ``get_high_entropy_mask``."""
+        mask = completion_mask(inputs)
+        off_policy = high = None
+        threshold = getattr(self, "off_policy_mask_threshold", None)
+        if threshold is not None:
+            adv = inputs["advantages"]
+            old = inputs.get("old_per_token_logps")
+            old = logps.detach() if old is None else old
+            off_policy = self.get_off_policy_mask(
+                advantages=adv.unsqueeze(1) if adv.dim() == 1 else adv,
+                per_token_logps=logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old),
+                mask=mask,
+                off_policy_threshold=threshold,
+            )
+        quantile = getattr(self, "top_entropy_quantile", 1.0)
+        if quantile < 1.0:
+            high = self.get_high_entropy_mask(entropies.detach(), mask, 1 - quantile).to(mask.dtype)
+        return off_policy, high
+
+    def _ef_trl_entropy_bonus(
+        self,
+        entropies: torch.Tensor,
+        mask: torch.Tensor,
+        token_mask: torch.Tensor | None,
+        accumulation: int,
+        mode: str,
+    ) -> torch.Tensor:
+        """TRL's entropy bonus ``coef · H̄`` (its documented objective ``L_policy − coef·H``): ``H̄`` the
+        mean entropy ``[B, T]`` over the tokens the policy term acts on, divided by the accumulation
+        steps (1 in eval). With ``use_adaptive_entropy`` the coefficient applies only while the last
+        optimizer step's entropy was at most ``entropy_target``, and after each optimizer step moves
+        by ``entropy_coef_delta`` towards more bonus below the target, less above, within
+        [``entropy_coef_min``, ``entropy_coef_max``]; the state is TRL's own (``self.entropy_coef``)."""
+        args = self.args
+        eff = mask if token_mask is None else mask * token_mask[:, : mask.shape[1]]
+        eff = eff.to(entropies.dtype)
+        mean_h = (entropies * eff).sum() / eff.sum().clamp(min=1.0) / accumulation
+        on = not self.use_adaptive_entropy or self._last_world_entropy <= args.entropy_target
+        bonus = (self.entropy_coef if on else 0.0) * mean_h
+        if self.use_adaptive_entropy and mode == "train":
+            window = torch.stack([(entropies * eff).sum(), eff.sum()]).detach()
+            prev = self._entropy_window_stats
+            self._entropy_window_stats = window if prev is None else prev + window
+            if self.accelerator.sync_gradients:  # last micro-batch of the optimizer step
+                total = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                h = float(total[0] / total[1].clamp(min=1.0))
+                step = args.entropy_coef_delta if h <= args.entropy_target else -args.entropy_coef_delta
+                self.entropy_coef = min(max(self.entropy_coef + step, args.entropy_coef_min), args.entropy_coef_max)
+                self._last_world_entropy = h
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return bonus
 
     @property
     def _ef_max_len(self) -> int | None:

@@ -65,7 +65,8 @@ def test_triton_values_and_gradients_match_float64(gen, device, dtype, stats):
 
 @pytest.mark.parametrize("stats", [("sum_p2",), ("entropy", "sum_p2_logp")])
 def test_triton_equals_torch_backend(gen, device, stats):
-    """The two backends agree on values and gradients (with row_mask), to float32 rounding."""
+    """The two backends agree on values and gradients (with row_mask), to float32 rounding (on an H100
+    the gradients differed by 1.2e-6 at a largest gradient of 1.01)."""
     h, w, b, ids, coef = make_inputs(gen, lead=(2, 5), d=6, v=45)
     mask = torch.ones(2, 5, dtype=torch.bool)
     mask[0, 1] = mask[1, 4] = False
@@ -82,8 +83,8 @@ def test_triton_equals_torch_backend(gen, device, stats):
     (va, ga), (vb, gb) = res
     for a, b_ in zip(va, vb, strict=True):
         assert _err(a, b_.double()) <= 1e-6
-    for a, b_ in zip(ga, gb, strict=True):
-        assert _err(a, b_.double()) <= 1e-6 * max(1.0, b_.abs().max().item())
+    for a, b_ in zip(ga, gb, strict=True):  # a few float32 ulps: the backends round exp and log differently
+        assert _err(a, b_.double()) <= 4e-6 * max(1.0, b_.abs().max().item())
 
 
 # The fused kernels at tiles far smaller than the shapes: 16 × 16 tiles with 16 of D per dot, so
@@ -93,12 +94,14 @@ def test_triton_equals_torch_backend(gen, device, stats):
 SMALL_TILES = {"BM": 16, "BN": 16, "BK": 16, "num_warps": 4, "num_stages": 1}
 
 
-@pytest.fixture
-def small_tiles(monkeypatch):
+@pytest.fixture(params=[False, True], ids=["tile_loop", "flat_loop"])
+def small_tiles(request, monkeypatch):
+    """Both forms of the forward kernel (a loop over D inside a loop over tiles, and one flat loop)."""
     from entflow.core import _triton_hidden_kernels as fused
 
     for kind in fused.CONFIGS:
-        monkeypatch.setitem(fused.CONFIGS, kind, SMALL_TILES)
+        tiles = SMALL_TILES if kind.endswith("_grad") else {**SMALL_TILES, "flat": request.param}
+        monkeypatch.setitem(fused.CONFIGS, kind, tiles)
     return fused
 
 

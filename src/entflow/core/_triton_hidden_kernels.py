@@ -29,15 +29,44 @@ from entflow.core._triton_fold import online_fold
 
 NEG_INF = tl.constexpr(float("-inf"))
 
-# Tile shapes (BM rows × BN vocabulary entries, BK of D per dot) and launch settings, per operand
-# kind. Chosen from the H100 measurements of benchmarks/gpu_stats.py (docs/benchmarks.md, "On a GPU").
+# Tile shapes (BM rows × BN vocabulary entries, BK of D per dot) and launch settings of the forward
+# ("fold") and backward ("grad") kernels, per operand kind. "flat": the forward's one-loop form;
+# "waves": vocabulary splits sized for that many waves of programs over the SMs (absent: at least two).
+# Chosen from the H100 measurements of benchmarks/gpu_stats.py (docs/benchmarks.md, "On a GPU").
 CONFIGS = {
-    "half": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
-    "float32": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2},
+    "half": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3, "flat": False},
+    "half_grad": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
+    "float32": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2, "flat": False},
+    "float32_grad": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2},
 }
 # Tests only: skip this many vocabulary tiles at the start of each split (an injected fault that the
 # float64 checks must catch). Never set outside tests.
 _FAULT_SKIP_TILES = 0
+
+
+@triton.jit
+def _dot_step(H, W, rows, cols, row_ok, col_ok, k0, D, stride_h, stride_w, acc, IEEE: tl.constexpr,
+              BK: tl.constexpr):  # fmt: skip
+    """``acc + h[rows, k0:k0+BK] · w[cols, k0:k0+BK]ᵀ`` (masked past N, V and D)."""
+    ks = k0 + tl.arange(0, BK)
+    k_ok = ks < D
+    h_ptrs = H + rows.to(tl.int64)[:, None] * stride_h + ks[None, :]
+    w_ptrs = W + cols.to(tl.int64)[:, None] * stride_w + ks[None, :]
+    h = tl.load(h_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+    w = tl.load(w_ptrs, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+    if IEEE:
+        acc = tl.dot(h, tl.trans(w), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(h, tl.trans(w), acc)
+    return acc
+
+
+@triton.jit
+def _scaled_logits(acc, BIAS, cols, col_ok, inv_temp, HAS_BIAS: tl.constexpr):
+    """``(acc + b)/τ`` in float32, −inf in columns past the end."""
+    if HAS_BIAS:
+        acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return tl.where(col_ok[None, :], acc * inv_temp, NEG_INF)
 
 
 @triton.jit
@@ -57,9 +86,7 @@ def _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, 
             acc = tl.dot(h, tl.trans(w), acc, input_precision="ieee")
         else:
             acc = tl.dot(h, tl.trans(w), acc)
-    if HAS_BIAS:
-        acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    return tl.where(col_ok[None, :], acc * inv_temp, NEG_INF)
+    return _scaled_logits(acc, BIAS, cols, col_ok, inv_temp, HAS_BIAS)
 
 
 @triton.jit
@@ -67,7 +94,8 @@ def _hidden_fold(
     H, W, BIAS, IDS, N, V, D, stride_h, stride_w, inv_temp, cols_per_split,
     PM, PZ, PA, PB, PC, PK,
     HAS_BIAS: tl.constexpr, WANT_H: tl.constexpr, WANT_P2: tl.constexpr, WANT_S2L: tl.constexpr,
-    IEEE: tl.constexpr, SKIP_TILES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    IEEE: tl.constexpr, SKIP_TILES: tl.constexpr, FLAT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    BK: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     split = tl.program_id(1)
@@ -79,15 +107,31 @@ def _hidden_fold(
     b_sum = tl.zeros([BM], tl.float32)
     c_sum = tl.zeros([BM], tl.float32)
     z_k = tl.zeros([BM], tl.float32)  # the sampled token's scaled logit, from the tile that holds it
-    v_lo = split * cols_per_split
-    v_hi = tl.minimum(v_lo + cols_per_split, V)
-    for v0 in range(v_lo + SKIP_TILES * BN, v_hi, BN):
-        cols = v0 + tl.arange(0, BN)
-        col_ok = cols < v_hi
-        x = _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, inv_temp,
-                         HAS_BIAS, IEEE, BM, BN, BK)  # fmt: skip
-        z_k += tl.sum(tl.where(cols[None, :] == ids[:, None], x, 0.0), axis=1)
-        m, z_sum, a_sum, b_sum, c_sum = online_fold(x, m, z_sum, a_sum, b_sum, c_sum, WANT_H, WANT_P2, WANT_S2L)
+    v_lo = split * cols_per_split + SKIP_TILES * BN
+    v_hi = tl.minimum(split * cols_per_split + cols_per_split, V)
+    if FLAT:  # one loop over (tile, D piece): the loads of the next tile stream while a tile is folded
+        k_steps = tl.cdiv(D, BK)
+        acc = tl.zeros([BM, BN], tl.float32)
+        for it in range(0, tl.cdiv(v_hi - v_lo, BN) * k_steps):
+            t = it // k_steps
+            kk = it - t * k_steps
+            cols = v_lo + t * BN + tl.arange(0, BN)
+            col_ok = cols < v_hi
+            acc = _dot_step(H, W, rows, cols, row_ok, col_ok, kk * BK, D, stride_h, stride_w, acc, IEEE, BK)
+            if kk == k_steps - 1:
+                x = _scaled_logits(acc, BIAS, cols, col_ok, inv_temp, HAS_BIAS)
+                z_k += tl.sum(tl.where(cols[None, :] == ids[:, None], x, 0.0), axis=1)
+                m, z_sum, a_sum, b_sum, c_sum = online_fold(x, m, z_sum, a_sum, b_sum, c_sum, WANT_H, WANT_P2,
+                                                            WANT_S2L)  # fmt: skip
+                acc = tl.zeros([BM, BN], tl.float32)
+    else:
+        for v0 in range(v_lo, v_hi, BN):
+            cols = v0 + tl.arange(0, BN)
+            col_ok = cols < v_hi
+            x = _logits_tile(H, W, BIAS, rows, cols, row_ok, col_ok, D, stride_h, stride_w, inv_temp,
+                             HAS_BIAS, IEEE, BM, BN, BK)  # fmt: skip
+            z_k += tl.sum(tl.where(cols[None, :] == ids[:, None], x, 0.0), axis=1)
+            m, z_sum, a_sum, b_sum, c_sum = online_fold(x, m, z_sum, a_sum, b_sum, c_sum, WANT_H, WANT_P2, WANT_S2L)
     out = split.to(tl.int64) * N + rows
     tl.store(PM + out, m, mask=row_ok)
     tl.store(PZ + out, z_sum, mask=row_ok)
@@ -137,8 +181,8 @@ def _hidden_grad(
         tl.atomic_add(GB + cols, tl.sum(g, axis=0), mask=col_ok)
 
 
-def _config(dtype: torch.dtype, config: dict | None) -> dict:
-    base = CONFIGS["float32" if dtype == torch.float32 else "half"]
+def _config(dtype: torch.dtype, kernel: str, config: dict | None) -> dict:
+    base = CONFIGS[("float32" if dtype == torch.float32 else "half") + kernel]
     return base if config is None else {**base, **config}
 
 
@@ -147,10 +191,12 @@ def _tile(n: int, t: int) -> int:
     return max(16, min(t, 1 << max(n - 1, 1).bit_length()))
 
 
-def _splits(n_row_tiles: int, v: int, bn: int, device: torch.device) -> int:
-    """Vocabulary splits: enough programs for about two waves of the device's SMs."""
+def _splits(n_row_tiles: int, v: int, bn: int, device: torch.device, waves: float | None) -> int:
+    """Vocabulary splits: ``waves`` full waves of programs over the device's SMs (rounded down), or,
+    without ``waves``, at least two waves; never splits of fewer than four tiles."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    return max(1, min(triton.cdiv(2 * sms, n_row_tiles), triton.cdiv(v, 4 * bn)))
+    wanted = triton.cdiv(2 * sms, n_row_tiles) if waves is None else int(waves * sms) // n_row_tiles
+    return max(1, min(wanted, triton.cdiv(v, 4 * bn)))
 
 
 def hidden_fold(h, w, bias, ids, inv_temp, want, config=None):
@@ -161,10 +207,10 @@ def hidden_fold(h, w, bias, ids, inv_temp, want, config=None):
     ``bias`` ``[V]`` or None, ``ids`` ``[N]`` int64; ``want = (want_h, want_p2, want_s2l)``."""
     n, d = h.shape
     v = w.shape[0]
-    cfg = _config(h.dtype, config)
+    cfg = _config(h.dtype, "", config)
     bm, bn, bk = _tile(n, cfg["BM"]), _tile(v, cfg["BN"]), _tile(d, cfg["BK"])
     row_tiles = triton.cdiv(n, bm)
-    cols_per_split = triton.cdiv(triton.cdiv(v, _splits(row_tiles, v, bn, h.device)), bn) * bn
+    cols_per_split = triton.cdiv(triton.cdiv(v, _splits(row_tiles, v, bn, h.device, cfg.get("waves"))), bn) * bn
     splits = triton.cdiv(v, cols_per_split)
     kw = {"dtype": torch.float32, "device": h.device}
     parts = [torch.empty(splits, n, **kw) for _ in range(3)]  # m, Z, z_k
@@ -173,7 +219,7 @@ def hidden_fold(h, w, bias, ids, inv_temp, want, config=None):
         h, w, parts[1] if bias is None else bias, ids, n, v, d, h.stride(0), w.stride(0), float(inv_temp),
         cols_per_split, parts[0], parts[1], *extra, parts[2],
         HAS_BIAS=bias is not None, WANT_H=want[0], WANT_P2=want[1], WANT_S2L=want[2],
-        IEEE=h.dtype == torch.float32, SKIP_TILES=_FAULT_SKIP_TILES, BM=bm, BN=bn, BK=bk,
+        IEEE=h.dtype == torch.float32, SKIP_TILES=_FAULT_SKIP_TILES, FLAT=bool(cfg.get("flat")), BM=bm, BN=bn, BK=bk,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )  # fmt: skip
     m, z, zk = parts
@@ -203,7 +249,7 @@ def hidden_grad(h, w, bias, ids, inv_temp, lse, coefs, out, grad_bias=None, conf
     already multiplied by 1/τ."""
     r, d = h.shape
     c = w.shape[0]
-    cfg = _config(h.dtype, config)
+    cfg = _config(h.dtype, "_grad", config)
     bm, bn, bk = _tile(r, cfg["BM"]), _tile(c, cfg["BN"]), _tile(d, cfg["BK"])
     c0, c1, c2, c3, g_k = coefs
     if c0 is None:

@@ -10,6 +10,7 @@ from entflow.errors import PathError
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's list of keys keeps its lines
     p.add_argument("--config", help="YAML file of config keys (see `entflow train --help` for keys)")
     p.add_argument(
         "overrides",
@@ -93,11 +94,11 @@ def read_config(flag: str, value: str | Path) -> dict[str, Any]:
 
 
 def config_keys_help() -> str:
-    import dataclasses
-
+    """Every config key of a lab run with its default, help and allowed range (from the config
+    dataclass's field metadata: :func:`entflow.trainer.config.describe_keys`)."""
     from entflow.lab.config import LabConfig
+    from entflow.trainer.config import describe_keys
 
-    keys = [
-        f"{f.name}={f.default if f.default is not dataclasses.MISSING else '{}'}" for f in dataclasses.fields(LabConfig)
-    ]
-    return "config keys (defaults): " + ", ".join(keys)
+    return "\n".join(
+        ["config keys (key=default; set them in --config FILE or as key=value):", *describe_keys(LabConfig)]
+    )

@@ -37,12 +37,16 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The ``entflow`` parser; with ``only`` (a subcommand name) the other subcommands are listed
-    with their help line but their modules are not imported and their arguments not added."""
+    """The ``entflow`` parser; with ``only`` (a subcommand name, or ``""`` for none) the other
+    subcommands are listed with their help line but their modules are not imported and their
+    arguments not added. ``entflow --version`` prints the version."""
     parser = Parser(
         prog="entflow",
         description="Entropy-aware RL with verifiable rewards: methods, diagnostics and a CPU lab.",
     )
+    from entflow import __version__
+
+    parser.add_argument("--version", action="version", version=f"entflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -55,7 +59,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(only=command if command in COMMANDS else None)
+    # no subcommand (``entflow``, ``entflow --help``, ``entflow --version``): no subcommand's arguments
+    parser = build_parser(only=command if command in COMMANDS else "" if command is None else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -8,12 +8,34 @@ import argparse
 from entflow.cli._common import add_config_arguments, base_config, config_keys_help, existing_path, read_config
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = config_keys_help() + (
-        ". With --model (a real model, docs/real-models.md) also: model, allow_hub=False, dtype=float32, "
-        "max_new_tokens=48, system_prompt, prompt_suffix, reward, reward_timeout_s=5.0, val_size=16; "
-        "task is the data (--data) and task_params its parameters"
+def real_keys_help() -> str:
+    """The keys a real-model run (``--model``) adds, and the defaults it changes, from
+    :class:`~entflow.hf.setup.RealTrainConfig`'s fields (imported lazily: no torch for ``--help``)."""
+    import dataclasses
+
+    from entflow.lab.config import LabConfig
+    from entflow.trainer.config import describe_keys
+
+    try:
+        from entflow.hf.setup import RealTrainConfig
+    except ImportError:  # an install without the real-model extra
+        return "With --model (a real model, docs/real-models.md): pip install 'entflow[real]'."
+    lab = {f.name: f for f in dataclasses.fields(LabConfig)}
+    real = dataclasses.fields(RealTrainConfig)
+    added = [f.name for f in real if f.name not in lab]
+    changed = [f.name for f in real if f.name in lab and f.default != lab[f.name].default]
+    return "\n".join(
+        [
+            "With --model (a real model, docs/real-models.md; task is the data, --data) also these keys:",
+            *describe_keys(RealTrainConfig, added),
+            "and these defaults change:",
+            *describe_keys(RealTrainConfig, changed),
+        ]
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = config_keys_help() + "\n\n" + real_keys_help()
     p.add_argument("--method", help="method name or composition a+b (default: grpo)")
     p.add_argument("--name", help="run name (directory under out_dir; default: the method)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")

@@ -19,14 +19,15 @@ a lab run writes it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entflow.errors import ConfigError, EntflowError
-from entflow.trainer.config import TrainConfig
-from entflow.trainer.loop import RunSetup, train
-from entflow.trainer.rollout import step_seed
+from entflow.trainer.config import TrainConfig, key_help, setting
+
+if TYPE_CHECKING:  # the trainer's loop imports torch: reading the config (``entflow train --help``) does not
+    from entflow.trainer.loop import RunSetup
 
 __all__ = ["RealTrainConfig", "add_lora", "real_setup", "train_real"]
 
@@ -52,22 +53,35 @@ class RealTrainConfig(TrainConfig):
     """:class:`~entflow.trainer.config.TrainConfig` + the keys of a real model. ``task`` is the data."""
 
     # the model
-    model: str = "smollm2"  # short name, saved model directory, or hub id (with allow_hub)
-    allow_hub: bool = False
-    dtype: str = "float32"
+    model: str = setting("smollm2", "short name (smollm2), a saved model directory, or a hub id (with allow_hub)")
+    allow_hub: bool = setting(False, "allow downloading the model or the data from the Hugging Face hub")
+    dtype: str = setting("float32", "dtype of the model's weights", allowed="float32 | bfloat16 | float16 | float64")
     # prompts, generation, reward
-    max_new_tokens: int = 48
-    system_prompt: str | None = None
-    prompt_suffix: str | None = None  # None: the data's default (math: the boxed-answer instruction)
-    reward: str | None = None  # None: the data's default reward
-    reward_timeout_s: float | None = 5.0
-    val_size: int = 16  # held-out problems evaluated every eval_every steps
+    max_new_tokens: int = setting(48, "most tokens generated per response", allowed=">= 1")
+    system_prompt: str | None = setting(None, "system message of the chat prompt; null: none")
+    prompt_suffix: str | None = setting(
+        None, "text appended to each problem; null: the data's default (math: the boxed-answer instruction)"
+    )
+    reward: str | None = setting(None, "the verifiable reward's name; null: the data's default reward")
+    reward_timeout_s: float | None = setting(
+        5.0, "seconds one reward call may take; null: no limit", allowed="> 0 or null"
+    )
+    val_size: int = setting(16, "held-out problems evaluated every eval_every steps", allowed=">= 1")
     # LoRA (Hu et al. 2021, arXiv 2106.09685) through peft: rank r > 0 trains only the adapters
     # B·A added to every linear layer of the body (peft's "all-linear"; the LM head stays frozen)
-    lora_rank: int = 0  # 0 = full fine-tuning
-    lora_alpha: float | None = None  # the adapters' scale alpha / r (None: alpha = 2r)
-    # lab keys with defaults sized for a 135M model on a 2-core CPU
-    task: str = "basic_arithmetic"
+    lora_rank: int = setting(
+        0,
+        "LoRA rank r: r > 0 trains only adapters on every linear layer of the body (needs peft); 0: full fine-tuning",
+        allowed=">= 0",
+    )
+    lora_alpha: float | None = setting(
+        None, "the adapters' scale is alpha / r; null: alpha = 2r", allowed="> 0 or null"
+    )
+    # lab keys with defaults sized for a 135M model on a 2-core CPU (their help is TrainConfig's)
+    task: str = field(
+        default="basic_arithmetic",
+        metadata=key_help("the data: basic_arithmetic, gsm_symbolic, a lab task or a .jsonl/.parquet file"),
+    )
     steps: int = 10
     prompts_per_step: int = 2
     group_size: int = 4
@@ -129,6 +143,7 @@ class RealTrainConfig(TrainConfig):
 
 def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step: int) -> dict[str, float]:
     from entflow.hf.evaluate import SamplingConfig, evaluate_task
+    from entflow.trainer.rollout import step_seed
 
     sampling = SamplingConfig(
         temperature=cfg.temperature,
@@ -173,6 +188,7 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
     """The model and tokenizer of ``cfg.model`` and a :class:`~entflow.hf.data.ChatTask` for ``cfg.task``."""
     from entflow.hf.data import ChatTask, load_data
     from entflow.hf.models import load_model, resolve_model
+    from entflow.trainer.loop import RunSetup
     from entflow.trainer.rundir import cache_folder_of
 
     def load() -> tuple[Any, Any]:
@@ -231,4 +247,6 @@ def add_lora(model: Any, rank: int, alpha: float | None = None, seed: int = 0) -
 
 def train_real(cfg: RealTrainConfig, resume: bool = False, overwrite: bool = False, on_step=None) -> Path:
     """Train (or resume) a real model; returns the run directory (same layout as a lab run)."""
+    from entflow.trainer.loop import train
+
     return train(cfg, resume=resume, overwrite=overwrite, on_step=on_step, setup=real_setup)

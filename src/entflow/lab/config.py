@@ -8,6 +8,7 @@ from typing import Any
 
 from entflow.errors import ConfigError, EntflowError
 from entflow.trainer import config as trainer_config
+from entflow.trainer.config import key_help
 
 
 @dataclass
@@ -16,7 +17,9 @@ class LabConfig(trainer_config.TrainConfig):
     (``policy_path`` None: the cached warm start, pretrained if missing)."""
 
     task: str = "countdown"
-    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides for the warm start
+    pretrain: dict[str, Any] = field(
+        default_factory=dict, metadata=key_help("PretrainConfig overrides for the cached warm start, e.g. {steps: 400}")
+    )
 
     def validate_task(self) -> None:
         from entflow.lab.tasks import TASKS, get_task

@@ -18,6 +18,19 @@ if typing.TYPE_CHECKING:
     from entflow.core.ppo import LossSpec
 
 
+def key_help(help: str, allowed: str | None = None) -> dict[str, Any]:
+    """A config key's field metadata: its ``help`` line and, where the key has one, its allowed
+    ``range`` as text (:meth:`TrainConfig.validate` enforces it). ``entflow train --help`` reads both
+    (:func:`describe_keys`)."""
+    return {"help": help, "range": allowed}
+
+
+def setting(default: Any, help: str, *, allowed: str | None = None) -> Any:
+    """A config key with an immutable default: a dataclass field carrying :func:`key_help`'s metadata
+    (a mutable default is ``field(default_factory=..., metadata=key_help(...))``)."""
+    return field(default=default, metadata=key_help(help, allowed))
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run needs; ``config.yaml`` in the run directory is this, resolved.
@@ -28,67 +41,119 @@ class TrainConfig:
     :class:`~entflow.hf.setup.RealTrainConfig`)."""
 
     # identity
-    name: str | None = None  # run directory name (default: the method name)
-    out_dir: str = "runs"
-    seed: int = 0
+    name: str | None = setting(None, "run directory name under out_dir (default: the method name)")
+    out_dir: str = setting("runs", "folder that holds the run directories")
+    seed: int = setting(0, "seed of the run: rollouts, the method's random draws, validation")
     # task and policy
-    task: str | None = None  # the task's name; the setup's config subclass gives the default
-    task_params: dict[str, Any] = field(default_factory=dict)  # e.g. {validation_size: 32}
-    policy_path: str | None = None  # a saved policy; None = the setup's default policy
+    task: str | None = setting(None, "the task's name (its data on a real model); the setup's config gives the default")
+    task_params: dict[str, Any] = field(
+        default_factory=dict, metadata=key_help("parameters of the task (or the data), e.g. {validation_size: 32}")
+    )
+    policy_path: str | None = setting(None, "a saved policy to start from; null: the setup's default policy")
     # method
-    method: str = "grpo"  # any registered name or composition "a+b"
-    method_params: dict[str, Any] = field(default_factory=dict)
-    group: str | None = None  # label shared by the seeds of one method in a comparison (report grouping)
+    method: str = setting("grpo", "any registered method or a composition a+b (entflow methods lists them)")
+    method_params: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=key_help("the method's parameters, also given as method.KEY=VALUE (entflow methods lists them)"),
+    )
+    group: str | None = setting(None, "label shared by the seeds of one method in a comparison (report grouping)")
     # rollout
-    steps: int = 140
-    schedule_steps: int | None = None  # total_steps of step schedules (None: steps; kept on resume)
-    prompts_per_step: int = 16
-    group_size: int = 16  # G responses per prompt
-    temperature: float = 1.0
+    steps: int = setting(140, "rollout steps (each: sample, score, update)", allowed=">= 1")
+    schedule_steps: int | None = setting(
+        None, "total steps of the step schedules (null: steps; kept on resume)", allowed=">= 1 or null"
+    )
+    prompts_per_step: int = setting(16, "prompts sampled per step", allowed=">= 1")
+    group_size: int = setting(16, "G: responses per prompt (group advantages need G >= 2)", allowed=">= 2")
+    temperature: float = setting(1.0, "sampling temperature of the rollouts and of validation", allowed="> 0")
     # update
-    ppo_epochs: int = 1
-    mini_batches: int = 4  # optimizer steps per rollout batch (per epoch)
+    ppo_epochs: int = setting(1, "passes over each rollout batch", allowed=">= 1")
+    mini_batches: int = setting(
+        4, "optimizer steps per rollout batch (per epoch)", allowed=">= 1 and <= prompts_per_step * group_size"
+    )
     # one optimizer step per rollout batch (r ≡ 1): the update then ignores ppo_epochs and mini_batches
     # (trainer.step.update_passes, which also honours a method that requires it)
-    strict_on_policy: bool = False
-    optimizer: str = "adamw"  # adamw | adamw_fused (torch's fused kernel: ≈ 4× faster on a CPU, not bitwise) | sgd
-    lr: float = 2e-4
-    weight_decay: float = 0.0
-    grad_clip: float | None = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = None
-    agg: str = "token-mean"
-    adv_scale: str = "group"  # group | batch | none
+    strict_on_policy: bool = setting(
+        False, "one optimizer step per rollout batch (ratio r = 1): ignores ppo_epochs and mini_batches"
+    )
+    optimizer: str = setting(
+        "adamw",
+        "adamw, adamw_fused (torch's fused kernel: about 4x faster on a CPU, not bitwise) or sgd",
+        allowed="adamw | adamw_fused | sgd",
+    )
+    lr: float = setting(2e-4, "learning rate", allowed="> 0")
+    weight_decay: float = setting(0.0, "weight decay of the optimizer", allowed=">= 0")
+    grad_clip: float | None = setting(
+        1.0, "clip the gradient norm to this value; null: no clipping", allowed="> 0 or null"
+    )
+    clip_low: float = setting(0.2, "PPO clip ε_low: the ratio is kept above 1 − clip_low", allowed="[0, 1]")
+    clip_high: float = setting(0.2, "PPO clip ε_high: the ratio is kept below 1 + clip_high", allowed=">= 0")
+    dual_clip: float | None = setting(
+        None, "dual-clip bound c on negative-advantage tokens; null: off", allowed="> 1 or null"
+    )
+    agg: str = setting(
+        "token-mean", "how the per-token loss is reduced (docs/design.md)", allowed="one of core.ppo.AGG_MODES"
+    )
+    adv_scale: str = setting(
+        "group",
+        "advantages divided by the std of their group, of the batch, or not at all",
+        allowed="group | batch | none",
+    )
     # rewards drawn Bernoulli(1/2) per response, independent of it (Park et al. 2025, arXiv 2509.26114:
     # what clipping does to entropy when the reward carries no signal); validation still scores truly
-    random_reward: bool = False
+    random_reward: bool = setting(
+        False, "train on rewards drawn Bernoulli(1/2) per response, independent of it; validation still scores truly"
+    )
     # diagnostics
-    audit: bool = True  # true entropy change vs every estimator …
-    audit_every: int = 1  # … every audit_every-th step and every validation step (0: validation steps only)
-    eval_every: int = 10
-    eval_k: int = 8  # samples per validation prompt at temperature 1
-    samples_logged: int = 4  # responses written to samples.jsonl per step
+    audit: bool = setting(True, "measure the true entropy change of a step against every estimator")
+    audit_every: int = setting(
+        1, "audit every audit_every-th step and every validation step (0: validation steps only)", allowed=">= 0"
+    )
+    eval_every: int = setting(10, "validate every eval_every steps (0: only at the start and the end)", allowed=">= 0")
+    eval_k: int = setting(8, "samples per validation prompt at the training temperature", allowed=">= 1")
+    samples_logged: int = setting(4, "responses written to samples.jsonl per step", allowed=">= 0")
     # final coverage evaluation (coverage.json): n samples per validation (and hard-split) problem at
     # the training temperature for the warm start and the final policy; 0 = off (pre-registered: 256)
-    coverage_n: int = 0
-    coverage_k: list[int] | None = None  # the pass@k curve's k (default 1, 2, 4, …, up to coverage_n)
+    coverage_n: int = setting(
+        0,
+        "samples per validation problem for the start's and the final policy's pass@k curves (coverage.json); 0: off",
+        allowed=">= 0",
+    )
+    coverage_k: list[int] | None = field(
+        default=None,
+        metadata=key_help(
+            "the k of the pass@k curve (null: 1, 2, 4, … up to coverage_n)", "integers in [1, coverage_n]"
+        ),
+    )
     # machinery
     # checkpoint policy (entflow.trainer.loop): after every checkpoint_every-th step, after any step that
     # ends checkpoint_minutes (wall clock) after the last checkpoint, and after the last step
-    checkpoint_every: int = 1
-    checkpoint_minutes: float | None = None
-    threads: int = 1  # torch threads (may change on resume; the same value resumes bit for bit)
-    chunk_size: int | None = None  # token_stats chunking
+    checkpoint_every: int = setting(1, "checkpoint after every checkpoint_every-th step (and the last)", allowed=">= 1")
+    checkpoint_minutes: float | None = setting(
+        None,
+        "also checkpoint after a step that ends this many minutes after the last checkpoint",
+        allowed="> 0 or null",
+    )
+    threads: int = setting(
+        1, "torch threads (may change on resume; the same value resumes bit for bit)", allowed=">= 1"
+    )
+    chunk_size: int | None = setting(
+        None, "token rows per chunk of the token statistics; null: no chunking", allowed=">= 1 or null"
+    )
     # update forwards' token statistics from the last hidden state and the LM head's weight
     # (token_stats_from_hidden; no [N, T, V] logits) when the head is a plain nn.Linear; equal to
     # float32 round-off, not bitwise, so off by default to keep the lab's metrics bit-identical
-    hidden_stats: bool = False
+    hidden_stats: bool = setting(
+        False,
+        "token statistics of the update from the last hidden state, without [N, T, V] logits (equal to float32 "
+        "round-off, not bitwise)",
+    )
     # each distinct prompt runs once per forward (generation, update, re-scoring) and its KV cache
     # serves every row that repeats it (trainer/shared_prompts.py); equal to float32 round-off, not
     # bitwise, so off by default for the lab
-    share_prompts: bool = False
-    progress: bool = True
+    share_prompts: bool = setting(
+        False, "run each distinct prompt once per forward and share its KV cache (equal to float32 round-off)"
+    )
+    progress: bool = setting(True, "show a progress line while training")
 
     @property
     def run_name(self) -> str:
@@ -168,6 +233,45 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def key_info(cls: type, name: str) -> tuple[str, str | None]:
+    """(help, range) of config key ``name`` of the config class ``cls``: its field's metadata, else
+    the nearest base class's (a subclass that only changes a key's default keeps its help); ("", None)
+    when no class in the chain documents it."""
+    for klass in cls.__mro__:
+        if dataclasses.is_dataclass(klass):
+            f = next((f for f in dataclasses.fields(klass) if f.name == name), None)
+            if f is not None and f.metadata.get("help"):
+                return f.metadata["help"], f.metadata.get("range")
+    return "", None
+
+
+def default_text(value: Any) -> str:
+    """A default as a user writes it on the command line or in YAML: ``null``, ``true``, ``{}``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def describe_keys(cls: type, names: list[str] | None = None, width: int = 100) -> list[str]:
+    """One entry per config key of ``cls`` (or only ``names``), as ``entflow train --help`` prints
+    them: ``key=default`` on its line, then the help and the allowed range, indented and wrapped to
+    ``width`` columns."""
+    import textwrap
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    lines = []
+    for name in names if names is not None else list(fields):
+        f = fields[name]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        help_text, allowed = key_info(cls, name)
+        text = help_text + (f" (allowed: {allowed})" if allowed else "")
+        lines.append(f"  {name}={default_text(default)}")
+        lines += textwrap.wrap(text, width, initial_indent="      ", subsequent_indent="      ")
+    return lines
 
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}

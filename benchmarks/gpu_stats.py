@@ -28,6 +28,7 @@ achieved fraction of it is reported for the three head matmuls a step needs at l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -51,13 +52,17 @@ FOUR = ("logp", "entropy", "sum_p2", "sum_p2_logp")
 # (N, D, V): Qwen2.5-0.5B's head at one and eight sequences of 1,024 tokens; Liger's README shape
 HIDDEN_SHAPES = [(1024, 896, 151_936), (8192, 896, 151_936), (8192, 4096, 131_072)]
 LOGITS_SHAPE = (8192, 151_936)
-# fused-kernel settings swept at the large shapes (name: kernel config, backward chunk rows × vocab)
+# fused-kernel settings swept: name -> (forward kernel settings, backward kernel settings, backward chunk
+# rows × vocabulary); None keeps the default (src/entflow/core/_triton_hidden_kernels.py, CONFIGS)
 SWEEP = {
-    "bm128_bn64_w4": ({"BM": 128, "BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3}, None),
-    "bm64_bn128_w4": ({"BM": 64, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4}, None),
-    "bm128_bn128_s4": ({"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 4}, None),
-    "chunks8192x8192": (None, (8192, 8192)),
-    "chunks8192x16384": (None, (8192, 16384)),
+    "s4": ({"num_stages": 4}, None, None),
+    "waves1": ({"waves": 1}, None, None),
+    "flat": ({"flat": True}, None, None),
+    "flat_s4_waves1": ({"flat": True, "num_stages": 4, "waves": 1}, None, None),
+    "bk128": ({"BK": 128}, {"BK": 128}, None),
+    "grad_bm64_w4": (None, {"BM": 64, "BN": 128, "num_warps": 4}, None),
+    "chunks8192x16384": (None, None, (8192, 16384)),
+    "flat_s4_waves1_chunks": ({"flat": True, "num_stages": 4, "waves": 1}, None, (8192, 16384)),
 }
 
 Fn = Callable[..., tuple[torch.Tensor, ...]]
@@ -125,21 +130,14 @@ def hidden_variants(triton: bool, trl: bool, sweep: bool) -> tuple[dict[str, Fn]
     def naive(h, w, ids):
         return naive_path(h @ w.T, ids)
 
-    def entflow(backend: str, stats=TWO, config=None, chunks=None) -> Fn:
-        def f(h, w, ids):
-            if config is not None:
-                from entflow.core import _triton_hidden_kernels as fused
+    def entflow(backend: str, stats=TWO, fold=None, grad=None, chunks=None) -> Fn:
+        rows, cols = chunks if chunks else (None, None)
 
-                saved = dict(fused.CONFIGS["half"])
-                fused.CONFIGS["half"] = {**saved, **config}
-            rows, cols = chunks if chunks else (None, None)
-            try:
-                ts = token_stats_from_hidden(h, w, ids, stats=stats, backend=backend, chunk_rows=rows, chunk_vocab=cols)
-            finally:
-                if config is not None:
-                    fused.CONFIGS["half"] = saved
+        def f(h, w, ids):
+            ts = token_stats_from_hidden(h, w, ids, stats=stats, backend=backend, chunk_rows=rows, chunk_vocab=cols)
             return tuple(ts)[:2]
 
+        f.settings = (fold, grad)  # type: ignore[attr-defined]  # applied by measure() around forward + backward
         return f
 
     out: dict[str, Fn] = {"naive": naive}
@@ -147,8 +145,8 @@ def hidden_variants(triton: bool, trl: bool, sweep: bool) -> tuple[dict[str, Fn]
         out["ef2"] = entflow("triton")
         out["ef4"] = entflow("triton", FOUR)
         if sweep:
-            for name, (config, chunks) in SWEEP.items():
-                out[f"ef2@{name}"] = entflow("triton", config=config, chunks=chunks)
+            for name, (fold, grad, chunks) in SWEEP.items():
+                out[f"ef2@{name}"] = entflow("triton", fold=fold, grad=grad, chunks=chunks)
     if trl:
         from trl.kernels import ChunkedLogProbFunction
 
@@ -167,8 +165,31 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def kernel_settings(settings: tuple[dict | None, dict | None] | None):
+    """The fused hidden-state kernels' forward and backward settings changed for the block's duration."""
+    if settings is None:
+        yield
+        return
+    from entflow.core import _triton_hidden_kernels as fused
+
+    saved = dict(fused.CONFIGS)
+    fused.CONFIGS["half"] = {**saved["half"], **(settings[0] or {})}
+    fused.CONFIGS["half_grad"] = {**saved["half_grad"], **(settings[1] or {})}
+    try:
+        yield
+    finally:
+        fused.CONFIGS.update(saved)
+
+
 def measure(f: Fn, inputs: tuple[torch.Tensor, ...], ids: torch.Tensor, device: torch.device) -> dict:
-    """One forward + backward: seconds, peak extra MiB (CUDA), the outputs' sums and the gradients' norm."""
+    """One forward + backward: seconds (and the forward's alone, between synchronisations), peak extra
+    MiB (CUDA), the outputs' sums and the gradients' norm."""
+    with kernel_settings(getattr(f, "settings", None)):
+        return _measure(f, inputs, ids, device)
+
+
+def _measure(f: Fn, inputs: tuple[torch.Tensor, ...], ids: torch.Tensor, device: torch.device) -> dict:
     leaves = [t.detach().requires_grad_(True) for t in inputs]
     _sync(device)
     if device.type == "cuda":
@@ -176,6 +197,8 @@ def measure(f: Fn, inputs: tuple[torch.Tensor, ...], ids: torch.Tensor, device: 
         base = torch.cuda.memory_allocated(device)
     t0 = time.perf_counter()
     logp, entropy = f(*leaves, ids)[:2]
+    _sync(device)
+    forward = time.perf_counter() - t0
     (0.7 * logp.float().sum() - 1.3 * entropy.float().sum()).backward()
     _sync(device)
     seconds = time.perf_counter() - t0
@@ -183,6 +206,7 @@ def measure(f: Fn, inputs: tuple[torch.Tensor, ...], ids: torch.Tensor, device: 
     grad_norm = sum(float(t.grad.float().norm()) ** 2 for t in leaves) ** 0.5
     return {
         "seconds": seconds,
+        "forward_seconds": forward,
         "peak_extra_mib": peak,
         "logp_sum": float(logp.detach().double().sum()),
         "entropy_sum": float(entropy.detach().double().sum()),
@@ -205,14 +229,16 @@ def bench(name: str, variants: dict[str, Fn], inputs: tuple, ids: torch.Tensor, 
     med = {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in rows.items()}
     base = med["naive"]
     print(f"\n{name}: medians of {runs} (ratio = time / naive's; sums and |grad| against naive's)")
-    print(f"{'variant':<26}{'ms':>10}{'ratio':>8}{'peak MiB':>11}{'Δlogp rel':>12}{'ΔH rel':>10}{'|g|/naive':>11}")
+    head = f"{'variant':<26}{'ms':>10}{'fwd ms':>8}{'ratio':>8}{'peak MiB':>11}"
+    print(head + f"{'Δlogp rel':>12}{'ΔH rel':>10}{'|g|/naive':>11}")
     for v, m in med.items():
         m["ratio_to_naive"] = m["seconds"] / base["seconds"]
         m["logp_rel_diff"] = abs(m["logp_sum"] - base["logp_sum"]) / max(1.0, abs(base["logp_sum"]))
         m["entropy_rel_diff"] = abs(m["entropy_sum"] - base["entropy_sum"]) / max(1.0, abs(base["entropy_sum"]))
         m["grad_ratio"] = m["grad_norm"] / base["grad_norm"]
         print(
-            f"{v:<26}{m['seconds'] * 1e3:>10.2f}{m['ratio_to_naive']:>8.2f}{m['peak_extra_mib']:>11.0f}"
+            f"{v:<26}{m['seconds'] * 1e3:>10.2f}{m['forward_seconds'] * 1e3:>8.2f}{m['ratio_to_naive']:>8.2f}"
+            f"{m['peak_extra_mib']:>11.0f}"
             f"{m['logp_rel_diff']:>12.1e}{m['entropy_rel_diff']:>10.1e}{m['grad_ratio']:>11.4f}"
         )
     for v, e in errors.items():
@@ -346,6 +372,7 @@ def main() -> None:
     logits = (torch.randn(n, vocab, generator=g) * 2.0).to(device, dtype)  # std 2, as the CPU benchmarks
     res = bench(f"logits [{n}, {vocab}] {dtype}", logits_variants(triton, trl), (logits,), ids, device, args.runs)
     results["logits"] = {"shape": {"N": n, "V": vocab}, **res}
+    _write(args.out, results)
     del logits
     shapes = [(64, 32, 4096)] if args.quick else HIDDEN_SHAPES
     for n, d, vocab in shapes:
@@ -357,13 +384,18 @@ def main() -> None:
         res = bench(name, variants, (h, w), ids, device, args.runs)
         res["failed"].update(missing)
         results[f"hidden_N{n}_D{d}"] = {"shape": {"N": n, "D": d, "V": vocab}, **res}
+        _write(args.out, results)  # after each shape: a run cut short keeps what it measured
         del h, w
         if device.type == "cuda":
             torch.cuda.empty_cache()
     results["summary"] = summarize(results)
     print("\n" + table(results))
-    if args.out:
-        with open(args.out, "w") as f:
+    _write(args.out, results)
+
+
+def _write(path: str | None, results: dict) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(results, f, indent=1)
 
 

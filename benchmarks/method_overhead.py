@@ -67,6 +67,12 @@ KIND = {
     "dro": "per-token loss",
     "vespo": "per-token loss",
     "luspo": "sequence loss",
+    # the methods of other RL libraries (docs/methods.md)
+    "topr": "per-token loss",
+    "positive_nll": "loss term (NLL of the correct responses)",
+    "chord": "token mask (expert rows) + loss term (SFT)",
+    "clipb": "advantage shaping + token mask (batch mean/std)",
+    "stare": "token weighting (batch top-P by surprisal)",
 }
 
 
@@ -120,9 +126,16 @@ def rollout_fields(n: int, t: int, group: int, gen: torch.Generator) -> dict:
         group_index=torch.arange(n) // group,
         reward_baselines=torch.rand(n, generator=gen),  # remax: a greedy response's reward
         sum_p2=torch.rand(n, t, generator=gen),  # optimal_token_baseline: the rollout's Σπ²
+        expert_mask=torch.arange(n) % group == group - 1,  # chord: one expert row per group
         step=3,
         total_steps=10,
     )
+
+
+def loss_rows(method: ef.Method, f: dict) -> dict:
+    """The per-row fields a method's loss reads (positive_nll: rewards; chord: expert_mask); the
+    other methods' loss batches stay as before."""
+    return {k: f[k] for k in ("rewards", "expert_mask") if k in method.needs}
 
 
 # ------------------------------------------------------------------------------------------
@@ -154,7 +167,7 @@ def case_tensors(n: int, t: int, rounds: int) -> dict[str, float]:
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(logp, old_logp, adv, f["mask"], entropy=entropy, old_entropy=old_entropy,
                               ref_logp=ref_logp, group_index=f["group_index"], topk_logp=topk,
-                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+                              step=f["step"], total_steps=f["total_steps"], **loss_rows(method, f))  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 
         steps[name] = step
@@ -215,7 +228,7 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(s.logp, old_logp, adv, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
                               ref_logp=rl, group_index=f["group_index"], topk_logp=topk,
-                              step=f["step"], total_steps=f["total_steps"])  # fmt: skip
+                              step=f["step"], total_steps=f["total_steps"], **loss_rows(method, f))  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 
         return step

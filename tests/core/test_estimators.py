@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import entflow as ef
-from entflow.analysis.tabular import tabular_experiment
+from entflow.trainer.tabular import tabular_experiment
 from support.core_ref import make_batch_tensors, ref_softmax_stats
 
 

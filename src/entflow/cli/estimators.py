@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from entflow.analysis.correlation import pearson, relative_error, spearman
-    from entflow.analysis.tabular import tabular_experiment
     from entflow.errors import ParameterError
+    from entflow.trainer.tabular import tabular_experiment
 
     for name in ("states", "vocab", "samples"):
         if getattr(args, name) < 2:

@@ -3,7 +3,12 @@
 Each of S states has its own logit row z_s ∈ R^V. K tokens are sampled per state with random
 advantages; one SGD step on the (on-policy, hence unclipped) PPO objective moves the rows; the
 true entropy change of each row is compared with the estimators of docs/design.md §5, scaled by
-``lr / n_tokens`` and summed over the tokens sampled in that state.
+``lr / n_tokens`` and summed over the tokens sampled in that state. ``entflow estimators`` runs it.
+
+It lives with the trainer (next to :mod:`entflow.trainer.estimator_scores`, the same comparison
+during training) because it takes an optimisation step through
+:func:`entflow.methods.objective.policy_loss`; ``analysis/`` computes numbers about runs and imports
+only ``core``.
 """
 
 from __future__ import annotations

@@ -383,7 +383,7 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
                 lw=1,
                 label=f"ceiling ({form.model}) {form.ceiling:.3g}",
             )
-        title = "R against H: form uncertain (the two ceilings disagree beyond their intervals), both ceilings"
+        title = "R against H: form uncertain (the ceilings disagree), both ceilings"
     elif analysis.informative:
         lo, hi = analysis.ceiling_ci
         ax.axhline(
@@ -391,7 +391,7 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
         )
         ax.axhspan(lo, hi, color="C1", alpha=0.1, label=f"95 % CI [{lo:.3g}, {hi:.3g}]")
         fitted = " and ".join(name.split()[0] for _, name in forms)
-        title = f"R against H: {fitted} fitted, {analysis.model} selected (held-out error), its ceiling"
+        title = f"R against H: {fitted} fitted, {analysis.model} selected, its ceiling"
     else:
         title = f"R against H: fit not informative (R² {analysis.selected.r2:.3f}), no ceiling"
     ax.set_title(title, fontsize=9)

@@ -295,7 +295,7 @@ CHECKS = ROOT / "tests" / "support" / "hidden_triton_checks.py"
 
 
 def _run_triton_checks(interpret: bool) -> None:
-    run_check_file(CHECKS, 26, interpret)
+    run_check_file(CHECKS, 36, interpret)
 
 
 def test_triton_tile_kernels_on_cpu_interpreter():

@@ -94,13 +94,16 @@ def test_triton_equals_torch_backend(gen, device, stats):
 SMALL_TILES = {"BM": 16, "BN": 16, "BK": 16, "num_warps": 4, "num_stages": 1}
 
 
-@pytest.fixture(params=[False, True], ids=["tile_loop", "flat_loop"])
+@pytest.fixture(
+    params=[{"flat": False}, {"flat": True}, {"flat": False, "waves": 2}], ids=["tile_loop", "flat_loop", "waves2"]
+)
 def small_tiles(request, monkeypatch):
-    """Both forms of the forward kernel (a loop over D inside a loop over tiles, and one flat loop)."""
+    """Both forms of the forward kernel (a loop over D inside a loop over tiles, and one flat loop), and
+    the splits sized in waves (2 waves of the interpreter's 4 "SMs" over 3 row tiles: 2 splits)."""
     from entflow.core import _triton_hidden_kernels as fused
 
     for kind in fused.CONFIGS:
-        tiles = SMALL_TILES if kind.endswith("_grad") else {**SMALL_TILES, "flat": request.param}
+        tiles = SMALL_TILES if kind.endswith("_grad") else {**SMALL_TILES, **request.param}
         monkeypatch.setitem(fused.CONFIGS, kind, tiles)
     return fused
 

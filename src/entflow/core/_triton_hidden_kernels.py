@@ -32,9 +32,12 @@ NEG_INF = tl.constexpr(float("-inf"))
 # Tile shapes (BM rows × BN vocabulary entries, BK of D per dot) and launch settings of the forward
 # ("fold") and backward ("grad") kernels, per operand kind. "flat": the forward's one-loop form;
 # "waves": vocabulary splits sized for that many waves of programs over the SMs (absent: at least two).
-# Chosen from the H100 measurements of benchmarks/gpu_stats.py (docs/benchmarks.md, "On a GPU").
+# Chosen from two H100 runs of benchmarks/gpu_stats.py (docs/results/gpu/gpu_stats-h100-2026-11-27-{a,b}.json):
+# 4 stages and one wave were each faster than 3 stages and two waves at both D = 896 and D = 4,096 in
+# every run they ran (by 1-6 %); the flat loop was slower (25.2 against 24.9 ms at D = 896, 80.1
+# against 77.2 at D = 4,096), as were 64-row backward tiles.
 CONFIGS = {
-    "half": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3, "flat": False},
+    "half": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 4, "flat": False, "waves": 1},
     "half_grad": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3},
     "float32": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2, "flat": False},
     "float32_grad": {"BM": 64, "BN": 64, "BK": 32, "num_warps": 4, "num_stages": 2},

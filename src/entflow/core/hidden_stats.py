@@ -49,6 +49,8 @@ __all__ = [
     "DEFAULT_CHUNK_ROWS",
     "DEFAULT_CHUNK_ROWS_CUDA",
     "DEFAULT_CHUNK_VOCAB",
+    "FUSED_CHUNK_ROWS",
+    "FUSED_CHUNK_VOCAB",
     "token_stats_from_hidden",
 ]
 
@@ -65,6 +67,13 @@ DEFAULT_CHUNK_VOCAB = 8192
 # "On a GPU"): 4,096 rows per tile took 26 ms at D = 896 and 64 ms at D = 3,584, against 48 and 80 ms
 # with 1,024 rows, for 250 MiB more memory; larger tiles gained at most 2 ms.
 DEFAULT_CHUNK_ROWS_CUDA = 4096
+# The fused Triton kernels (backend "triton") chunk only the backward, whose ∇logits tile goes through
+# memory in the operand dtype for the two gradient matmuls. On one H100 (docs/results/gpu/
+# gpu_stats-h100-2026-11-27-{a,b}.json) 8,192 × 16,384 took 23.1 / 23.6 ms at D = 896 against 24.4 /
+# 24.9 ms at 4,096 × 8,192, 76.6 against 76.9 / 77.2 ms at D = 4,096, and halved the peak (one row
+# chunk writes each ∇W slice once, with no float32 ∇W accumulator): 614 against 871 MiB at D = 896.
+FUSED_CHUNK_ROWS = 8192
+FUSED_CHUNK_VOCAB = 16384
 # torch.mm(..., out_dtype=) (half-precision operands, float32 result) exists from torch 2.8
 _MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
 
@@ -458,8 +467,10 @@ def token_stats_from_hidden(
         stats: which of ``STAT_NAMES`` to compute (default all four); the others are ``None`` and
             cost nothing.
         chunk_rows: rows per tile (default ``DEFAULT_CHUNK_ROWS`` = 1,024; on CUDA
-            ``DEFAULT_CHUNK_ROWS_CUDA`` = 4,096).
-        chunk_vocab: vocabulary entries per tile (default ``DEFAULT_CHUNK_VOCAB`` = 8,192). Extra
+            ``DEFAULT_CHUNK_ROWS_CUDA`` = 4,096; with the fused Triton kernels, which tile on chip
+            and chunk only the backward, ``FUSED_CHUNK_ROWS`` = 8,192).
+        chunk_vocab: vocabulary entries per tile (default ``DEFAULT_CHUNK_VOCAB`` = 8,192; fused
+            Triton kernels ``FUSED_CHUNK_VOCAB`` = 16,384). Extra
             memory is a few ``[chunk_rows, chunk_vocab]`` compute-dtype buffers (3 × 32 MiB at the
             CPU defaults, 3 × 128 MiB on CUDA; 2 in the forward), a float32 copy of each
             ``[chunk_vocab, D]`` weight slice for half-precision weights (on CUDA with torch ≥ 2.8,
@@ -471,8 +482,10 @@ def token_stats_from_hidden(
             (every statistic 0, zero gradient). Selecting the kept rows costs one host sync.
         validate: check ids, shapes' contents and finiteness (docs/design.md §13; reads the
             inputs once more and syncs with the host), and that no row's logits overflowed.
-        backend: ``"auto"`` (Triton tile kernels for CUDA tensors when Triton is installed, else
+        backend: ``"auto"`` (the fused Triton kernels for CUDA tensors when Triton is installed, else
             torch), ``"torch"`` or ``"triton"`` (on CPU tensors only under ``TRITON_INTERPRET=1``).
+            The fused forward needs no tile buffer at all; its backward writes one
+            ``[chunk_rows, chunk_vocab]`` ∇logits buffer in the operand dtype.
 
     Returns:
         :class:`TokenStats` of ``[...]`` tensors (float32; float64 for float64 inputs), ``None``
@@ -491,11 +504,15 @@ def token_stats_from_hidden(
         h2, ids = h2.index_select(0, keep), ids.index_select(0, keep)
     if h2.stride(-1) != 1:
         h2 = h2.contiguous()
-    rows = (DEFAULT_CHUNK_ROWS_CUDA if hidden.is_cuda else DEFAULT_CHUNK_ROWS) if chunk_rows is None else chunk_rows
-    cols = DEFAULT_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
     fits = stats_common.compute_dtype(hidden.dtype, weight.dtype) == torch.float32
     why_not = "'triton' computes in float32; got float64 hidden and weight"
     backend = "triton" if stats_common.use_triton(backend, fits, hidden.is_cuda, _OWNER, why_not) else "torch"
+    if backend == "triton":
+        rows, cols = FUSED_CHUNK_ROWS, FUSED_CHUNK_VOCAB
+    else:
+        rows, cols = (DEFAULT_CHUNK_ROWS_CUDA if hidden.is_cuda else DEFAULT_CHUNK_ROWS), DEFAULT_CHUNK_VOCAB
+    rows = rows if chunk_rows is None else chunk_rows
+    cols = cols if chunk_vocab is None else chunk_vocab
     outs = _HiddenStats.apply(h2, weight, bias, ids.contiguous(), 1.0 / temperature, want, rows, cols, backend)
     if validate and ids.numel():
         _check_overflow(outs)

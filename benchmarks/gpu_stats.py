@@ -278,6 +278,8 @@ def summarize(results: dict) -> dict:
         best = min((k for k in v if k.startswith("ef2")), key=lambda k: v[k]["seconds"])
         s: dict = {"ef2_ms": v["ef2"]["seconds"] * 1e3, "best_setting": best, "best_ms": v[best]["seconds"] * 1e3}
         s["ef4_over_ef2"] = v["ef4"]["seconds"] / v["ef2"]["seconds"]
+        if "forward_seconds" in v["ef2"] and "trl" in v:
+            s["forward_ms"] = (v["ef2"]["forward_seconds"] * 1e3, v["trl"]["forward_seconds"] * 1e3)
         peers = {p: v[p] for p in ("trl", "liger_sm90", "liger_fallback") if p in v}
         if peers:
             fastest = min(peers, key=lambda p: peers[p]["seconds"])
@@ -324,8 +326,9 @@ def table(results: dict) -> str:
         lines += [
             "",
             "| input | entflow `ef2` ms (× fastest peer) | fastest entflow setting ms (× peer) | peer | "
-            "memory × peers' least (fastest setting) | 4 stats × 2 | bf16 peak reached, 3 matmuls (fastest) |",
-            "|---|---:|---:|---|---:|---:|---:|",
+            "memory × peers' least (fastest setting) | 4 stats × 2 | bf16 peak reached, 3 matmuls (fastest) | "
+            "forward alone: entflow / TRL ms |",
+            "|---|---:|---:|---|---:|---:|---:|---:|",
         ]
         for key, s in summary.items():
             frac = (
@@ -337,7 +340,8 @@ def table(results: dict) -> str:
                 f"| {key} | {s['ef2_ms']:.2f} ({s.get('ef2_time_ratio', float('nan')):.2f}) | "
                 f"{s['best_ms']:.2f} ({s.get('best_time_ratio', float('nan')):.2f}) `{s['best_setting']}` | "
                 f"{s.get('fastest_peer')} | {s.get('memory_ratio', float('nan')):.2f} "
-                f"({s.get('best_memory_ratio', float('nan')):.2f}) | {s['ef4_over_ef2']:.2f} | {frac} |"
+                f"({s.get('best_memory_ratio', float('nan')):.2f}) | {s['ef4_over_ef2']:.2f} | {frac} | "
+                + ("{:.2f} / {:.2f} |".format(*s["forward_ms"]) if "forward_ms" in s else "n/a |")
             )
     return "\n".join(lines)
 

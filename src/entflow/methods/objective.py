@@ -87,11 +87,9 @@ def _weights(method: Method, ctx: LossContext, token_weights: torch.Tensor | Non
     return extra if weights is None else weights * extra
 
 
-def _loss_context(
-    batch: TokenBatch, method: Method, spec: LossSpec, dropped: torch.Tensor | None = None
-) -> tuple[LossContext, torch.Tensor]:
+def _loss_context(batch: TokenBatch, method: Method, spec: LossSpec) -> tuple[LossContext, torch.Tensor]:
     """The context the method hooks see, and the ratio r (with grad). ``spec``: the spec the loss
-    runs under (``LossSpec.for_method``'s); ``dropped``: tokens a ``token_mask`` part removed."""
+    runs under (``LossSpec.for_method``'s)."""
     clip_low, clip_high, dual_clip = spec.clip
     for name in method.needs:
         batch.require(name, f"method {method.name!r}")
@@ -109,7 +107,6 @@ def _loss_context(
         dual_clip=dual_clip,
         agg=spec.agg,
         max_len=spec.max_len,
-        dropped=dropped,
     )
     return ctx, ratio
 
@@ -130,6 +127,11 @@ def _droppers(method: Method) -> list[Method]:
     return [p for p in method.parts if p.overrides("token_mask")]
 
 
+def _others(method: Method) -> list[Method]:
+    """The parts that are not droppers (their statistics see the kept tokens)."""
+    return [p for p in method.parts if not p.overrides("token_mask")]
+
+
 def _drop_tokens(batch: TokenBatch, method: Method, ctx: LossContext) -> tuple[TokenBatch, torch.Tensor | None]:
     """The batch whose mask keeps only what ``method.token_mask(ctx)`` keeps, and the valid tokens
     it dropped (bool ``[N, T]``; None when no part drops anything). Dropped tokens leave every
@@ -148,15 +150,15 @@ def _drop_tokens(batch: TokenBatch, method: Method, ctx: LossContext) -> tuple[T
     return kept, valid & ~keep
 
 
-def _after_drop(
-    batch: TokenBatch, method: Method, spec: LossSpec, ctx: LossContext
-) -> tuple[TokenBatch, LossContext, torch.Tensor]:
-    """Apply the droppers' masks; the new context keeps the metrics and statistics gathered so far."""
+def _after_drop(batch: TokenBatch, method: Method, ctx: LossContext) -> tuple[TokenBatch, LossContext]:
+    """Apply the droppers' masks. The new context shares the advantages, ratio and clip indicator
+    (their values on the kept tokens are unchanged; dropped ones are masked out downstream) and
+    keeps the metrics and statistics gathered so far; the estimates are taken anew on the kept mask."""
     batch, dropped = _drop_tokens(batch, method, ctx)
-    new, ratio = _loss_context(batch, method, spec, dropped)
-    new.metrics.update(ctx.metrics)
-    new.stats = dict(ctx.stats)
-    return batch, new, ratio
+    new = dataclasses.replace(
+        ctx, batch=batch, dropped=dropped, metrics=dict(ctx.metrics), stats=dict(ctx.stats), _estimates={}
+    )
+    return batch, new
 
 
 def prepare_statistics(
@@ -206,10 +208,9 @@ def prepare_statistics(
         per_ctx = _method_statistics(droppers, ctxs, reducer)
         for c, s in zip(ctxs, per_ctx, strict=True):
             c.stats = s
-        kept = [_after_drop(b, method, spec, c) for b, c in zip(micro_batches, ctxs, strict=True)]
+        kept = [_after_drop(b, method, c) for b, c in zip(micro_batches, ctxs, strict=True)]
         micro_batches, ctxs = [k[0] for k in kept], [k[1] for k in kept]
-    others = [p for p in method.parts if p not in droppers]
-    for m, s in zip(per_ctx, _method_statistics(others, ctxs, reducer), strict=True):
+    for m, s in zip(per_ctx, _method_statistics(_others(method), ctxs, reducer), strict=True):
         m.update(s)
     denom = reducer.sum([aggregation_count(b.mask, agg) for b in micro_batches])
     fixed_len = max_len if max_len is not None else (reducer.max_len if agg == "seq-mean-token-sum-norm" else None)
@@ -286,10 +287,9 @@ def policy_loss(
     elif droppers:
         ctx.stats = _method_statistics(droppers, [ctx], reducer)[0]
     if droppers:  # dropped tokens leave the loss and its denominator (Method.token_mask)
-        batch, ctx, ratio = _after_drop(batch, method, spec, ctx)
+        batch, ctx = _after_drop(batch, method, ctx)
     if stats is None:
-        others = [p for p in method.parts if p not in droppers]
-        ctx.stats.update(_method_statistics(others, [ctx], reducer)[0])
+        ctx.stats.update(_method_statistics(_others(method), [ctx], reducer)[0])
     valid = batch.valid
     adv = ctx.adv
     token_loss = method.token_loss(ppo_clip_loss(adv, ratio, clip_low, clip_high, dual_clip), ctx)

@@ -1,4 +1,4 @@
-"""Checks of the Triton tile kernels of token_stats_from_hidden (``backend="triton"``) against the
+"""Checks of the fused Triton kernels of token_stats_from_hidden (``backend="triton"``) against the
 float64 reference.
 
 Not collected by itself (no ``test_`` prefix): ``tests/core/test_token_stats_from_hidden.py`` runs

@@ -27,9 +27,11 @@ g_logp δ_bk (divided by τ), from the saved ``lse`` and statistics; then
 ``∇h += G W_c``, ``∇W_c += Gᵀ h`` and ``∇b_c += Σ_rows G`` (float32 accumulation). All four
 statistics are differentiable, as in ``token_stats``.
 
-Backends: the tile folds (forward) and the tile gradient (backward) run as torch ops, or as the
-Triton kernels of :mod:`entflow.core._triton_hidden_kernels` (``backend="auto"`` on CUDA with
-Triton installed; the matmuls are torch's either way).
+Backends: ``"torch"`` runs each tile's matmul with torch into a reused float32 buffer and folds it
+with torch ops. ``"triton"`` (the default on CUDA with Triton installed) runs the fused kernels of
+:mod:`entflow.core._triton_hidden_kernels`: the forward multiplies and folds each tile on chip (no
+buffer at all), the backward recomputes each tile on chip and writes its ∇logits for the two
+gradient matmuls (torch's).
 """
 
 from __future__ import annotations

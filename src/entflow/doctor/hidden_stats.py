@@ -1,7 +1,7 @@
 """Check ``token_stats_from_hidden`` (the four statistics straight from the last hidden state and
 the LM head's weight, and their gradients w.r.t. hidden, weight and bias) on a device.
 
-Every variant (dtype × torch tiles / Triton tiles) is compared with float64 autograd through the
+Every variant (dtype × torch tiles / the fused Triton kernels) is compared with float64 autograd through the
 explicit logits ``hidden @ weight.T + bias`` of the very same (already rounded) inputs, so the
 error measured is the computation's own. Formulas: docs/design.md §3; the tiling: docs/benchmarks.md
 (token_stats_from_hidden).
@@ -54,7 +54,7 @@ def make_inputs(shape: tuple[int, int, int], seed: int = 0) -> dict[str, torch.T
 
 def _variants(device: torch.device) -> list[tuple[str, dict | str]]:
     """``(variant, options)``, or ``(variant, why it is skipped)``: small tiles (several row and
-    vocabulary chunks, the last ones ragged) with torch ops, and the Triton tile kernels on CUDA."""
+    vocabulary chunks, the last ones ragged) with torch ops, and the fused Triton kernels on CUDA."""
     tiles = {"chunk_rows": 7, "chunk_vocab": 1000} if device.type == "cpu" else {"chunk_rows": 96, "chunk_vocab": 8192}
     triton_skip = _triton_skip_reason(device)
     return [
@@ -69,7 +69,7 @@ def _triton_skip_reason(device: torch.device) -> str | None:
     if not available():
         return "triton not installed"
     if device.type != "cuda":
-        return f"the Triton tile kernels need a CUDA device (this is {device.type})"
+        return f"the fused Triton kernels need a CUDA device (this is {device.type})"
     return None
 
 
@@ -100,7 +100,7 @@ def check_one(
 def check_hidden_stats(
     device: str | torch.device, quick: bool = False, fn: HiddenStatsFn = token_stats_from_hidden
 ) -> list[CheckResult]:
-    """One result per dtype (float32, bf16) × variant (torch tiles, Triton tiles on CUDA):
+    """One result per dtype (float32, bf16) × variant (torch tiles, the fused Triton kernels on CUDA):
     forward and gradient error against float64, each within its dtype's tolerance.
 
     ``fn`` is the function under test (``token_stats_from_hidden``'s signature); tests pass a

@@ -227,12 +227,12 @@ def _fused_operands(h2: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tenso
 def _forward_fused(h2, weight, bias, ids, inv_temp, want):
     """The forward in one fused Triton kernel (matmul and fold on chip) plus a merge of its
     vocabulary splits: ``(lse, stats)`` as :func:`_finish`."""
-    from entflow.core import _triton_hidden_kernels as fused
+    from entflow.core._triton_hidden_kernels import hidden_fold, merge_partials
 
     h, w = _fused_operands(h2, weight)
     want_h, want_p2 = want[1], want[2] or want[3]
     b = None if bias is None else bias.contiguous()
-    state = fused.merge_partials(*fused.hidden_fold(h, w, b, ids, inv_temp, (want_h, want_p2, want[3])))
+    state = merge_partials(*hidden_fold(h, w, b, ids, inv_temp, (want_h, want_p2, want[3])))
     return _finish(*state, want)
 
 
@@ -334,7 +334,7 @@ class _HiddenStats(torch.autograd.Function):
         op_kw = {"dtype": odt, "device": h2.device}
         g_op_buf = None if odt == cdt and not fused else _buffers(r_max, c_max, 1, op_kw)[0]
         if fused:
-            from entflow.core import _triton_hidden_kernels as fused_kernels
+            from entflow.core._triton_hidden_kernels import hidden_grad
 
             h_op, w_op = _fused_operands(h2, weight)
         gw_tmp = torch.empty(c_max, dim, **kw) if need_w and one_row_chunk and weight.dtype != cdt else None
@@ -356,7 +356,7 @@ class _HiddenStats(torch.autograd.Function):
                 c = c1 - c0
                 if fused:  # ∇logits of the tile, recomputed on chip, in the operand dtype; ∇b by atomics
                     w = w_op[c0:c1]
-                    g_op = fused_kernels.hidden_grad(
+                    g_op = hidden_grad(
                         h, w, None if bias is None else bias[c0:c1], ids[sl] - c0, ctx.inv_temp, lse[sl], coefs,
                         _view(g_op_buf, r, c), None if g_b is None else g_b[c0:c1],
                     )  # fmt: skip

@@ -16,6 +16,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 
+from entflow.integrations.verl import cpu
+
+if cpu.requested():  # VERL_PLATFORM=cpu: before any verl module asks for its platform
+    cpu.register_platform()
+
 from entflow.integrations.verl.losses import register_all
 
 LOSS_MODES = register_all()

@@ -24,13 +24,14 @@ import pytest
 
 SKYRL_VERSION = "0.4.0"
 TRINITY_VERSION = "0.6.0"
+INSTALL = "pip install --no-deps --ignore-requires-python -r requirements-peers.txt"
 
 
 def _require(dist: str, version: str) -> None:
     try:
         found = importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip(f"{dist} {version} is not installed (pip install --no-deps -r requirements-peers.txt)")
+        pytest.skip(f"{dist} {version} is not installed ({INSTALL})")
     if found != version:
         pytest.skip(f"{dist} {found} is installed; these comparisons pin {version}")
 

@@ -67,3 +67,11 @@ def test_describe_keys_prints_the_default_the_help_and_the_range():
         "  audit=true",
         "      measure the true entropy change of a step against every estimator",
     ]
+
+
+def test_a_method_that_needs_expert_rows_is_refused_by_name():
+    """The generic trainer's rollout supplies no expert rows: CHORD is refused up front, naming the key."""
+    with pytest.raises(ConfigError, match="expert rows") as e:
+        LabConfig(method="chord").validate()
+    assert "'method'" in str(e.value)
+    LabConfig(method="positive_nll").validate()  # reads rewards, which the trainer has: accepted

@@ -168,6 +168,7 @@ class TrainConfig:
         from entflow.core.advantages import SCALES
         from entflow.core.ppo import AGG_MODES
         from entflow.methods import get_method
+        from entflow.methods.needs import needs_of
 
         def need(ok: bool, key: str, what: str) -> None:
             if not ok:
@@ -213,10 +214,16 @@ class TrainConfig:
         self.validate_task()
         need(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1 or null")
         try:
-            get_method(self.method, **self.method_params)
+            method = get_method(self.method, **self.method_params)
         except EntflowError as e:
             key = "method" if "param" not in type(e).__name__.lower() else "method_params"
             raise ConfigError(key, str(e)) from e
+        if needs_of(method).expert_rows:  # CHORD: the rollout would have to append the task's reference solutions
+            raise ConfigError(
+                "method",
+                f"{self.method!r} trains on expert rows (TokenBatch.expert_mask), which this trainer's rollout "
+                "does not supply; use the method through your own loop (docs/methods.md)",
+            )
 
     def validate_task(self) -> None:
         """Checks of ``task`` and ``task_params`` (and a subclass's own keys), which only the code that

@@ -24,6 +24,12 @@ if cpu.requested():  # VERL_PLATFORM=cpu: before any verl module asks for its pl
 from entflow.integrations.verl.losses import register_all
 
 LOSS_MODES = register_all()
+
+if cpu.requested():  # verl's FSDP engine for the cpu device and the entflow_cpu rollout
+    from entflow.integrations.verl import cpu_rollout
+
+    cpu.enable()
+    cpu_rollout.register()
 TRAINER_REGISTERED = False
 _log = logging.getLogger(__name__)
 

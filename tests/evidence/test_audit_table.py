@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from entflow.analysis.render import render_markdown
 from entflow.core.estimators import ESTIMATORS
-from entflow.lab.audit import audit_markdown, audit_table
+from entflow.evidence.audit import audit_markdown, audit_table
 
 
 def synthetic_result() -> dict:

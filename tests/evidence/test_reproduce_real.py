@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from entflow.errors import ConfigError
+from entflow.evidence import reproduce as rep
+from entflow.evidence import settings as kinds
+from entflow.evidence.claims import load_registry, load_settings, registry_path
+from entflow.evidence.facts import FACTS
 from entflow.hf.rewards import REWARDS
-from entflow.hf.setup import RealTrainConfig, train_real
-from entflow.lab import reproduce as rep
-from entflow.lab.claims import load_registry, load_settings, registry_path
-from entflow.lab.facts import FACTS
+from entflow.hf.setup import RealTrainConfig
 from support.real_tiny import save_tiny_model
 
 SEEDS = [0, 1]
@@ -130,10 +131,9 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
         "lr": 1e-2,
         "progress": False,
     }
-    overrides = [*rep.COMMON_OVERRIDES, "steps=2"]  # as `entflow reproduce` passes them
-    real = rep.RealRuns(RealTrainConfig, train_real)
+    overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]  # as `entflow reproduce` passes them
     out = tmp_path / "rep"
-    res = rep.reproduce({"real": base}, overrides, SEEDS, out, jobs=2, real=real)
+    res = rep.reproduce({"real": base}, overrides, SEEDS, out, jobs=2)  # the setting's kind trains it
 
     assert res["runs"] == ["real/grpo", "real/clip_cov_r05"]
     assert res["settings"]["real"] == {"config": "real.yaml", "steps": 2, "folder": str(out / "real"), "kind": "real"}
@@ -163,7 +163,7 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
     for cid in ("learns", "pass32", "retention"):
         assert rows[cid]["n"] == 2 and all(math.isfinite(v) for v in rows[cid]["values"]), cid
     # each claim's value is its facts' arithmetic, read back from the run directories
-    from entflow.lab.facts import run_facts
+    from entflow.evidence.facts import run_facts
 
     f = {(r, s): run_facts(out / "real" / f"{r}-s{s}") for r in RUNS for s in SEEDS}
     assert rows["learns"]["values"] == pytest.approx(
@@ -184,24 +184,18 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
     import entflow.trainer.loop as loop
 
     monkeypatch.setattr(loop, "train_step", lambda *a, **k: pytest.fail("a finished run was trained again"))
-    again = rep.reproduce({"real": base}, overrides, SEEDS, out, jobs=2, real=real)
+    again = rep.reproduce({"real": base}, overrides, SEEDS, out, jobs=2)
     assert {d: d.read_bytes() for d in metrics} == metrics
     assert [r["values"] for r in again["claims"]] == [r["values"] for r in res["claims"]]
 
 
-def test_a_real_setting_needs_its_trainer(tmp_path, real_registry):
-    """Without RealRuns (the lab cannot import entflow.hf), reproduce refuses before training."""
-    base = real_registry.settings["real"].base()
-    with pytest.raises(ConfigError) as e:
-        rep.reproduce({"real": base}, ["steps=1"], SEEDS, tmp_path / "rep", claims=["learns"])
-    assert e.value.key == "settings" and "real" in str(e.value)
-    assert not (tmp_path / "rep" / "real").exists()
-
-
 def test_real_runs_do_not_take_the_lab_checkpoint_policy():
-    lab_only = [o for o in rep.COMMON_OVERRIDES if o not in rep.REAL_COMMON_OVERRIDES]
+    lab_only = [o for o in kinds.COMMON_OVERRIDES if o not in kinds.REAL_COMMON_OVERRIDES]
     assert lab_only == ["checkpoint_every=20"]
-    assert rep.real_overrides([*rep.COMMON_OVERRIDES, "steps=3"]) == ["audit=false", "steps=3"]
+    assert kinds.kind_overrides("real", [*kinds.COMMON_OVERRIDES, "steps=3"]) == ["audit=false", "steps=3"]
     # a user's own equal override after reproduce's common ones stays
-    assert rep.real_overrides([*rep.COMMON_OVERRIDES, "checkpoint_every=20"]) == ["audit=false", "checkpoint_every=20"]
-    assert rep.common_overrides("real") == ["audit=false"] and rep.common_overrides("lab") == rep.COMMON_OVERRIDES
+    real = kinds.kind_overrides("real", [*kinds.COMMON_OVERRIDES, "checkpoint_every=20"])
+    assert real == ["audit=false", "checkpoint_every=20"]
+    assert kinds.kind_overrides("lab", [*kinds.COMMON_OVERRIDES, "steps=3"]) == [*kinds.COMMON_OVERRIDES, "steps=3"]
+    assert list(kinds.get_setting_kind("real").common_overrides) == ["audit=false"]
+    assert list(kinds.get_setting_kind("lab").common_overrides) == kinds.COMMON_OVERRIDES

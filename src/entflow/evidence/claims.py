@@ -3,10 +3,11 @@
 data, read when :func:`load_registry` is called, never at import), the named metric functions a
 claim's ``metric`` refers to, and the verdict rule (:meth:`Claim.verdict`).
 
-The pipeline flows one way: ``claims`` (this module: imports nothing else from the lab) →
-:mod:`entflow.lab.facts` (a run directory → facts) → :mod:`entflow.lab.reproduce` (select → train
-→ facts → verdicts → write). A claim is measured once per seed from that seed's facts
-(``{run: {fact: number}}``) and judged from the 95 % Student-t interval of the per-seed values.
+The pipeline flows one way: ``claims`` (this module: of the evidence package it imports only the
+registry of setting kinds, :mod:`entflow.evidence.settings`) → :mod:`entflow.evidence.facts` (a run
+directory → facts) → :mod:`entflow.evidence.reproduce` (select → train → facts → verdicts → write).
+A claim is measured once per seed from that seed's facts (``{run: {fact: number}}``) and judged
+from the 95 % Student-t interval of the per-seed values.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import Any
 import yaml
 
 from entflow.errors import ConfigError
+from entflow.evidence.settings import SettingKind, get_setting_kind, setting_kinds
 
 __all__ = [
     "DEFAULT_SETTING",
     "DESIGN_SEEDS",
     "METRICS",
     "RUNS",
-    "SETTING_KINDS",
     "Claim",
     "Registry",
     "Setting",
@@ -107,8 +108,6 @@ _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
 _OPTIONAL = {"note", "pending", "setting"}
 DEFAULT_SETTING = "demo"
-# what trains a setting's runs: the lab's tiny policy, or a real model (entflow.hf.setup.train_real)
-SETTING_KINDS = ("lab", "real")
 
 
 def run_key(setting: str, run: str) -> str:
@@ -254,19 +253,27 @@ class Claim:
 # ---------------------------------------------------------------------------- the setting
 @dataclass(frozen=True)
 class Setting:
-    """Where a claim is measured: a preset of ``entflow/lab/configs`` and the number of steps of
-    the full run (``--quick`` and explicit overrides replace the steps). ``kind`` says what trains
-    it: ``lab`` (the preset holds :class:`~entflow.lab.config.LabConfig` keys; the tiny policy)
-    or ``real`` (``entflow.hf.setup.RealTrainConfig`` keys; a real model, ``train_real``)."""
+    """Where a claim is measured: a preset file and the number of steps of the full run (``--quick``
+    and explicit overrides replace the steps). ``kind`` names the entry of the registry of setting
+    kinds (:mod:`entflow.evidence.settings`) that says where its preset lives, which config class it
+    builds and how its runs are trained: ``lab`` (a preset of ``entflow/lab/configs``,
+    :class:`~entflow.lab.config.LabConfig` keys; the tiny policy) or ``real`` (a preset of
+    ``entflow/evidence/configs``, ``entflow.hf.setup.RealTrainConfig`` keys; a real model,
+    ``train_real``)."""
 
     name: str
     config: str
     steps: int
     kind: str = "lab"
 
+    @property
+    def runner(self) -> SettingKind:
+        """How its runs are configured and trained: its kind's registry entry."""
+        return get_setting_kind(self.kind)
+
     def base(self) -> dict[str, Any]:
         """The preset's config keys (its ``methods`` / ``seeds`` lists dropped) with ``steps``."""
-        return preset_base(str(files("entflow.lab") / "configs" / self.config)) | {"steps": self.steps}
+        return preset_base(str(self.runner.presets() / self.config)) | {"steps": self.steps}
 
 
 def preset_base(path: str) -> dict[str, Any]:
@@ -278,8 +285,8 @@ def preset_base(path: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- loading
 def registry_path() -> Path:
-    """The packaged registry, ``entflow/lab/claims.yaml``."""
-    return Path(str(files("entflow.lab") / "claims.yaml"))
+    """The packaged registry, ``entflow/evidence/claims.yaml``."""
+    return Path(str(files("entflow.evidence") / "claims.yaml"))
 
 
 @dataclass(frozen=True)
@@ -299,7 +306,7 @@ def load_registry(
     """Read and validate a claim registry (default: the packaged one), once.
 
     ``known_runs`` (default: :data:`RUNS`) are the runs a claim that is not ``pending`` may name;
-    ``known_facts``, when given (``entflow.lab.facts.FACTS``), the facts it may read. Raises
+    ``known_facts``, when given (``entflow.evidence.facts.FACTS``), the facts it may read. Raises
     :class:`~entflow.errors.ConfigError` with key ``claims[<id>].<field>`` for a bad entry
     (``claims`` for a bad file)."""
     known_runs = list(RUNS) if known_runs is None else known_runs
@@ -349,21 +356,23 @@ def _parse_settings(raw: Any, path: Path) -> dict[str, Setting]:
     if not isinstance(raw, dict) or DEFAULT_SETTING not in raw:
         raise ConfigError("settings", f"{path}: expected a mapping `settings` with at least {DEFAULT_SETTING!r}")
     out = {}
-    presets = {p.name for p in Path(str(files("entflow.lab") / "configs")).glob("*.yaml")}
+    kinds = setting_kinds()
     for name, spec in raw.items():
         keys = set(spec) if isinstance(spec, dict) else set()
         ok = isinstance(spec, dict) and {"config", "steps"} <= keys <= {"config", "steps", "kind"}
+        kind = spec.get("kind", "lab") if ok else "lab"
+        if kind not in kinds:
+            raise ConfigError(f"settings.{name}.kind", f"expected one of {list(kinds)}, got {kind!r}")
+        # the kind says where its presets live (entflow/lab/configs, entflow/evidence/configs)
+        presets = {p.name for p in get_setting_kind(kind).presets().glob("*.yaml")}
         ok = ok and spec.get("config") in presets
         steps = spec.get("steps") if isinstance(spec, dict) else None
         if not ok or isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(
                 f"settings.{name}",
-                f"expected {{config: one of {sorted(presets)}, steps: an integer >= 1, kind: optional, "
-                f"one of {list(SETTING_KINDS)}}}, got {spec!r}",
+                f"expected {{config: one of {sorted(presets)} (kind {kind!r}), steps: an integer >= 1, "
+                f"kind: optional, one of {list(kinds)}}}, got {spec!r}",
             )
-        kind = spec.get("kind", "lab")
-        if kind not in SETTING_KINDS:
-            raise ConfigError(f"settings.{name}.kind", f"expected one of {list(SETTING_KINDS)}, got {kind!r}")
         out[str(name)] = Setting(str(name), spec["config"], steps, kind)
     return out
 

@@ -13,7 +13,7 @@ import yaml
 
 from entflow.analysis.collapse import analyze_log
 from entflow.analysis.report import summarize_run
-from entflow.lab.facts import run_facts
+from entflow.evidence.facts import run_facts
 
 STEPS, EVAL_EVERY = 80, 10  # the demo's: 9 evaluations, step 0 included
 

@@ -10,10 +10,10 @@ import math
 import pytest
 
 from entflow.analysis.report import summarize_run
-from entflow.lab import reproduce as rep
-from entflow.lab.claims import load_claims
-from entflow.lab.facts import COVERAGE_FACTS, FACTS, coverage_facts, run_facts
-from entflow.lab.reproduce import coverage_runs, evaluate_claims, registry
+from entflow.evidence import reproduce as rep
+from entflow.evidence.claims import load_claims
+from entflow.evidence.facts import COVERAGE_FACTS, FACTS, coverage_facts, run_facts
+from entflow.evidence.reproduce import coverage_runs, evaluate_claims, registry
 from support.run_dirs import make_run
 
 HARD_ACC = (0.1, 0.2, 0.5, 0.4, 0.3)  # at the 5 evaluations (steps 0, 10, 20, 30, 40)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from entflow.lab.compare import _CompareProgress
+from entflow.evidence.compare import _CompareProgress
 from entflow.lab.config import LabConfig
 
 

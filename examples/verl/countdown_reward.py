@@ -1,10 +1,10 @@
 """A countdown verifier as a verl reward function (``reward.custom_reward_function.path``).
 
 ``ground_truth`` is ``"[numbers, target]"`` (JSON, as ``cpu_prepare.py`` writes it). Score: 1 for
-an expression that uses only the given numbers (each at most once) and equals the target; 0.1 for
-one that is well formed and uses only the given numbers but misses the target; 0 otherwise (the
-lab's countdown rule, entflow.lab.tasks.CountdownTask.reward, with the 0.1 format credit so that a
-tiny untrained model sees different rewards within a group).
+an expression that uses only the given numbers (each at most once) and equals the target (the lab's
+countdown rule, entflow.lab.tasks.CountdownTask.reward); below that, format credit so that a tiny
+untrained model sees different rewards within a group: 0.2 for a well-formed expression of the given
+numbers, 0.1 for any well-formed expression, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +27,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     pool = list(numbers)
     for u in used:
         if u not in pool:
-            return 0.0
+            return 0.1
         pool.remove(u)
-    return 1.0 if value == target else 0.1
+    return 1.0 if value == target else 0.2

@@ -36,10 +36,10 @@ def check(method: str, method_params: str, out: str) -> None:
     parent = Path(out).expanduser().absolute().parent
     if not parent.is_dir():
         fail(f"OUT={out}: its parent folder {parent} does not exist")
-    try:
-        import verl  # noqa: F401
-    except ImportError:
-        fail("verl is not installed: pip install 'entflow[verl]'")
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfer_queue") is None:
+        fail("verl and its rollout stack are not installed: pip install 'entflow[verl]'")
     import entflow as ef
     from entflow.errors import EntflowError
     from entflow.integrations.verl.spec import needs_model_entropy, registry_blockers
@@ -96,7 +96,13 @@ def build_model(model: str, dest: Path) -> None:
             tie_word_embeddings=False,
         )
         torch.manual_seed(0)
-        LlamaForCausalLM(config).save_pretrained(tmp)
+        model = LlamaForCausalLM(config)
+        with torch.no_grad():  # lean towards digits, operators and <eos>, so rewards differ within a group
+            h = model.model(**tok(["3 5 7 2>16:"], return_tensors="pt")).last_hidden_state[0, -1]
+            u = h / h.norm() ** 2
+            for t, w in [(str(d), 3.0) for d in range(10)] + [("+", 2.0), ("*", 2.0), (tok.eos_token, 2.5)]:
+                model.lm_head.weight[tok.convert_tokens_to_ids(t)] += w * u
+        model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
     else:
         fail(f"MODEL={model}: must be tiny or smollm2")

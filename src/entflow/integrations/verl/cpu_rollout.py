@@ -227,7 +227,7 @@ def _rollout_class() -> type:
 
         async def update_weights(self, weights: Iterable, wire_format: str = "named_tensors", **kwargs: Any) -> None:
             if wire_format != "named_tensors":
-                raise NotImplementedError(f"the entflow_cpu rollout takes full weights, got wire_format={wire_format!r}")
+                raise NotImplementedError(f"the entflow_cpu rollout takes full weights, not {wire_format!r}")
             named = {name: t.detach().to("cpu", copy=True) for name, t in weights}  # every rank: collective gathers
             if not self.is_sender:
                 return

@@ -13,9 +13,10 @@ A subclass of verl's synchronous trainer (``PPOTrainerSync``), registered with v
   entflow's metrics to ``entflow/…``;
 - ``_save_checkpoint`` / ``_load_checkpoint``: the method's state in ``global_step_<k>/entflow_method.pt``.
 
-It needs Ray, GPUs and a rollout engine like any verl trainer and was not run end to end (no GPU);
-``tests/integrations/test_verl_trainer.py`` runs its hooks over stand-ins for verl's base trainer
-and TransferQueue.
+It needs Ray and a rollout engine like any verl trainer. It runs end to end on a CPU with entflow's
+``cpu`` platform and ``entflow_cpu`` rollout (``examples/verl/run_cpu.sh``, the ``.ci/verl-cpu``
+lane); ``tests/integrations/test_verl_trainer.py`` runs its hooks over stand-ins for verl's base
+trainer and TransferQueue. It was not run on GPUs, with vLLM/SGLang, or with Megatron.
 """
 
 from __future__ import annotations
@@ -108,3 +109,5 @@ class EntflowTrainer(PPOTrainerSync):
             folder = os.path.join(os.getcwd(), folder)
         if not self.entflow.load(folder):
             logger.warning("entflow: %s has no %s; the method starts from its initial state", folder, "method state")
+        else:  # printed, as verl prints its own resume lines (its loggers are quiet in Ray actors)
+            print(f"entflow: method state restored from {folder}")

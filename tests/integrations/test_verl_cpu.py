@@ -1,0 +1,103 @@
+"""entflow's CPU rollout for verl (``rollout.name=entflow_cpu``) and run_cpu.sh's input checks.
+
+The rollout server is tested as an object (no Ray): its greedy responses equal ``transformers``'
+own greedy ``generate``, its log-probs equal log softmax(z / T) of a fresh forward, top-k = 1
+sampling is greedy, and ``set_weights`` changes what it generates. The end-to-end run (verl's
+``main_ppo`` with Ray) is the ``.ci/verl-cpu`` lane; one update of verl's actor is
+``test_verl_actor.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+pytest.importorskip("transfer_queue", reason="verl's rollout stack (entflow[verl])")
+
+from entflow.integrations.verl.cpu_rollout import CPURolloutServer
+from support.verl_actor_run import tiny_llama
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "verl" / "run_cpu.sh"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return tiny_llama(tmp_path_factory.mktemp("tiny"))
+
+
+def server(model_dir: str, response_length: int = 6) -> CPURolloutServer:
+    from omegaconf import OmegaConf
+
+    model_config = OmegaConf.create(
+        {"_target_": "verl.workers.config.HFModelConfig", "path": model_dir, "trust_remote_code": False}
+    )
+    return CPURolloutServer(SimpleNamespace(response_length=response_length, seed=0), model_config, 0)
+
+
+def generate(s: CPURolloutServer, prompt: list[int], **params):
+    import asyncio
+
+    return asyncio.run(s.generate("r", prompt_ids=prompt, sampling_params=params))
+
+
+def test_greedy_equals_transformers_generate_and_log_probs_equal_a_forward(model_dir):
+    s = server(model_dir)
+    prompt = [5, 6, 7, 8]
+    out = generate(s, prompt, temperature=0.0, logprobs=True)
+    ref = s.model.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=6, eos_token_id=sorted(s._eos_ids()), pad_token_id=0
+    )[0, len(prompt) :].tolist()
+    assert out.token_ids == ref[: len(out.token_ids)] and len(out.token_ids) >= 1
+    with torch.no_grad():
+        z = s.model(input_ids=torch.tensor([prompt + out.token_ids])).logits[0, len(prompt) - 1 : -1]
+    lp = torch.log_softmax(z, -1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    assert out.log_probs == pytest.approx(lp.tolist(), abs=1e-5)
+    assert out.stop_reason == "completed"
+
+
+def test_top_k_one_is_greedy_and_temperature_scales_the_log_probs(model_dir):
+    s = server(model_dir)
+    greedy = generate(s, [9, 10, 11], temperature=0.0).token_ids
+    assert generate(s, [9, 10, 11], temperature=1.3, top_k=1).token_ids == greedy
+    out = generate(s, [9, 10, 11], temperature=2.0, logprobs=True)
+    with torch.no_grad():
+        z = s.model(input_ids=torch.tensor([[9, 10, 11, *out.token_ids]])).logits[0, 2:-1]
+    lp = torch.log_softmax(z / 2.0, -1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    assert out.log_probs == pytest.approx(lp.tolist(), abs=1e-5)
+
+
+def test_set_weights_changes_the_policy_and_refuses_unknown_names(model_dir):
+    s = server(model_dir)
+    before = generate(s, [5, 6, 7], temperature=0.0).token_ids
+    w = s.model.lm_head.weight.detach().clone()
+    target = (before[0] + 1) % w.shape[0]
+    w[target] += 100.0 * s.model.model(input_ids=torch.tensor([[5, 6, 7]])).last_hidden_state[0, -1].detach()
+    assert s.set_weights({"lm_head.weight": w}, global_steps=3) == 1
+    out = generate(s, [5, 6, 7], temperature=0.0)
+    assert out.token_ids[0] == target and out.extra_fields["global_steps"] == 3
+    with pytest.raises(KeyError, match="not_a_weight"):
+        s.set_weights({"not_a_weight": w})
+
+
+def _run_cpu(tmp_path, **env) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=300)
+
+
+def test_run_cpu_refuses_bad_input_before_ray_starts(tmp_path):
+    r = _run_cpu(tmp_path, METHOD="not_a_method", OUT=str(tmp_path / "out"))
+    assert r.returncode == 2 and "METHOD=not_a_method" in r.stderr and "unknown method" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+    r = _run_cpu(tmp_path, METHOD="grpo", OUT=str(tmp_path / "missing" / "out"))
+    assert r.returncode == 2 and "parent folder" in r.stderr and str(tmp_path / "missing") in r.stderr
+    r = _run_cpu(tmp_path, METHOD="grpo", OUT="")
+    assert r.returncode == 2 and "OUT is not set" in r.stderr

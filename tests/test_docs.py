@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
-CLAIMS = ROOT / "src" / "entflow" / "lab" / "claims.yaml"
+CLAIMS = ROOT / "src" / "entflow" / "evidence" / "claims.yaml"
 CHANGELOG = ROOT / "CHANGELOG.md"
 SOURCES = sorted((ROOT / "src" / "entflow").rglob("*.py"))
 

@@ -95,7 +95,7 @@ def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> l
 
 
 def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[str, Any]:
-    """A compare config (``entflow.cli.compare.compare_and_report``) whose runs are the registry's
+    """A compare config (``entflow.evidence.compare.compare_and_report``) whose runs are the registry's
     ``runs`` of ``setting`` at ``seed``, configured exactly as the full ``reproduce`` trains them:
     the setting's preset at its full-run steps, its kind's common overrides
     (:data:`entflow.evidence.settings.COMMON_OVERRIDES` for the lab), each run's paper setting

@@ -256,6 +256,45 @@ def test_the_spec_a_method_runs_under_is_decided_by_loss_spec():
     assert spec.for_method(ef.get_method("clip_higher")).agg == "seq-mean-token-sum-norm"
 
 
+@dataclasses.dataclass(repr=False)
+class SeesTheSpec(Method):
+    """Records the ``LossContext.spec`` its ``token_loss`` hook is given; changes nothing."""
+
+    name = "test_sees_the_spec"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.seen: list[ef.LossSpec] = []
+
+    def token_loss(self, loss: torch.Tensor, ctx) -> torch.Tensor:
+        self.seen.append(ctx.spec)
+        return loss
+
+
+def test_the_loss_carries_its_spec_whole_to_the_hooks_and_the_statistics(gen):
+    """The hooks see ``LossSpec.for_method``'s spec as one object (``ctx.clip_low`` … read it);
+    ``prepare_statistics`` keeps it whole, with the fixed T_max of seq-mean-token-sum-norm in
+    ``max_len``, and ``policy_loss`` under those statistics hands the hooks that T_max."""
+    b = make_batch(gen, off_policy=0.3)
+    spec = ef.LossSpec(clip_low=0.1, clip_high=0.3, dual_clip=3.0, agg="seq-mean-token-sum-norm")
+    seer = SeesTheSpec()
+    method = Composite([seer, ef.get_method("clip_higher")])
+    want = spec.for_method(method)
+    assert want == ef.LossSpec(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg="seq-mean-token-sum-norm")
+    ef.policy_loss(fresh(b), method, spec)
+    assert seer.seen == [want]
+    ctx_fields = {f.name for f in dataclasses.fields(ef.methods.base.LossContext)}
+    assert ctx_fields.isdisjoint({"clip_low", "clip_high", "dual_clip", "agg", "max_len"})  # no loose copies
+    (stats,) = ef.prepare_statistics([fresh(b)], method, spec)
+    assert stats.spec == want and stats.clip == (0.2, 0.28, 3.0) and stats.agg == "seq-mean-token-sum-norm"
+    assert stats.max_len == b.logp.shape[1]  # the longest micro-batch stands in for the missing max_len
+    seer.seen.clear()
+    ef.policy_loss(fresh(b), method, spec, stats=stats)
+    assert seer.seen == [dataclasses.replace(want, max_len=b.logp.shape[1])]
+    with pytest.raises(ParameterError, match="clip bounds"):
+        ef.policy_loss(fresh(b), method, dataclasses.replace(spec, dual_clip=4.0), stats=stats)
+
+
 @pytest.mark.parametrize("agg", AGGS)
 def test_a_sequence_loss_ignores_the_callers_aggregation(gen, agg):
     b = make_batch(gen, off_policy=0.3)

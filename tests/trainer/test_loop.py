@@ -101,6 +101,39 @@ def test_run_directory_contents_and_metric_names(tmp_path, micro_policy):
         assert samples and {"step", "prompt", "response", "reward"} <= set(samples[0])
 
 
+def test_a_run_builds_its_method_once_and_its_loss_spec_once(tmp_path, micro_policy, monkeypatch):
+    """``cfg.validate()`` builds the run's method, and that object is the one every update trains;
+    the run's ``LossSpec`` is made once and every ``policy_loss`` call gets that one object."""
+    import entflow.methods as methods
+    from entflow.trainer import step as step_mod
+    from entflow.trainer.config import TrainConfig
+
+    built, specs, seen = [], [], []
+    real_get, real_spec, real_loss = methods.get_method, TrainConfig.loss_spec, step_mod.policy_loss
+
+    def get_method(*args, **kwargs):
+        built.append(real_get(*args, **kwargs))
+        return built[-1]
+
+    def loss_spec(self):
+        specs.append(real_spec(self))
+        return specs[-1]
+
+    def policy_loss(batch, method, spec, **kwargs):
+        seen.append((method, spec))
+        return real_loss(batch, method, spec, **kwargs)
+
+    monkeypatch.setattr(methods, "get_method", get_method)
+    monkeypatch.setattr(TrainConfig, "loss_spec", loss_spec)
+    monkeypatch.setattr(step_mod, "policy_loss", policy_loss)
+    cfg = micro_config(tmp_path, micro_policy, method="clip_higher+steer", steps=3, mini_batches=2)
+    built.clear()  # build_config validated the config before the run: the run starts here
+    train_lab(cfg)
+    assert len(built) == 1 and len(specs) == 1
+    assert len(seen) == cfg.steps * cfg.mini_batches
+    assert all(m is built[0] and s is specs[0] for m, s in seen)
+
+
 def test_resume_is_bit_identical(tmp_path, micro_policy):
     # the entropy bonus guarantees a gradient even when a micro policy's groups all tie
     kw = {"name": "r", "method": "adaptive_entropy", "method_params": {"target": 10.0, "delta": 0.01}}

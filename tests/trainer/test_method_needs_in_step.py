@@ -240,7 +240,7 @@ def test_remax_is_refused_by_the_generic_trainer():
     from entflow.trainer.loop import _start_state
 
     with pytest.raises(ConfigError, match=r"method.*remax.*greedy response"):
-        _start_state(None, make_cfg("remax"), resume=False)
+        _start_state(None, make_cfg("remax"), resume=False, method=ef.get_method("remax"))
 
 
 def test_simko_step_gives_the_loss_the_top_k_log_probs(setup, monkeypatch):

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from entflow.core.ppo import LossSpec
+
 
 def _dist():
     import torch.distributed as dist
@@ -167,16 +169,28 @@ class StepStatistics:
     Made by :func:`entflow.prepare_statistics`; pass to ``policy_loss(..., stats=...)`` with the
     micro-batch it was made for. ``denominator`` is the global aggregation denominator (token
     count, sequence count or N·max_len); ``methods`` maps each method part's name to its
-    statistics (0-d tensors, or ``[N_i, T_i]`` selections/draws).
+    statistics (0-d tensors, or ``[N_i, T_i]`` selections/draws). ``spec`` is the
+    :class:`~entflow.core.ppo.LossSpec` the loss runs under (``LossSpec.for_method``'s), whole;
+    ``max_len`` the fixed T_max the aggregation uses (``spec.max_len``, or the longest micro-batch
+    for ``seq-mean-token-sum-norm`` without one; None otherwise).
     """
 
-    agg: str
+    spec: LossSpec
     shape: tuple[int, int]
     denominator: torch.Tensor
-    clip: tuple[float, float, float | None]
     methods: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     max_len: int | None = None
     method: str = ""  # the name of the method the statistics were prepared for
+
+    @property
+    def agg(self) -> str:
+        """The aggregation the statistics were prepared for (``spec.agg``)."""
+        return self.spec.agg
+
+    @property
+    def clip(self) -> tuple[float, float, float | None]:
+        """``(clip_low, clip_high, dual_clip)`` the statistics were prepared for (``spec.clip``)."""
+        return self.spec.clip
 
 
 # ------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ import torch
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import Reducer, default_rank
 from entflow.core.estimators import entropy_change
+from entflow.core.ppo import LossSpec
 from entflow.errors import CompositionError, ParameterError, StatefulMethodWarning, UnknownMethodError
 
 # --------------------------------------------------------------------------------------------
@@ -106,12 +107,9 @@ class LossContext:
     adv: torch.Tensor  # detached, [N, T]
     ratio: torch.Tensor  # r = exp(logp − old_logp), detached
     indicator: torch.Tensor  # I_t, float
-    clip_low: float
-    clip_high: float
-    dual_clip: float | None
+    # the loss's settings, whole: LossSpec.for_method's, with max_len the fixed T_max the loss uses
+    spec: LossSpec
     metrics: dict[str, Any] = field(default_factory=dict)  # 0-d tensors (read once) or floats
-    agg: str = "token-mean"  # the loss's aggregation (LossSpec.for_method's)
-    max_len: int | None = None  # the fixed T_max of seq-mean-token-sum-norm, or None
     # bool [N, T]: valid tokens that a ``token_mask`` part removed from the loss (None: nothing removed);
     # ``batch.mask`` no longer holds them, so a loss term that reads them on purpose (CHORD's SFT rows) finds them here
     dropped: torch.Tensor | None = None
@@ -121,6 +119,31 @@ class LossContext:
     @property
     def valid(self) -> torch.Tensor:
         return self.batch.valid
+
+    @property
+    def clip_low(self) -> float:
+        """ε_low of the loss (``spec.clip_low``)."""
+        return self.spec.clip_low
+
+    @property
+    def clip_high(self) -> float:
+        """ε_high of the loss (``spec.clip_high``)."""
+        return self.spec.clip_high
+
+    @property
+    def dual_clip(self) -> float | None:
+        """The dual-clip constant c of the loss, or None (``spec.dual_clip``)."""
+        return self.spec.dual_clip
+
+    @property
+    def agg(self) -> str:
+        """The loss's aggregation (``spec.agg``)."""
+        return self.spec.agg
+
+    @property
+    def max_len(self) -> int | None:
+        """The fixed T_max of seq-mean-token-sum-norm, or None (``spec.max_len``)."""
+        return self.spec.max_len
 
     def stat(self, method: Method) -> dict[str, torch.Tensor]:
         """The batch-level statistics of ``method`` for this micro-batch (see ``batch_statistics``)."""
@@ -134,9 +157,7 @@ class LossContext:
     def estimate(self, estimator: str) -> torch.Tensor:
         """``entropy_change(estimator, batch)`` under this loss's clip, cached per call."""
         if estimator not in self._estimates:
-            self._estimates[estimator] = entropy_change(
-                estimator, self.batch, self.clip_low, self.clip_high, self.dual_clip
-            )
+            self._estimates[estimator] = entropy_change(estimator, self.batch, *self.spec.clip)
         return self._estimates[estimator]
 
 

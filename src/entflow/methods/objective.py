@@ -89,8 +89,7 @@ def _weights(method: Method, ctx: LossContext, token_weights: torch.Tensor | Non
 
 def _loss_context(batch: TokenBatch, method: Method, spec: LossSpec) -> tuple[LossContext, torch.Tensor]:
     """The context the method hooks see, and the ratio r (with grad). ``spec``: the spec the loss
-    runs under (``LossSpec.for_method``'s)."""
-    clip_low, clip_high, dual_clip = spec.clip
+    runs under (``LossSpec.for_method``'s), carried whole into the context."""
     for name in method.needs:
         batch.require(name, f"method {method.name!r}")
     valid = batch.valid
@@ -101,12 +100,8 @@ def _loss_context(batch: TokenBatch, method: Method, spec: LossSpec) -> tuple[Lo
         batch=batch,
         adv=adv,
         ratio=ratio.detach(),
-        indicator=clip_indicator(adv, ratio, clip_low, clip_high, dual_clip),
-        clip_low=clip_low,
-        clip_high=clip_high,
-        dual_clip=dual_clip,
-        agg=spec.agg,
-        max_len=spec.max_len,
+        indicator=clip_indicator(adv, ratio, *spec.clip),
+        spec=spec,
     )
     return ctx, ratio
 
@@ -195,12 +190,10 @@ def prepare_statistics(
     if not micro_batches:
         raise ShapeError("micro_batches", "a non-empty list of TokenBatch", "an empty list")
     spec = _check_spec(spec).for_method(method)  # the method's clip bounds and aggregation, where it fixes them
-    agg, max_len, dual_clip = spec.agg, spec.max_len, spec.dual_clip
-    clip_low, clip_high = spec.clip_low, spec.clip_high
     device = micro_batches[0].logp.device
     reducer = Reducer([tuple(b.logp.shape) for b in micro_batches], device, group=group, shared=True)
-    if max_len is not None:
-        check_max_len(max_len, reducer.max_len)
+    if spec.max_len is not None:
+        check_max_len(spec.max_len, reducer.max_len)
     ctxs = [_loss_context(b, method, spec)[0] for b in micro_batches]
     droppers = _droppers(method)
     per_ctx: list[dict[str, dict]] = [{} for _ in ctxs]
@@ -212,14 +205,15 @@ def prepare_statistics(
         micro_batches, ctxs = [k[0] for k in kept], [k[1] for k in kept]
     for m, s in zip(per_ctx, _method_statistics(_others(method), ctxs, reducer), strict=True):
         m.update(s)
-    denom = reducer.sum([aggregation_count(b.mask, agg) for b in micro_batches])
-    fixed_len = max_len if max_len is not None else (reducer.max_len if agg == "seq-mean-token-sum-norm" else None)
+    denom = reducer.sum([aggregation_count(b.mask, spec.agg) for b in micro_batches])
+    fixed_len = spec.max_len
+    if fixed_len is None and spec.agg == "seq-mean-token-sum-norm":
+        fixed_len = reducer.max_len
     return [
         StepStatistics(
-            agg=agg,
+            spec=spec,
             shape=tuple(b.logp.shape),
             denominator=denom,
-            clip=(clip_low, clip_high, dual_clip),
             methods=m,
             max_len=fixed_len,
             method=method.name,
@@ -271,10 +265,9 @@ def policy_loss(
     if metrics not in METRICS_MODES:
         raise ParameterError("policy_loss", "metrics", f"must be one of {METRICS_MODES}, got {metrics!r}")
     spec = _check_spec(spec).for_method(method)  # the method's clip bounds and aggregation, where it fixes them
-    agg, max_len, dual_clip = spec.agg, spec.max_len, spec.dual_clip
-    clip_low, clip_high = spec.clip_low, spec.clip_high
+    max_len = spec.max_len
     if stats is not None:
-        _check_stats(stats, batch, method, agg, max_len, (clip_low, clip_high, dual_clip))
+        _check_stats(stats, batch, method, spec)
         max_len = stats.max_len
     check_max_len(max_len, batch.logp.shape[-1])
     if max_len != spec.max_len:  # the prepared statistics' fixed length: the hooks see the one the loss uses
@@ -292,7 +285,7 @@ def policy_loss(
         ctx.stats.update(_method_statistics(_others(method), [ctx], reducer)[0])
     valid = batch.valid
     adv = ctx.adv
-    token_loss = method.token_loss(ppo_clip_loss(adv, ratio, clip_low, clip_high, dual_clip), ctx)
+    token_loss = method.token_loss(ppo_clip_loss(adv, ratio, *spec.clip), ctx)
     weights = _weights(method, ctx, token_weights)
     weights = torch.ones_like(adv) if weights is None else weights.detach()
     weights = weights.masked_fill(~valid, 0)
@@ -301,7 +294,7 @@ def policy_loss(
     denominator = None if stats is None else stats.denominator
 
     def agg_fn(x: torch.Tensor) -> torch.Tensor:
-        return aggregate(torch.where(valid, x, torch.zeros_like(x)), batch.mask, agg, max_len, denominator)
+        return aggregate(torch.where(valid, x, torch.zeros_like(x)), batch.mask, spec.agg, spec.max_len, denominator)
 
     pg_loss = agg_fn(weights * token_loss)
     loss = pg_loss
@@ -319,21 +312,15 @@ def policy_loss(
     for term_name, term in terms.items():
         out[term_name] = term.detach()
     out["loss"] = loss.detach()
-    out.update(update_statistics(batch, clip_low, clip_high, dual_clip))
+    out.update(update_statistics(batch, *spec.clip))
     out.update(ctx.metrics)
     if metrics == "float":
         out = read_metrics(out)
     return LossOutput(loss, weights, out)
 
 
-def _check_stats(
-    stats: StepStatistics,
-    batch: TokenBatch,
-    method: Method,
-    agg: str,
-    max_len: int | None,
-    clip: tuple[float, float, float | None],
-) -> None:
+def _check_stats(stats: StepStatistics, batch: TokenBatch, method: Method, spec: LossSpec) -> None:
+    """``stats`` were prepared for this micro-batch, ``method`` and ``spec`` (the spec the loss runs under)."""
     if not isinstance(stats, StepStatistics):
         raise ParameterError(
             "policy_loss", "stats", f"must be a StepStatistics from prepare_statistics, got {type(stats).__name__}"
@@ -342,13 +329,15 @@ def _check_stats(
         raise ParameterError("policy_loss", "stats", f"were prepared for method {stats.method!r}, not {method.name!r}")
     if tuple(batch.logp.shape) != tuple(stats.shape):
         raise ShapeError("stats", f"statistics of a micro-batch of shape {tuple(stats.shape)}", tuple(batch.logp.shape))
-    if stats.agg != agg:
-        raise ParameterError("policy_loss", "agg", f"is {agg!r} but the statistics were prepared for {stats.agg!r}")
-    if max_len is not None and max_len != stats.max_len:
+    if stats.spec.agg != spec.agg:
         raise ParameterError(
-            "policy_loss", "max_len", f"is {max_len} but the statistics were prepared with {stats.max_len}"
+            "policy_loss", "agg", f"is {spec.agg!r} but the statistics were prepared for {stats.spec.agg!r}"
         )
-    if tuple(clip) != tuple(stats.clip):
+    if spec.max_len is not None and spec.max_len != stats.max_len:
         raise ParameterError(
-            "policy_loss", "clip_low", f"clip bounds {clip} differ from the prepared ones {stats.clip}"
+            "policy_loss", "max_len", f"is {spec.max_len} but the statistics were prepared with {stats.max_len}"
+        )
+    if spec.clip != stats.spec.clip:
+        raise ParameterError(
+            "policy_loss", "clip_low", f"clip bounds {spec.clip} differ from the prepared ones {stats.spec.clip}"
         )

@@ -16,6 +16,7 @@ from entflow.errors import ConfigError, EntflowError
 
 if typing.TYPE_CHECKING:
     from entflow.core.ppo import LossSpec
+    from entflow.methods.base import Method
 
 
 def key_help(help: str, allowed: str | None = None) -> dict[str, Any]:
@@ -163,8 +164,10 @@ class TrainConfig:
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.run_name
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the key for any impossible value."""
+    def validate(self) -> Method:
+        """Raise :class:`ConfigError` naming the key for any impossible value. Returns the run's
+        method, built here from ``method`` and ``method_params``: the one build of a run
+        (:func:`~entflow.trainer.loop.train` trains this object)."""
         from entflow.core.advantages import SCALES
         from entflow.core.ppo import AGG_MODES
         from entflow.methods import get_method
@@ -224,6 +227,7 @@ class TrainConfig:
                 f"{self.method!r} trains on expert rows (TokenBatch.expert_mask), which this trainer's rollout "
                 "does not supply; use the method through your own loop (docs/methods.md)",
             )
+        return method
 
     def validate_task(self) -> None:
         """Checks of ``task`` and ``task_params`` (and a subclass's own keys), which only the code that

@@ -33,7 +33,7 @@ import torch
 
 from entflow.errors import ConfigError
 from entflow.files import write_json
-from entflow.methods import Method, get_method
+from entflow.methods import Method
 from entflow.trainer.collect import method_step, schedule_steps
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.progress import ProgressBar, quiet_transformers
@@ -104,13 +104,13 @@ def train(
 ) -> Path:
     """Run (or resume) a training run; returns its run directory. ``setup`` builds the task and
     policy: :func:`entflow.lab.setup.lab_setup` or :func:`entflow.hf.setup.real_setup`."""
-    cfg.validate()
+    method = cfg.validate()  # the run's one build of its method
     torch.set_num_threads(cfg.threads)
     with quiet_transformers():
         cfg = dataclasses.replace(cfg, schedule_steps=_anchored_schedule_steps(cfg, cfg.run_dir, resume))
         prepare_run_dir(cfg.run_dir, resume, overwrite)
         parts = setup(cfg)
-        state = _start_state(parts, cfg, resume)
+        state = _start_state(parts, cfg, resume, method)
         log = RunLog(cfg.run_dir, on_step)
         bar = ProgressBar(cfg.progress)
         bar.add(cfg.run_name, total=cfg.steps, completed=state.start)
@@ -143,10 +143,10 @@ class _State:
     last_checkpoint: float = dataclasses.field(default_factory=lambda: _now())  # when it was written
 
 
-def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool) -> _State:
-    """The method, optimizer and frozen reference model, restored from the last checkpoint on
-    resume (after which the config must match the run's, see :func:`_check_resumable`)."""
-    method = get_method(cfg.method, **cfg.method_params)
+def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool, method: Method) -> _State:
+    """The run's state around ``method`` (built once, by ``cfg.validate()``): its step plan, the
+    optimizer and the frozen reference model, restored from the last checkpoint on resume (after
+    which the config must match the run's, see :func:`_check_resumable`)."""
     plan = plan_steps(method, cfg)
     if plan.needs.greedy_baseline:  # ReMax: a greedy rollout per prompt, which train_step does not draw
         raise ConfigError(

@@ -12,8 +12,9 @@
    the estimators' scores against the true entropy change (:mod:`entflow.trainer.estimator_scores`)
    and, on validation steps, the §9 diagnostics (:mod:`entflow.trainer.diagnostics`).
 
-What every step of a run needs from the method — statistics, update passes, a temperature
-sampler — is decided once per run by :func:`plan_steps`. :func:`train_step` is those calls in that
+What every step of a run needs from the method and the config — statistics, update passes, a
+temperature sampler, the loss's :class:`~entflow.core.ppo.LossSpec` — is decided once per run by
+:func:`plan_steps`. :func:`train_step` is those calls in that
 order.
 """
 
@@ -29,6 +30,7 @@ import torch
 
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS
+from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import TokenStats
 from entflow.methods import Method
 from entflow.methods.needs import MethodNeeds, needs_of
@@ -63,6 +65,7 @@ class StepPlan:
     update_stats: tuple[str, ...]  # the current policy's statistics of an update forward
     epochs: int  # passes over the rollout batch
     mini_batches: int  # optimizer steps per pass
+    spec: LossSpec  # the loss's settings (TrainConfig.loss_spec), made once and carried whole to the loss
     sampler: Any = None  # the part asking for temperature samples (MethodNeeds.temperature_samples)
 
     def rollout_stats(self, audited: bool) -> tuple[str, ...]:
@@ -97,6 +100,7 @@ def plan_steps(method: Method, cfg: TrainConfig) -> StepPlan:
         update_stats=needs.token_stats(entropy=False),
         epochs=epochs,
         mini_batches=chunks,
+        spec=cfg.loss_spec(),
         sampler=temperature_sampler(method, needs.temperature_samples),
     )
 
@@ -187,12 +191,11 @@ def policy_update(
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     result = UpdateResult({}, torch.ones_like(roll.mask))
-    spec = cfg.loss_spec()
     for epoch in range(plan.epochs):
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(plan.mini_batches):
             cur, topk = current_stats(model, roll, idx, cfg, plan)
-            out = policy_loss(mini_batch(full, adv, idx, cur, topk), method, spec)
+            out = policy_loss(mini_batch(full, adv, idx, cur, topk), method, plan.spec)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             if cfg.grad_clip is not None:
@@ -257,13 +260,14 @@ def estimator_metrics(
     adv: torch.Tensor,
     weights: torch.Tensor,
     cfg: TrainConfig,
+    spec: LossSpec,
 ) -> dict[str, float]:
     """Re-run the forward after the update and score every estimator against the true ΔH per token
-    (``audit/*``)."""
+    (``audit/*``) under the loss's settings ``spec`` (the run's :attr:`StepPlan.spec`)."""
     with torch.no_grad():
         after = rollout_stats(model, collected.roll, cfg, ("entropy",))
     full.advantages = adv
-    return score_estimators(after.entropy - collected.old.entropy, full, weights, cfg.loss_spec())
+    return score_estimators(after.entropy - collected.old.entropy, full, weights, spec)
 
 
 def diagnostic_metrics(
@@ -321,7 +325,7 @@ def train_step(
     metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)
     if audit:
         t0 = time.perf_counter()
-        metrics.update(estimator_metrics(model, collected, full, adv, update.applied_weights, cfg))
+        metrics.update(estimator_metrics(model, collected, full, adv, update.applied_weights, cfg, plan.spec))
         timings["time/audit_s"] = time.perf_counter() - t0
     if diagnose:
         t0 = time.perf_counter()

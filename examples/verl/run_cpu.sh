@@ -77,6 +77,7 @@ ARGS=(
     actor_rollout_ref.rollout.agent.num_workers=1
     actor_rollout_ref.rollout.free_cache_engine=False
     actor_rollout_ref.rollout.temperature=1.0
+    reward.num_workers=1
     reward.custom_reward_function.path="$HERE/countdown_reward.py"
     reward.custom_reward_function.name=compute_score
     trainer.use_v1=True
@@ -100,6 +101,8 @@ ARGS=(
     +ray_kwargs.ray_init.num_gpus=2
     ray_kwargs.ray_init.num_cpus=16
     +ray_kwargs.ray_init.include_dashboard=False
+    # fewer processes on 2 cores: one TransferQueue storage unit (verl's default starts 8)
+    transfer_queue.backend.SimpleStorage.num_data_storage_units=1
 )
 [ -n "$ENTFLOW_METHOD_KEY" ] && ARGS+=("+actor_rollout_ref.actor.policy_loss.method=$ENTFLOW_METHOD_KEY")
 IFS=',' read -ra _entflow_params <<< "$METHOD_PARAMS"

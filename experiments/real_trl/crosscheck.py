@@ -45,7 +45,7 @@ def export(seed: int, overrides: list[str], out: Path) -> None:
     from entflow.evidence.reproduce import registry
     from entflow.hf.setup import RealTrainConfig, real_setup
     from entflow.trainer.config import parse_override
-    from entflow.trainer.rollout import step_seed
+    from entflow.trainer.seeds import STEP, stream_seed
 
     setting = registry().settings["real"]
     keys = {k: v for k, v in setting.base().items() if k != "methods"}
@@ -60,7 +60,7 @@ def export(seed: int, overrides: list[str], out: Path) -> None:
     train = [
         row(p)
         for step in range(1, cfg.steps + 1)
-        for p in task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+        for p in task.sample_problems(cfg.prompts_per_step, random.Random(stream_seed(cfg.seed, STEP, step)))
     ]
     data = {"config": asdict(cfg), "train": train, "validation": [row(p) for p in task.validation_set()]}
     out.write_text(json.dumps(data, indent=1))

@@ -15,24 +15,16 @@ import argparse
 import dataclasses
 
 from entflow.lab.config import build_config
-from entflow.lab.pretrain import evaluate
-from entflow.lab.setup import lab_setup, validate_policy
+from entflow.lab.setup import evaluate_hard_set, lab_setup, validate_policy
 from entflow.trainer.config import load_yaml
 from entflow.trainer.loop import train
-from entflow.trainer.rollout import step_seed
+from entflow.trainer.seeds import REGIME_HARD_SET
 
 
 def validate_both(model, tokenizer, task, cfg, step: int) -> dict[str, float]:
     out = validate_policy(model, tokenizer, task, cfg, step)
-    res = evaluate(
-        model,
-        tokenizer,
-        task,
-        task.hard_set(),
-        k=cfg.eval_k,
-        temperature=cfg.temperature,
-        seed=step_seed(cfg.seed + 2, step),
-    )
+    # its own stream, not val/hard_acc's (entflow.trainer.seeds): the two hard-split metrics differ by sampling noise
+    res = evaluate_hard_set(model, tokenizer, task, cfg, step, stream=REGIME_HARD_SET)
     out |= {f"hard/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems")}
     return out
 

@@ -143,12 +143,12 @@ class RealTrainConfig(TrainConfig):
 
 def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step: int) -> dict[str, float]:
     from entflow.hf.evaluate import SamplingConfig, evaluate_task
-    from entflow.trainer.rollout import step_seed
+    from entflow.trainer.seeds import VALIDATION, stream_seed
 
     sampling = SamplingConfig(
         temperature=cfg.temperature,
         max_new_tokens=cfg.max_new_tokens,
-        seed=step_seed(cfg.seed + 1, step),
+        seed=stream_seed(cfg.seed, VALIDATION, step),
         share_prompts=cfg.share_prompts,
         # the whole validation set in one generate call (up to VAL_BATCH_ROWS rows): a CPU decodes
         # 32 rows in one call ≈ 0.7× the time of two calls of 16 (docs/benchmarks.md "real_step")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entflow.lab.config import LabConfig
+from entflow.trainer import seeds
 from entflow.trainer.loop import train as train_run
-from entflow.trainer.rollout import step_seed
 
 if TYPE_CHECKING:
     from entflow.trainer.loop import RunSetup
@@ -37,21 +37,33 @@ def validate_policy(model, tokenizer, task, cfg: LabConfig, step: int) -> dict[s
         k=cfg.eval_k,
         temperature=cfg.temperature,
         greedy=True,
-        seed=step_seed(cfg.seed + 1, step),
+        seed=seeds.stream_seed(cfg.seed, seeds.VALIDATION, step),
     )
     out = {f"val/{k}": float(v) for k, v in res.items() if k not in ("k", "n_problems") and v is not None}
     if hasattr(task, "hard_set"):  # avg@k on the harder held-out split (docs/regime.md); own seed, own RNG fork
-        hard = evaluate(
-            model,
-            tokenizer,
-            task,
-            task.hard_set(),
-            k=cfg.eval_k,
-            temperature=cfg.temperature,
-            seed=step_seed(cfg.seed + 3, step),
-        )
-        out["val/hard_acc"] = float(hard["acc"])
+        out["val/hard_acc"] = float(evaluate_hard_set(model, tokenizer, task, cfg, step)["acc"])
     return out
+
+
+def evaluate_hard_set(
+    model: Any, tokenizer: Any, task: Any, cfg: LabConfig, step: int, stream: int = seeds.HARD_SET
+) -> dict[str, float]:
+    """The metrics of :func:`entflow.lab.pretrain.evaluate` (avg@k as ``acc``, pass@k, …) on the
+    task's harder held-out split ``task.hard_set()`` (docs/regime.md): ``eval_k`` samples per problem
+    at the training temperature, under a forked RNG seeded by ``stream`` at ``step``
+    (:mod:`entflow.trainer.seeds`: ``HARD_SET`` for the lab's ``val/hard_acc``, ``REGIME_HARD_SET``
+    for the regime experiment's ``hard/*``)."""
+    from entflow.lab.pretrain import evaluate
+
+    return evaluate(
+        model,
+        tokenizer,
+        task,
+        task.hard_set(),
+        k=cfg.eval_k,
+        temperature=cfg.temperature,
+        seed=seeds.stream_seed(cfg.seed, stream, step),
+    )
 
 
 def coverage_splits(model, tokenizer, task, cfg: LabConfig) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from entflow.errors import ConfigError
-from entflow.trainer.rollout import generate, step_seed
+from entflow.trainer.rollout import generate
+from entflow.trainer.seeds import COVERAGE, stream_seed
 
 if TYPE_CHECKING:
     from entflow.trainer.rollout import Generation
@@ -194,7 +195,7 @@ def coverage_curves(
             task.max_response_len,
             temperature=cfg.temperature,
             batch_size=batch_size,
-            seed=step_seed(cfg.seed + 2, i),
+            seed=stream_seed(cfg.seed, COVERAGE, i),
             record_entropy=False,
             share_prompts=share_prompts,
         )

@@ -37,7 +37,7 @@ from entflow.methods import Method
 from entflow.trainer.collect import method_step, schedule_steps
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.progress import ProgressBar, quiet_transformers
-from entflow.trainer.rollout import Rollout, step_seed
+from entflow.trainer.rollout import Rollout
 from entflow.trainer.rundir import (
     JsonlWriter,
     load_checkpoint,
@@ -49,6 +49,7 @@ from entflow.trainer.rundir import (
     trainable_state,
     write_config,
 )
+from entflow.trainer.seeds import STEP, stream_seed
 from entflow.trainer.step import StepPlan, plan_steps, train_step
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool, method: Method
 def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: RunLog) -> dict[str, Any]:
     """One step of the run: train, update the method's controllers, validate when due, write the
     record, samples and timings, checkpoint. Returns the step's record."""
-    torch.manual_seed(step_seed(cfg.seed, step))
+    torch.manual_seed(stream_seed(cfg.seed, STEP, step))
     due = _due_eval(cfg, step)
     metrics, roll, timings = train_step(
         parts.model,

@@ -29,14 +29,10 @@ from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stat
 from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.few_row_linear import few_row_linears
+from entflow.trainer.seeds import RANDOM_REWARD, STEP, stream_seed
+from entflow.trainer.seeds import step_seed as step_seed  # its 0.2 path, kept importable
 from entflow.trainer.shared_prompts import cache_kwarg, prompt_cache, shared_response_forward, worth_sharing
 from entflow.trainer.tokens import decode_responses, encode_prompts, position_ids_from_mask, response_mask
-
-
-def step_seed(seed: int, step: int) -> int:
-    """A per-step seed, so that every step's randomness is a function of (seed, step) alone."""
-    return (seed * 1_000_003 + step * 7_919) % (2**63 - 1)
-
 
 # --------------------------------------------------------------------------------------------
 # The one generation path
@@ -204,7 +200,7 @@ def sample_rollout(
     ``temperature`` / ``n_prompts``: sample at another temperature, and only the first
     ``n_prompts`` of the step's P prompts (AEPO's extra samples, ``MethodNeeds.temperature_samples``).
     """
-    problems = task.sample_problems(cfg.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+    problems = task.sample_problems(cfg.prompts_per_step, random.Random(stream_seed(cfg.seed, STEP, step)))
     if n_prompts is not None:
         problems = problems[:n_prompts]
     model.eval()
@@ -224,7 +220,7 @@ def sample_rollout(
     )
     verify_s = time.perf_counter() - t0
     if cfg.random_reward:  # rewards without signal (Park et al. 2025): Bernoulli(1/2), seeded per step
-        coin = torch.Generator().manual_seed(step_seed(cfg.seed + 3, step))
+        coin = torch.Generator().manual_seed(stream_seed(cfg.seed, RANDOM_REWARD, step))
         rewards = torch.bernoulli(torch.full_like(rewards, 0.5), generator=coin)
     group_index = torch.arange(len(problems)).repeat_interleave(cfg.group_size)
     prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]

@@ -48,7 +48,8 @@ from entflow.trainer.collect import (
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.diagnostics import rollout_diagnostics
 from entflow.trainer.estimator_scores import score_estimators
-from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats, step_seed
+from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats
+from entflow.trainer.seeds import STEP, stream_seed
 
 # --------------------------------------------------------------------------------------------
 # once per run
@@ -187,7 +188,7 @@ def policy_update(
     roll, full, adv = rows.collected.roll, rows.batch, rows.adv
     model.train()
     n = roll.rewards.shape[0]
-    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step))
+    gen = torch.Generator().manual_seed(stream_seed(cfg.seed, STEP, step))
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     result = UpdateResult({}, torch.ones_like(roll.mask))

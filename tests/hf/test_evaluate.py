@@ -1,7 +1,7 @@
 """entflow.hf.evaluate: pass@k against brute-force enumeration, maj@k, standard errors, batched
 left-padded generation (equal to one prompt at a time), the entropy of the samples (equal to a
-separate forward pass), and `entflow eval --model ... --data ...` end to end on a tiny model,
-including bad input failing before any work."""
+separate forward pass), and ``run_eval``'s bad input failing before any work (the command,
+``entflow eval --model ... --data ...``, is tested in tests/cli/test_cli_eval.py)."""
 
 from __future__ import annotations
 
@@ -120,43 +120,6 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def test_entflow_eval_model_end_to_end(tiny_dir, tmp_path, capsys):
-    from entflow.cli.main import main
-
-    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)])
-    out = tmp_path / "r.json"
-    rc = main(
-        [
-            "eval",
-            "--model",
-            str(tiny_dir),
-            "--data",
-            str(data),
-            "--n",
-            "3",
-            "--k",
-            "2",
-            "--samples",
-            "3",
-            "--max-new-tokens",
-            "4",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
-    res = json.loads(out.read_text())
-    assert set(res["metrics"]) == {"avg@2", "pass@2", "maj@2", "greedy"}
-    for m in res["metrics"].values():
-        assert 0.0 <= m["value"] <= 1.0 and m["se"] >= 0.0
-    assert res["settings"]["n_samples"] == 3 and res["settings"]["n_problems"] == 3
-    assert res["settings"]["temperature"] == 1.0 and res["settings"]["max_new_tokens"] == 4
-    assert 0.0 <= res["unparseable_frac"] <= 1.0 and res["samples_per_s"] > 0
-    assert 1.0 <= res["response_len"] <= 4.0 and res["token_entropy"] > 0
-    printed = capsys.readouterr().out
-    assert "pass@2" in printed and "maj@2" in printed and "greedy" in printed
-
-
 def _forbid_loading(monkeypatch):
     import entflow.hf.models
 
@@ -182,12 +145,3 @@ def test_eval_bad_input_fails_before_work(tiny_dir, tmp_path, monkeypatch):
         run_eval(str(tiny_dir), str(good), n=5, k=1)
     with pytest.raises(UnknownMethodError, match="reward"):
         run_eval(str(tiny_dir), str(good), n=1, k=1, reward="bleu")
-
-
-def test_cli_eval_bad_input_exit_code(tmp_path, capsys):
-    from entflow.cli.main import main
-
-    assert main(["eval", "--model", str(tmp_path / "missing"), "--data", "gsm_symbolic", "--k", "2"]) == 2
-    assert "model" in capsys.readouterr().err
-    assert main(["eval", "--model", "smollm2", "--data", "gsm_symbolic", "--k", "4", "--samples", "2"]) == 2
-    assert "k=4 exceeds n_samples=2" in capsys.readouterr().err

@@ -25,8 +25,6 @@ samples per second of sampling wall time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -273,49 +271,6 @@ def _checked_settings(k: int, n_samples: int | None, sampling: SamplingConfig | 
     return sampling, n_samples
 
 
-# --------------------------------------------------------------------------------------------
-# CLI: entflow eval --model NAME_OR_PATH --data TASK_OR_FILE
-
-
-def _add(p: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
-    """Add an option unless the lab branch of ``entflow eval`` already defines it."""
-    if not any(f in p._option_string_actions for f in flags):
-        p.add_argument(*flags, **kwargs)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``entflow eval --model ... --data ...`` (real models)."""
-    g = p.add_argument_group("real models (with --model)")
-    _add(g, "--model", help="model: short name (smollm2), a saved model directory, or a hub id with --hub")
-    _add(g, "--data", help="gsm_symbolic | basic_arithmetic | a lab task | a .jsonl/.parquet file or datasets dir")
-    _add(g, "--n", type=int, help="number of held-out problems [100]")
-    _add(g, "--samples", type=int, help="samples per problem (>= k) [k]")
-    _add(g, "--temperature", type=float, help="sampling temperature [1.0]")
-    _add(g, "--top-p", type=float, help="nucleus sampling [1.0 = off]")
-    _add(g, "--top-k", type=int, help="top-k sampling [0 = off]")
-    _add(g, "--max-new-tokens", type=int, help="response length limit in tokens [256]")
-    _add(g, "--batch-size", type=int, help="sequences per generate call [32]")
-    _add(g, "--system-prompt", help="system message for the chat template")
-    _add(g, "--prompt-suffix", help="text appended to every question (default: the boxed-answer instruction)")
-    _add(g, "--reward", help="reward: math_verify | exact_match | format | weighted sum a+0.1*b [the data's]")
-    _add(g, "--no-greedy", action="store_true", help="skip the greedy pass")
-    _add(g, "--hub", action="store_true", help="allow a hub id for --model/--data (needs network)")
-    _add(g, "--out", help="JSON file for the results [eval-<model>-<data>.json]")
-    _add(
-        g,
-        "--data-param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="reasoning-gym config, e.g. max_terms=2",
-    )
-
-
-def _opt(args: argparse.Namespace, name: str, default: Any) -> Any:
-    v = getattr(args, name, None)
-    return default if v is None else v
-
-
 def run_eval(
     model: str,
     data: str,
@@ -376,68 +331,3 @@ def run_eval(
     )
     res.extras["load_s"] = load_s
     return res
-
-
-def print_result(res: EvalResult, console: Any = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    s = res.settings
-    table = Table(
-        title=f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "
-        f"(T={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, max_new_tokens={s['max_new_tokens']})"
-    )
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("± s.e.", justify="right")
-    for name, (v, se) in res.metrics.items():
-        table.add_row(name, f"{v:.3f}", f"{se:.3f}")
-    e = res.extras
-    table.add_row("mean response length (tokens)", f"{e['response_len']:.1f}", "")
-    table.add_row("token entropy (nats)", f"{e['token_entropy']:.3f}", "")
-    table.add_row("unparseable fraction", f"{e['unparseable_frac']:.3f}", "")
-    table.add_row("samples / s", f"{e['samples_per_s']:.2f}", "")
-    table.add_row(
-        "reward errors / timeouts", f"{e.get('reward_errors', 0):.0f} / {e.get('reward_timeouts', 0):.0f}", ""
-    )
-    console.print(table)
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """``entflow eval --model ... --data ...``."""
-    from entflow.trainer.config import parse_override
-
-    if not args.data:
-        raise ConfigError("data", "--model needs --data (a task name or a file)")
-    k = _opt(args, "k", 4)
-    sampling = SamplingConfig(
-        temperature=_opt(args, "temperature", 1.0),
-        top_p=_opt(args, "top_p", 1.0),
-        top_k=_opt(args, "top_k", 0),
-        max_new_tokens=_opt(args, "max_new_tokens", 256),
-        seed=_opt(args, "seed", 0),
-        batch_size=_opt(args, "batch_size", 32),
-    )
-    data_params = dict(parse_override(t) for t in getattr(args, "data_param", []) or [])
-    t0 = time.perf_counter()
-    res = run_eval(
-        args.model,
-        args.data,
-        n=_opt(args, "n", 100),
-        k=k,
-        n_samples=_opt(args, "samples", None),
-        sampling=sampling,
-        greedy=not getattr(args, "no_greedy", False),
-        system_prompt=getattr(args, "system_prompt", None),
-        prompt_suffix=getattr(args, "prompt_suffix", None),
-        reward=getattr(args, "reward", None),
-        allow_hub=bool(getattr(args, "hub", False)),
-        data_params=data_params,
-    )
-    res.extras["wall_s"] = time.perf_counter() - t0
-    out = Path(_opt(args, "out", f"eval-{Path(args.model).name}-{Path(str(args.data)).stem}.json"))
-    out.write_text(json.dumps(res.to_json(), indent=2, default=str))
-    print_result(res)
-    print(f"wall time {res.extras['wall_s']:.0f} s (model load {res.extras['load_s']:.1f} s); results in {out}")
-    return 0

@@ -1,0 +1,67 @@
+"""``entflow eval --model ... --data ...`` (cli/eval.py) end to end on a tiny in-process model: the
+results file and the printed table; bad input exits 2 with one line naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.real_tiny import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_entflow_eval_model_end_to_end(tiny_dir, tmp_path, capsys):
+    from entflow.cli.main import main
+
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)])
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "eval",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(data),
+            "--n",
+            "3",
+            "--k",
+            "2",
+            "--samples",
+            "3",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert set(res["metrics"]) == {"avg@2", "pass@2", "maj@2", "greedy"}
+    for m in res["metrics"].values():
+        assert 0.0 <= m["value"] <= 1.0 and m["se"] >= 0.0
+    assert res["settings"]["n_samples"] == 3 and res["settings"]["n_problems"] == 3
+    assert res["settings"]["temperature"] == 1.0 and res["settings"]["max_new_tokens"] == 4
+    assert 0.0 <= res["unparseable_frac"] <= 1.0 and res["samples_per_s"] > 0
+    assert 1.0 <= res["response_len"] <= 4.0 and res["token_entropy"] > 0
+    printed = capsys.readouterr().out
+    assert "pass@2" in printed and "maj@2" in printed and "greedy" in printed
+
+
+def test_cli_eval_bad_input_exit_code(tmp_path, capsys):
+    from entflow.cli.main import main
+
+    assert main(["eval", "--model", str(tmp_path / "missing"), "--data", "gsm_symbolic", "--k", "2"]) == 2
+    assert "model" in capsys.readouterr().err
+    assert main(["eval", "--model", "smollm2", "--data", "gsm_symbolic", "--k", "4", "--samples", "2"]) == 2
+    assert "k=4 exceeds n_samples=2" in capsys.readouterr().err

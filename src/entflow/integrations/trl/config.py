@@ -316,7 +316,8 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
     if args.beta != 0.0 and kl is None and not ref_only:
         refuse(
             "beta",
-            f"TRL's KL penalty is entflow's 'kl_ref'; write entflow_method='{m}+kl_ref' with "
+            f"TRL adds its KL penalty inside its own loss, which the method's loss replaces; the same k3 penalty is "
+            f"entflow's 'kl_ref': write entflow_method='{m}+kl_ref' with "
             f"entflow_method_params={{'kl_ref.beta': {args.beta}}} and leave beta=0.0",
         )
     if kl is not None:

@@ -10,7 +10,9 @@ point (``entflow.integrations.verl.plugin``), so ``import verl`` registers:
   advantages where verl computes them, advances controllers once per step and checkpoints them.
 
 Modules: ``spec`` (which method a config selects and what it needs; no verl import),
-``config`` (:class:`EntflowPolicyLossConfig`), ``losses`` (both paths), ``trainer``, ``plugin``.
+``config`` (:class:`EntflowPolicyLossConfig`), ``losses`` (both paths), ``trainer``, ``plugin``;
+for verl on a CPU (``VERL_PLATFORM=cpu``): ``cpu`` (verl's ``cpu`` platform and FSDP engine for it)
+and ``cpu_rollout`` (the ``entflow_cpu`` rollout, generating with ``transformers``).
 Nothing here is imported by ``import entflow``; attributes load verl on first use.
 """
 

@@ -9,6 +9,10 @@ verl's v1 trainer needs its rollout stack (``transfer_queue``, an HTTP server, v
 where that stack is not installed verl's own trainer cannot start either, and only the losses are
 registered. Any other failure to register the trainer is logged as a warning: verl hides a
 plugin's import errors at debug level, and the losses stay registered.
+
+With ``VERL_PLATFORM=cpu`` it also registers entflow's ``cpu`` platform (first, before any verl
+module asks for its platform), verl's FSDP engine for the ``cpu`` device and the ``entflow_cpu``
+rollout (``cpu.py``, ``cpu_rollout.py``; docs/integrations.md, "verl on a CPU").
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ def test_blockers_and_fields_per_part():
         "kl_ref",
         "pos_adv_reweight",
         "steer",
+        "steer(estimator='tabular')",  # what verl cannot run at all cannot run as a registered loss either
     ]
     assert verl_blockers(m) == [
         "steer(estimator='tabular') needs sum_p2_logp = Σπ²·log π per token, which verl's forward pass does not "
@@ -45,6 +46,13 @@ def test_blockers_and_fields_per_part():
     assert registry_blockers(ef.get_method("pos_adv_reweight", schedule="constant")) == []
     assert "reads the training step" in registry_blockers(ef.get_method("pos_adv_reweight", schedule="stage"))[0]
     assert not needs_model_entropy(ef.get_method("steer")) and not needs_ref_logp(ef.get_method("steer"))
+
+
+def test_methods_needing_what_verl_batches_lack_are_refused_on_both_paths():
+    for name, what in (("chord", "expert rows"), ("positive_nll", "rewards")):
+        m = ef.get_method(name)
+        assert any(what in r for r in verl_blockers(m)), name
+        assert any(what in r for r in registry_blockers(m)), name
 
 
 def test_controller_state_and_reseed_follow_the_needs():

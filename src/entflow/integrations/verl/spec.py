@@ -153,7 +153,7 @@ def registry_blockers(method: Method) -> list[str]:
             reasons.append(f"{p.name} is a controller that the entflow trainer advances once per step")
         if needs.reads_step and not needs.shapes_advantages:
             reasons.append(f"{p.name} reads the training step, which a registered loss lacks")
-    return reasons
+    return reasons + [r for r in verl_blockers(method) if r not in reasons]  # what verl cannot run at all
 
 
 def verl_blockers(method: Method) -> list[str]:
@@ -181,6 +181,11 @@ def verl_blockers(method: Method) -> list[str]:
         if per_group:
             reasons.append(
                 f"{p.name} reads {' and '.join(per_group)} in the loss, which verl's micro-batches do not carry"
+            )
+        if needs.expert_rows:
+            reasons.append(
+                f"{p.name} trains on expert rows (expert_mask, e.g. reference solutions), which verl's rollout "
+                "batches do not contain"
             )
         if needs.topk is not None:
             reasons.append(

@@ -103,6 +103,8 @@ ARGS=(
     +ray_kwargs.ray_init.include_dashboard=False
     # fewer processes on 2 cores: one TransferQueue storage unit (verl's default starts 8)
     transfer_queue.backend.SimpleStorage.num_data_storage_units=1
+    # Hydra's own run folder (config snapshot, main_ppo.log) under OUT, not ./outputs of the caller
+    hydra.run.dir="$OUT/hydra"
 )
 [ -n "$ENTFLOW_METHOD_KEY" ] && ARGS+=("+actor_rollout_ref.actor.policy_loss.method=$ENTFLOW_METHOD_KEY")
 IFS=',' read -ra _entflow_params <<< "$METHOD_PARAMS"

@@ -15,7 +15,12 @@ from entflow.cli.main import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[2]
 # distribution name -> import name, where they differ
-IMPORT_NAME = {"reasoning-gym": "reasoning_gym", "math-verify": "math_verify"}
+IMPORT_NAME = {
+    "reasoning-gym": "reasoning_gym",
+    "math-verify": "math_verify",
+    "TransferQueue": "transfer_queue",
+    "pyzmq": "zmq",
+}
 
 
 def pyproject() -> dict:

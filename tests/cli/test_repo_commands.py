@@ -22,6 +22,7 @@ def test_readme_opens_with_demo_and_test_commands():
 
 
 CI_SCRIPTS = {".ci/trl-range", ".ci/docs", ".ci/real-range", ".ci/wheel"}
+AFTER_TESTS = {".ci/verl-cpu"}  # run in the README test command's venv, after it
 
 
 def ci_lanes() -> dict[str, list[str]]:
@@ -51,10 +52,10 @@ def _run_ci_with_stubs(tmp_path: Path, failing: str | None) -> tuple[int, str]:
     code = "false" if failing == "readme" else "true"
     text = (ROOT / ".ci" / "run").read_text().replace(readme, f"echo ran readme && {code}")
     (ci / "run").write_text(text)
-    for script in CI_SCRIPTS:
+    for script in CI_SCRIPTS | AFTER_TESTS:
         name = script.removeprefix(".ci/")
         (ci / name).write_text(f"echo ran {name}\n{'exit 1' if failing == name else 'exit 0'}\n")
-    res = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     return res.returncode, res.stdout
 
 
@@ -63,8 +64,8 @@ def test_ci_run_passes_only_when_every_check_passes(tmp_path):
     script): exit non-zero, and no later script of that lane ran."""
     code, out = _run_ci_with_stubs(tmp_path, None)
     assert code == 0, out
-    assert {f"ran {s.removeprefix('.ci/')}" for s in CI_SCRIPTS} | {"ran readme"} <= set(out.splitlines())
-    for failing in ["readme", *(s.removeprefix(".ci/") for s in CI_SCRIPTS)]:
+    assert {f"ran {s.removeprefix('.ci/')}" for s in CI_SCRIPTS | AFTER_TESTS} | {"ran readme"} <= set(out.splitlines())
+    for failing in ["readme", *(s.removeprefix(".ci/") for s in CI_SCRIPTS | AFTER_TESTS)]:
         code, out = _run_ci_with_stubs(tmp_path, failing)
         assert code != 0, (failing, out)
         for lane in ci_lanes().values():

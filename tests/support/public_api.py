@@ -76,8 +76,9 @@ def documented(files: list[Path] = DOC_FILES) -> list[str]:
     for path in files:
         text = path.read_text()
         for mod, names in re.findall(r"from (entflow[\w.]*) import (\([\w, \n]+\)|[\w, ]+)", text):
-            for name in re.split(r"[(),\s]+", names):
-                if name and name != "as":
+            for part in re.split(r"[(),]+", names):  # "a as b": the name imported is a
+                name = part.split()[0] if part.split() else ""
+                if name:
                     found.add(f"{mod}.{name}")
         for dotted in re.findall(r"`(entflow(?:\.\w+)+)", text):
             found.add(dotted)

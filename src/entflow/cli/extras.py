@@ -17,8 +17,8 @@ from entflow.errors import MissingExtraError
 # extra -> the import names of its distributions (tests/cli/test_extras.py keeps this equal to pyproject.toml)
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "lab": ("transformers", "tokenizers", "reasoning_gym", "tensorboard"),
-    "trl": ("trl", "transformers", "datasets", "accelerate"),
-    "verl": ("verl",),
+    "trl": ("trl", "transformers", "datasets", "accelerate", "jmespath"),
+    "verl": ("verl", "transfer_queue", "fastapi", "uvicorn", "zmq", "msgspec", "cachetools"),
     "triton": ("triton",),
     "real": ("transformers", "datasets", "accelerate", "gguf", "math_verify", "reasoning_gym", "peft"),
 }

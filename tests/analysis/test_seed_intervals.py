@@ -1,4 +1,4 @@
-"""Seeds and intervals: t-interval against a hand computation, windowed best, seed groups in the
+"""Seeds and intervals (analysis/stats.py, the report's seed groups): t-interval against a hand computation, windowed best, seed groups in the
 report (mean ± half-width), `compare seeds=…` end to end on a micro config."""
 
 from __future__ import annotations

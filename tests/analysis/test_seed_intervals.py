@@ -1,5 +1,6 @@
-"""Seeds and intervals (analysis/stats.py, the report's seed groups): t-interval against a hand computation, windowed best, seed groups in the
-report (mean ± half-width), `compare seeds=…` end to end on a micro config."""
+"""Seeds and intervals (analysis/stats.py and the report's seed groups): t-interval against a hand
+computation, windowed best, seed groups in the report (mean ± half-width), `compare seeds=…` end to
+end on a micro config."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from entflow.lab.tasks import parse_expression
+from entflow.lab.tasks import parse_expression, uses_given_numbers
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None, **_: Any) -> float:
@@ -24,9 +24,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
         value, used = parse_expression(text)
     except ValueError:
         return 0.0
-    pool = list(numbers)
-    for u in used:
-        if u not in pool:
-            return 0.1
-        pool.remove(u)
+    if not uses_given_numbers(used, numbers):
+        return 0.1
     return 1.0 if value == target else 0.2

@@ -74,6 +74,16 @@ def _tokenize(s: str) -> list[str]:
     return toks
 
 
+def uses_given_numbers(used: list[int], numbers: list[int]) -> bool:
+    """Whether ``used`` (the numbers an expression uses) takes each of ``numbers`` at most once."""
+    pool = list(numbers)
+    for u in used:
+        if u not in pool:
+            return False
+        pool.remove(u)
+    return True
+
+
 def parse_expression(s: str) -> tuple[int, list[int]]:
     """Evaluate ``s`` (integers, ``+ - *``, parentheses, usual precedence, no unary minus, no
     leading zeros). Returns (value, the integer literals used). Raises ``ValueError`` on anything
@@ -236,11 +246,8 @@ class CountdownTask(LabTask):
             value, used = parse_expression(response.strip())
         except ValueError:
             return 0.0
-        pool = list(numbers)
-        for u in used:
-            if u not in pool:
-                return 0.0
-            pool.remove(u)
+        if not uses_given_numbers(used, numbers):
+            return 0.0
         return 1.0 if value == target else 0.0
 
     def solutions(self, problem: Problem) -> tuple[str, ...]:

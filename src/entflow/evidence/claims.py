@@ -93,6 +93,10 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # bounds 0.2 (GMPO's log-space clip, DPPO's TV thresholds) and DPPO's IS truncation clip_ratio_c = 3
     "geo_mean": ("geo_mean", {}, {}),
     "dppo_tv": ("dppo_tv", {}, {"dual_clip": 3.0}),
+    # the methods the field shipped since (docs/methods.md), at their defaults
+    "maxrl": ("maxrl", {}, {}),
+    "topr": ("topr", {}, {}),
+    "stare": ("stare", {}, {}),
     # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
     # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
     "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),

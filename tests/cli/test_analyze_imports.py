@@ -1,4 +1,4 @@
-"""``import entflow`` and ``entflow analyze LOG`` do not import torch (issue 22: the command in ≤ 5 s,
+"""``import entflow`` and ``entflow analyze LOG`` do not import torch (the command in ≤ 5 s,
 of which importing torch alone took ~3 s); the lazily resolved public names are the same objects as
 before.
 

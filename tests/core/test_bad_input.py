@@ -73,7 +73,7 @@ def test_token_stats_shape_errors(gen):
         ef.token_stats(logits, torch.full((2, 3), -1))
 
 
-# −inf logits are allowed where the softmax is defined (issue 7): tests/core/test_token_stats.py
+# −inf logits are allowed where the softmax is defined: tests/core/test_token_stats.py
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("where", [0, 17, -1])  # first, middle, last element
 def test_nonfinite_logits(gen, bad, where):

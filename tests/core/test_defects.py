@@ -1,4 +1,4 @@
-"""The smaller defects of issue 7, each pinned by a test that failed before its fix."""
+"""Smaller defects in the methods, each pinned by a test that failed before its fix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Device and dtype suite (issue 7): the same tests on every available device.
+"""Device and dtype suite: the same tests on every available device.
 
 ``pytest -m device`` selects them; they run on the CPU always and on CUDA when one is present
 (untested on a GPU in this session: no GPU was available). Every method, through

@@ -1,4 +1,4 @@
-"""Global statistics across micro-batches and data-parallel ranks (issue 7, acceptance 1).
+"""Global statistics across micro-batches and data-parallel ranks.
 
 ``prepare_statistics`` + ``policy_loss(..., stats=...)`` on two gloo ranks, each holding half
 the batch in two micro-batches, must give summed gradients equal to one process on the full

@@ -1,4 +1,4 @@
-"""The fast path makes no device-to-host synchronisation (issue 7, acceptance 2).
+"""The fast path makes no device-to-host synchronisation.
 
 A ``TorchFunctionMode`` sees every torch call. It counts the calls that force a GPU to wait for
 the host: reading a value (``item``, ``__bool__``, ``__float__``, ``__int__``, ``__index__``,

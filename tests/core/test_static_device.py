@@ -36,7 +36,7 @@ def constructors_without_device(source: str) -> list[tuple[int, str]]:
 
 
 def test_scan_finds_a_missing_device():
-    # the scanner itself: it must flag the bug issue 7 found in group_stats, and accept the fix
+    # the scanner itself: it must flag a constructor without device= (a bug group_stats once had), and accept the fix
     assert constructors_without_device("import torch\nx = torch.zeros(k, dtype=torch.float64)\n") == [(2, "zeros")]
     assert constructors_without_device("x = torch.zeros(k, device=v.device)\ny = torch.zeros_like(v)\n") == []
     assert constructors_without_device("g = torch.Generator()\n") == [(1, "Generator")]

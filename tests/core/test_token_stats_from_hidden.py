@@ -1,4 +1,4 @@
-"""token_stats_from_hidden (issue 24): values and gradients w.r.t. hidden, weight and bias equal
+"""token_stats_from_hidden: values and gradients w.r.t. hidden, weight and bias equal
 float64 autograd through explicit logits ``h @ W.T + b`` (``tests/support/hidden_ref.py``), and equal
 ``token_stats`` on the materialised logits.
 

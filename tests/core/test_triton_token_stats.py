@@ -1,6 +1,6 @@
 """The Triton kernel of token_stats (values and gradients vs float64), run from
 ``tests/support/triton_kernel_checks.py`` in a fresh process: on CPU under Triton's interpreter, and on
-CUDA when a GPU is present. Tolerances (issue 12): 1e-4 for float32 input, 2e-2 for bf16."""
+CUDA when a GPU is present. Tolerances: 1e-4 for float32 input, 2e-2 for bf16."""
 
 from __future__ import annotations
 

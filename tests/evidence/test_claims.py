@@ -187,7 +187,7 @@ def test_not_run_for_pending_claims_and_untrained_runs():
     assert low["mean"] == pytest.approx(-0.11) and low["verdict"] == "reproduced"
     assert low["ci_high"] == pytest.approx(-0.11 + stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3), rel=1e-10)
     assert rows["park-clip-high"]["verdict"] == "inconclusive"
-    assert rows["exploration"]["reason"].startswith("runs not trained: ")  # measurable since issue 21
+    assert rows["exploration"]["reason"].startswith("runs not trained: ")  # measurable, not pending
     json.dumps(json_safe(rows["park-clip-low-random"]), allow_nan=False)  # NaN → null in claims.json
     assert json_safe(rows["park-clip-low-random"])["mean"] is None
 

@@ -1,6 +1,6 @@
 """run_facts reads the coverage facts (``coverage.json``) and the hard split's best window
 (``val/hard_acc``); the registry's coverage claims are measurable and reproduce trains their runs
-with coverage_n = 256 (issue 21 point 3)."""
+with coverage_n = 256."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_coverage_and_random_reward_claims_are_measurable():
     assert {c.id for c in reading} >= {"yue-coverage", "exploration", "coverage-steer"}
     assert all(c.pending is None for c in reading)
     pending = {c.id for c in claims if c.pending is not None}
-    assert pending == set()  # the random-reward claims became measurable with random_reward (issue 21)
+    assert pending == set()  # the random-reward claims became measurable with random_reward
     # coverage is measured in the regime setting (the registry's `settings`), never in the demo
     assert {"regime/grpo", "regime/grpo_strict", "regime/opefo_strict", "regime/steer"} <= coverage_runs()
     assert "regime/ppl_shaping" not in coverage_runs()  # no claim reads its coverage

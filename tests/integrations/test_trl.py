@@ -1,4 +1,4 @@
-"""entflow inside TRL's GRPOTrainer (issue 8): equivalence with TRL, end-to-end training with
+"""entflow inside TRL's GRPOTrainer: equivalence with TRL, end-to-end training with
 methods, the loss against ``ef.policy_loss`` on the same tensors, checkpoints, bad input.
 
 A tiny Llama (2 layers, hidden 32, character vocabulary) is built in-process and saved to a

@@ -1,4 +1,4 @@
-"""The TRL adapter's tabular rollout pass from hidden states (issue 24 phase 2): in a real
+"""The TRL adapter's tabular rollout pass from hidden states: in a real
 ``trl.GRPOTrainer`` step it equals the full-logits pass and the LM head never produces logits;
 heads that are not plain linear layers fall back to full logits with a warning naming the reason.
 """
@@ -47,7 +47,7 @@ def _reward(completions, **kwargs):
 
 class _Comparing(EntflowGRPOTrainer):
     """Records the lm_head calls of the adapter's rollout pass, and the full-logits pass on the
-    same batch and weights (today's path before issue 24) next to it."""
+    same batch and weights (the path without hidden-state statistics) next to it."""
 
     def _ef_rollout_token_stats(self, out):
         head = self.model.get_output_embeddings()

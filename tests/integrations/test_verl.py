@@ -1,4 +1,4 @@
-"""entflow inside verl 0.9.1 (issue 10): discovery, equivalence with verl's own losses, both
+"""entflow inside verl 0.9.1: discovery, equivalence with verl's own losses, both
 verl paths against ef.policy_loss, Hydra config validation with the example's overrides, and
 the driver-side pieces of the entflow trainer.
 

@@ -1,4 +1,4 @@
-"""Acceptance 4 of issue 10: verl's loss-function path (``entflow_ppo_loss``) on two gloo ranks
+"""verl's loss-function path (``entflow_ppo_loss``) on two gloo ranks
 with global statistics equals one process on the full batch.
 
 Each rank holds half the responses as one micro-batch in verl's layout, with verl's

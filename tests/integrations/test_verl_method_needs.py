@@ -1,4 +1,4 @@
-"""Issue 23's methods that verl's actor cannot feed: ``siren`` with top_p < 1 (its top-p entropy
+"""Methods that verl's actor cannot feed: ``siren`` with top_p < 1 (its top-p entropy
 needs the logits; verl gives the loss only the full entropy) and ``aepo`` (extra samples at its
 own temperature, which verl does not draw) are refused when verl converts the policy-loss config,
 with a :class:`ConfigError` that says why; ``siren`` with top_p = 1 is accepted."""

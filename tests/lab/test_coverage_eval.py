@@ -1,5 +1,5 @@
 """The final coverage evaluation (``coverage_n`` → ``coverage.json``) and the hard split's
-``val/hard_acc`` (issue 21 points 1–2) on micro runs; the pass@k values are checked against exact
+``val/hard_acc`` on micro runs; the pass@k values are checked against exact
 combinatorics (``math.comb``) over the stored per-problem correct counts.
 
 The micro policy solves no countdown problem, so every count would be 0 and every pass@k

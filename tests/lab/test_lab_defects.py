@@ -1,4 +1,4 @@
-"""Regression tests for the lab defects of issue 11: schedule step base, schedules anchored on
+"""Regression tests for lab defects: schedule step base, schedules anchored on
 resume, strict on-policy forcing one step, `entflow eval` on the run's task and temperature, §9
 diagnostics logged, whole groups in samples.jsonl. Each failed before its fix."""
 

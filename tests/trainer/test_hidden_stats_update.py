@@ -1,6 +1,6 @@
-"""The trainer's update forward from the last hidden state (``TrainConfig.hidden_stats``, issue 24
-phase 2): values and gradients equal the logits path to float32 round-off, a whole step moves the
-weights the same way, and no grad-enabled forward asks the LM head for logits."""
+"""The trainer's update forward from the last hidden state (``TrainConfig.hidden_stats``): values
+and gradients equal the logits path to float32 round-off, a whole step moves the weights the same
+way, and no grad-enabled forward asks the LM head for logits."""
 
 from __future__ import annotations
 

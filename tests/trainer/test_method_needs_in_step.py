@@ -1,6 +1,6 @@
-"""What the generic trainer's step does for methods that need more than the token statistics
-(issue 23): SIREN's top-p entropy in the update forward (arXiv 2509.25133 §3) and AEPO's extra
-samples at the controller's temperature (arXiv 2510.08141 §4).
+"""What the generic trainer's step does for methods that need more than the token statistics:
+SIREN's top-p entropy in the update forward (arXiv 2509.25133 §3) and AEPO's extra samples
+at the controller's temperature (arXiv 2510.08141 §4).
 
 A random (not warm-started) micro Llama on countdown: the checks are about which tensors the loss
 sees, not about learning.

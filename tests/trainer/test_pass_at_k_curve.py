@@ -1,4 +1,4 @@
-"""The pass@k curve (k = 1, 2, 4, …, 256 from n ≥ 256 samples; issue 21 point 2) against exact
+"""The pass@k curve (k = 1, 2, 4, …, 256 from n ≥ 256 samples) against exact
 combinatorics: 1 − C(n−c, k)/C(n, k) in rational arithmetic (fractions.Fraction, math.comb)."""
 
 from __future__ import annotations

@@ -2,26 +2,47 @@
 
 A printed block in ``docs/*.md`` opens with the line ``Printed by `COMMAND`:`` and a blank line, and
 closes with the line ``(End of what that command prints.)``; between them stands exactly what COMMAND
-prints (run from the repository root; COMMAND starts with ``python benchmarks/`` and reads a committed
+prints (run from the repository root; COMMAND starts with ``python benchmarks/`` and reads committed
 JSON), then a blank line. Both lines show on the page, so a reader knows where the figures come from.
 Nobody edits the block by hand: a test runs ``--check``, so a typed-over number fails CI.
 
-    python benchmarks/docs_tables.py            # rewrite every printed block
+    python benchmarks/docs_tables.py --write    # rewrite every printed block (also the default)
     python benchmarks/docs_tables.py --check    # exit 1, naming each block that differs
+
+The printers this script itself provides (the commands the blocks of docs/reproduction.md and
+docs/benchmarks.md name):
+
+    --print claims FILE    the verdict table of one claims JSON: the claims whose current result it holds
+    --print other          every claims JSON that docs/results/provenance.json does not name, in full
+    --print pending        the registered claims that no committed claims JSON gives a verdict
+    --print audit FILE     the clean estimator audit stored in a claims JSON
+    --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
+
+Claims JSONs are found by name: every ``docs/results/**/*claims*.json``. A claim that several files
+hold is shown once, with the newest measurement that gives it a verdict; the other files say so.
+Each table's caption gives the date, machine and command of its measurement: from the JSON's own
+``date`` / ``machine`` / ``command`` keys, else from ``docs/results/provenance.json``, else the date
+of the commit that added the file (marked "from git log").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 END = "(End of what that command prints.)"
 BLOCK = re.compile(r"(Printed by `(?P<cmd>python benchmarks/[^`]+)`:\n\n)(?P<body>.*?)(" + re.escape(END) + ")", re.S)
+PROVENANCE = "docs/results/provenance.json"
+CLAIMS_GLOB = "docs/results/**/*claims*.json"
+NOT_RUN = "not run"
 
 
 def render(command: str, root: Path = ROOT) -> str:
@@ -54,10 +75,303 @@ def stale_blocks(docs: Path, root: Path = ROOT, write: bool = False) -> list[str
     return stale
 
 
+def table_lines_outside_blocks(page: Path) -> list[int]:
+    """1-based numbers of the lines of ``page`` that are Markdown table rows (start with ``|``) but lie
+    outside every printed block: rows typed by hand."""
+    text = page.read_text()
+    inside = [False] * (text.count("\n") + 1)
+    for m in BLOCK.finditer(text):
+        first = text.count("\n", 0, m.start())
+        last = text.count("\n", 0, m.end())
+        for i in range(first, last + 1):
+            inside[i] = True
+    return [i + 1 for i, line in enumerate(text.split("\n")) if line.lstrip().startswith("|") and not inside[i]]
+
+
+# --- numbers --------------------------------------------------------------------------------------
+
+
+def num(v: Any, digits: int = 3) -> str:
+    """``+0.123`` with a true minus sign; ``—`` for a missing or non-finite value."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:+.{digits}f}".replace("-", "\u2212")
+
+
+def cell(text: str) -> str:
+    """A table cell: pipes escaped, newlines folded."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """``0–4`` for a run of consecutive seeds, else the list."""
+    if not seeds:
+        return "—"
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
+def criterion_text(claim: dict) -> str:
+    """The verdict's rule as stored in the claims JSON (``kind`` and ``threshold``)."""
+    sign = {"greater": ">", "less": "<", "at_least": "≥", "at_most": "≤"}.get(claim.get("kind", ""), "?")
+    return f"{sign} {claim.get('threshold') or 0.0:g}".replace("-", "\u2212")
+
+
+def interval_text(c: dict) -> str:
+    """``mean [low, high]`` at the entry's level (95 % unless it says otherwise)."""
+    if c.get("mean") is None or c.get("verdict") == NOT_RUN:
+        return "—"
+    low, high = c.get("ci_low"), c.get("ci_high")
+    if low is None and c.get("half") is not None:
+        low, high = c["mean"] - c["half"], c["mean"] + c["half"]
+    level = c.get("level", 0.95)
+    tag = "" if abs(level - 0.95) < 1e-12 else f" ({100 * level:.1f} %)"
+    return f"{num(c['mean'])} [{num(low)}, {num(high)}]{tag}"
+
+
+# --- claims files ---------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def provenance(root: Path) -> dict:
+    p = root / PROVENANCE
+    return _load(p) if p.exists() else {"claims": {}, "pending": {}, "benchmarks": {}}
+
+
+def claims_files(root: Path) -> list[str]:
+    """Every committed claims JSON, relative to ``root``, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in root.glob(CLAIMS_GLOB))
+
+
+def _git_added(rel: str, root: Path) -> str | None:
+    try:
+        res = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%cI", "--", rel],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=60,
+        )
+    except OSError:
+        return None
+    dates = res.stdout.split()
+    return dates[-1] if res.returncode == 0 and dates else None
+
+
+def file_meta(rel: str, root: Path) -> dict:
+    """Date, machine, command and a sortable time of one claims JSON (see the module docstring)."""
+    data = _load(root / rel)
+    if all(k in data for k in ("date", "machine", "command")):
+        return {
+            "date": str(data["date"]),
+            "machine": str(data["machine"]),
+            "command": str(data["command"]),
+            "at": str(data["date"]),
+            "source": "",
+        }
+    prov = provenance(root)["claims"].get(rel)
+    if prov:
+        return {**prov, "at": prov["measured_at"], "source": ""}
+    added = _git_added(rel, root)
+    return {
+        "date": added[:10] if added else "not committed yet",
+        "machine": "not recorded",
+        "command": "not recorded",
+        "at": added or "9999",
+        "source": " (from git log)" if added else "",
+    }
+
+
+def current_sources(root: Path) -> dict[str, str]:
+    """Claim id → the claims JSON holding its newest verdict (a ``not run`` entry never counts)."""
+    best: dict[str, tuple[str, str]] = {}
+    for rel in claims_files(root):
+        at = file_meta(rel, root)["at"]
+        for c in _load(root / rel)["claims"]:
+            if c.get("verdict") == NOT_RUN:
+                continue
+            if c["id"] not in best or at >= best[c["id"]][0]:
+                best[c["id"]] = (at, rel)
+    return {cid: rel for cid, (_, rel) in best.items()}
+
+
+def caption(rel: str, root: Path) -> str:
+    m = file_meta(rel, root)
+    return f"Measured {m['date']}{m['source']} on {m['machine']}. Command: `{m['command']}`. Data: `{rel}`."
+
+
+def claim_rows(c: dict, file_seeds: list[int]) -> list[str]:
+    seeds = c.get("preregistered_seeds") or file_seeds
+    seed_cell = seeds_text(seeds) + ("" if c.get("seeds_as_registered", True) else " (not the registered seeds)")
+    values = ", ".join(num(v) for v in c.get("values") or []) or "—"
+    reason = f" ({cell(c['reason'])})" if c.get("reason") else ""
+    rows = [
+        f"| `{c['id']}`: {cell(c.get('claim', ''))} | {cell(c.get('measured', ''))} | {values} | "
+        f"{interval_text(c)} | {criterion_text(c)} | **{c['verdict']}**{reason} | {seed_cell} |"
+    ]
+    for comp in c.get("components") or []:
+        what = f"{comp['run']} − {comp['baseline']}, {comp['fact']}"
+        vals = ", ".join(num(v) for v in comp.get("values") or []) or "—"
+        rows.append(f"| ↳ component: {cell(what)} | | {vals} | {interval_text(comp)} | | {comp['verdict']} | |")
+    return rows
+
+
+HEADER = [
+    "| claim | measured | per seed | mean [95 % CI] | criterion | verdict | seeds |",
+    "|---|---|---|---|---|---|---|",
+]
+
+
+def print_claims(rel: str, root: Path) -> str:
+    """Caption and verdict table of ``rel``: its claims whose current result it holds; a note naming
+    its other claims and where they are shown."""
+    data = _load(root / rel)
+    current = current_sources(root)
+    claims = data["claims"]
+    shown = [c for c in claims if current.get(c["id"]) == rel]
+    out = [caption(rel, root), ""]
+    if shown:
+        out += HEADER
+        for c in shown:
+            out += claim_rows(c, data.get("seeds", []))
+        out.append("")
+    elsewhere: dict[str, list[str]] = {}
+    for c in claims:
+        if current.get(c["id"]) in (None, rel):
+            continue
+        other = current[c["id"]]
+        twin = next(o for o in _load(root / other)["claims"] if o["id"] == c["id"])
+        same = twin.get("values") == c.get("values") and twin.get("verdict") == c.get("verdict")
+        key = f"the same values, shown with `{other}`" if same else f"superseded by the newer `{other}`, shown there"
+        elsewhere.setdefault(key, []).append(f"`{c['id']}`")
+    for key, ids in elsewhere.items():
+        out.append(f"Also in this file ({key}): {', '.join(ids)}.")
+        out.append("")
+    not_run = [c for c in claims if c.get("verdict") == NOT_RUN and c["id"] not in current]
+    if not_run:
+        ids = ", ".join(f"`{c['id']}`" for c in not_run)
+        out.append(f"Not run in this file: {ids} (see the pending table).")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def print_other(root: Path) -> str:
+    """Every claims JSON that provenance.json does not name (one dropped in later), in full."""
+    named = set(provenance(root)["claims"])
+    others = [rel for rel in claims_files(root) if rel not in named]
+    if not others:
+        return "No other claims files.\n"
+    return "\n".join(f"#### `{rel}`\n\n{print_claims(rel, root)}" for rel in others)
+
+
+def registry(root: Path) -> list[dict]:
+    import yaml
+
+    found = sorted(root.glob("src/entflow/**/claims.yaml"))
+    if not found:
+        raise FileNotFoundError(f"no claims registry (src/entflow/**/claims.yaml) under {root}")
+    return yaml.safe_load(found[0].read_text())["claims"]
+
+
+def print_pending(root: Path) -> str:
+    """The registered claims that no committed claims JSON gives a verdict, with their status."""
+    current = current_sources(root)
+    notes = provenance(root).get("pending", {})
+    rows = [c for c in registry(root) if c["id"] not in current]
+    if not rows:
+        return "Every registered claim has a committed verdict.\n"
+    out = ["| claim | setting | seeds | status |", "|---|---|---|---|"]
+    for c in rows:
+        status = notes.get(c["id"], "no committed data")
+        out.append(
+            f"| `{c['id']}`: {cell(c.get('statement', ''))} | {c.get('setting', 'demo')} | "
+            f"{seeds_text(c.get('seeds', []))} | {status} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+AUDIT_STARTS = {"warm_start": "From the warm start", "after_grpo": "From each seed's GRPO-trained policy (final step)"}
+AUDIT_VARIANTS = {"batch": "batch step", "isolated": "isolated per-token step", "tabular_head": "tabular head"}
+
+
+def print_audit(rel: str, root: Path) -> str:
+    """The clean estimator audit of a claims JSON: Spearman correlation with the true entropy change,
+    mean ± 95 % half-width (n) and rank, per start and variant."""
+    audit = _load(root / rel)["audit"]
+    out = [caption(rel, root), ""]
+    for start, title in AUDIT_STARTS.items():
+        if start not in audit:
+            continue
+        summary = audit[start]["summary"]
+        estimators = list(dict.fromkeys(r["estimator"] for r in summary))
+        by = {(r["variant"], r["estimator"]): r for r in summary}
+        cols = [v for v in AUDIT_VARIANTS if any(k[0] == v for k in by)]
+        out.append(f"{title} ({audit[start].get('wall_s', float('nan')):.0f} s):")
+        out.append("")
+        out.append("| estimator | " + " | ".join(f"{AUDIT_VARIANTS[v]}: Spearman | rank" for v in cols) + " |")
+        out.append("|---|" + "---:|---:|" * len(cols))
+        for e in estimators:
+            cells = []
+            for v in cols:
+                r = by.get((v, e))
+                cells += [f"{num(r['mean'])} ± {r['half']:.3f} (n={r['n']})", str(r["rank"])] if r else ["—", "—"]
+            out.append(f"| {e} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def print_bench(key: str, root: Path) -> str:
+    """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
+    benchmark's own ``--from-json`` prints (its Markdown rows only)."""
+    benches = provenance(root)["benchmarks"]
+    if key not in benches:
+        raise KeyError(f"no benchmark {key!r} in {PROVENANCE}; known: {sorted(benches)}")
+    b = benches[key]
+    files = [root / f for f in b["files"]]
+    if key.startswith("real-step"):
+        res = subprocess.run(
+            [sys.executable, "benchmarks/real_step.py", "--from-json", *map(str, files)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=300,
+        )
+        if res.returncode:
+            raise RuntimeError(f"real_step.py --from-json exited {res.returncode}: {res.stderr[-2000:]}")
+        table = [line for line in res.stdout.splitlines() if line.startswith("|")]
+    else:
+        raise KeyError(f"benchmark {key!r} has no printer")
+    note = f" ({b['note']})" if b.get("note") else ""
+    head = (
+        f"Measured {b['date']} on {b['machine']}. Command: `{b['command']}`. "
+        f"Data{note}: {', '.join(f'`{f}`' for f in b['files'])}."
+    )
+    return "\n".join([head, "", *table]) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not current")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not current")
+    mode.add_argument("--write", action="store_true", help="rewrite every printed block (the default)")
+    mode.add_argument("--print", nargs="+", metavar="WHAT", help="print one table (see above) and exit")
     args = ap.parse_args()
+    if args.print:
+        what, rest = args.print[0], args.print[1:]
+        printers = {
+            "claims": lambda: print_claims(rest[0], ROOT),
+            "other": lambda: print_other(ROOT),
+            "pending": lambda: print_pending(ROOT),
+            "audit": lambda: print_audit(rest[0], ROOT),
+            "bench": lambda: print_bench(rest[0], ROOT),
+        }
+        if what not in printers or (what in ("claims", "audit", "bench") and len(rest) != 1):
+            ap.error(f"--print takes one of: claims FILE, other, pending, audit FILE, bench KEY; got {args.print}")
+        sys.stdout.write(printers[what]())
+        return
     stale = stale_blocks(ROOT / "docs", write=not args.check)
     for s in stale:
         print(("stale: " if args.check else "rewrote: ") + s)

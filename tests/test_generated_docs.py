@@ -1,34 +1,181 @@
 """The docs' printed tables (``Printed by `…`:`` blocks, benchmarks/docs_tables.py) equal what their commands print
-from the committed result files, and a number typed over by hand is caught."""
+from the committed result files; no table row of the results pages is typed by hand; a number typed over by hand is
+caught; and a claims JSON dropped into docs/results/ is picked up without editing the page."""
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import docs_tables  # noqa: E402  (benchmarks/docs_tables.py)
 
+PAGES = ("reproduction.md", "benchmarks.md")
+REGISTRY = ROOT / "src" / "entflow" / "evidence" / "claims.yaml"
+FULL = "docs/results/full_5seed_claims.json"
+
+
+def _copy_tree(tmp_path: Path, pages: tuple[str, ...]) -> Path:
+    """A repository root in ``tmp_path`` with ``pages``, the result files, the benchmarks and the registry."""
+    (tmp_path / "docs").mkdir()
+    for page in pages:
+        shutil.copy(ROOT / "docs" / page, tmp_path / "docs" / page)
+    shutil.copytree(ROOT / "docs" / "results", tmp_path / "docs" / "results")
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
+    (tmp_path / REGISTRY.relative_to(ROOT)).parent.mkdir(parents=True)
+    shutil.copy(REGISTRY, tmp_path / REGISTRY.relative_to(ROOT))
+    return tmp_path
+
+
+def _signed(v: float) -> str:
+    return f"{v:+.3f}".replace("-", "\u2212")
+
 
 def test_every_generated_block_is_current():
-    assert list((ROOT / "docs").glob("*.md"))
-    blocks = sum(f.read_text().count("Printed by `python benchmarks/") for f in (ROOT / "docs").glob("*.md"))
-    assert blocks >= 2
+    for page in PAGES:
+        assert (ROOT / "docs" / page).read_text().count("Printed by `python benchmarks/") >= 3, page
     assert docs_tables.stale_blocks(ROOT / "docs") == []
 
 
-def test_a_hand_edited_number_is_caught(tmp_path):
-    page = (ROOT / "docs" / "benchmarks.md").read_text()
+def test_no_table_row_of_the_results_pages_is_typed_by_hand():
+    for page in PAGES:
+        path = ROOT / "docs" / page
+        rows = [line for line in path.read_text().splitlines() if line.startswith("|")]
+        assert len(rows) > 20, page  # the pages do hold tables, all of them printed
+        assert docs_tables.table_lines_outside_blocks(path) == [], page
+
+
+def test_a_hand_typed_table_outside_a_block_is_found(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("intro\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert docs_tables.table_lines_outside_blocks(page) == [3, 4, 5]
+
+
+def test_a_hand_edited_benchmark_number_is_caught(tmp_path):
+    root = _copy_tree(tmp_path, ("benchmarks.md",))
+    page = (root / "docs" / "benchmarks.md").read_text()
     block = page.index("Printed by `python benchmarks/gpu_stats.py --table")
     row = page.index("| trl |", block)
     ms_start = row + len("| trl | ")
-    edited = page[:ms_start] + "1" + page[ms_start:]  # 3.26 -> 13.26, say
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "benchmarks.md").write_text(edited)
-    shutil.copytree(ROOT / "docs" / "results", tmp_path / "docs" / "results")
-    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
-    stale = docs_tables.stale_blocks(tmp_path / "docs", root=tmp_path)
+    (root / "docs" / "benchmarks.md").write_text(page[:ms_start] + "1" + page[ms_start:])  # 3.26 -> 13.26, say
+    stale = docs_tables.stale_blocks(root / "docs", root=root)
     assert len(stale) == 1 and "gpu_stats.py --table" in stale[0]
+
+
+def test_a_hand_edited_verdict_number_is_caught(tmp_path):
+    root = _copy_tree(tmp_path, ("reproduction.md",))
+    collapse = next(
+        c
+        for c in json.loads((ROOT / "docs/results/full_5seed_claims.json").read_text())["claims"]
+        if c["id"] == "003-collapse"
+    )
+    page = (root / "docs" / "reproduction.md").read_text()
+    row_start = page.index("| `003-collapse`:")
+    row = page[row_start : page.index("\n", row_start)]
+    shown = f"{_signed(collapse['mean'])} ["
+    assert shown in row
+    edited = row.replace(shown, f"{_signed(collapse['mean'] + 0.01)} [")
+    (root / "docs" / "reproduction.md").write_text(page.replace(row, edited))
+    stale = docs_tables.stale_blocks(root / "docs", root=root)
+    assert stale == [
+        "reproduction.md: python benchmarks/docs_tables.py --print claims docs/results/full_5seed_claims.json"
+    ]
+
+
+def _rows_by_claim(page: str) -> dict[str, list[str]]:
+    rows: dict[str, list[str]] = {}
+    for line in page.splitlines():
+        m = re.match(r"\| `([^`]+)`:", line)
+        if m:
+            rows.setdefault(m[1], []).append(line)
+    return rows
+
+
+def test_every_registered_claim_is_on_the_page_once_with_its_json_numbers():
+    registered = [c["id"] for c in yaml.safe_load(REGISTRY.read_text())["claims"]]
+    rows = _rows_by_claim((ROOT / "docs" / "reproduction.md").read_text())
+    assert sorted(rows) == sorted(registered)
+    assert all(len(r) == 1 for r in rows.values()), {k: len(v) for k, v in rows.items() if len(v) > 1}
+    current = docs_tables.current_sources(ROOT)
+    for cid in registered:
+        row = rows[cid][0]
+        if cid not in current:
+            assert "raw data pending" in row and "[" not in row, row
+            continue
+        claim = next(c for c in json.loads((ROOT / current[cid]).read_text())["claims"] if c["id"] == cid)
+        assert f"**{claim['verdict']}**" in row
+        if math.isfinite(claim["mean"]):
+            assert f"{_signed(claim['mean'])} [{_signed(claim['ci_low'])}, {_signed(claim['ci_high'])}]" in row
+        assert ", ".join(_signed(v) for v in claim["values"]) in row
+
+
+def test_the_seven_unbacked_claims_and_the_three_new_ones_show_no_number():
+    pending = docs_tables.print_pending(ROOT)
+    for cid in (
+        "passk-training",
+        "passk-pkpo",
+        "passk-simko",
+        "passk-erc",
+        "passk-aer",
+        "loss-geo-mean-hard",
+        "loss-dppo-tv-hard",
+        "field-maxrl-hard",
+        "field-topr-hard",
+        "field-stare-hard",
+    ):
+        row = next(line for line in pending.splitlines() if line.startswith(f"| `{cid}`:"))
+        status = row.rstrip(" |").rsplit("|", 1)[1]
+        assert "raw data pending" in status and not re.search(r"[+\u2212]\d|\d\.\d", status), row
+
+
+def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
+    root = _copy_tree(tmp_path, ("reproduction.md",))
+    full = json.loads((ROOT / "docs/results/full_5seed_claims.json").read_text())
+    collapse = dict(next(c for c in full["claims"] if c["id"] == "003-collapse"))
+    collapse.update(values=[0.25, 0.27, 0.29, 0.31, 0.33], mean=0.29, ci_low=0.2507, ci_high=0.3293)
+    passk = {
+        **collapse,
+        "id": "passk-training",
+        "claim": "Pass@k Training beats GRPO",
+        "values": [0.1, 0.2, 0.15, 0.05, 0.12],
+        "mean": 0.124,
+        "ci_low": 0.05,
+        "ci_high": 0.198,
+        "verdict": "reproduced",
+        "preregistered_seeds": [40, 41, 42, 43, 44],
+    }
+    new = {
+        "date": "2099-01-01",
+        "machine": "a test machine",
+        "command": "entflow reproduce --test",
+        "claims": [collapse, passk],
+    }
+    (root / "docs/results/regime/rerun_claims.json").write_text(json.dumps(new))
+
+    assert "passk-training" not in docs_tables.print_pending(root)
+    other = docs_tables.print_other(root)
+    assert "#### `docs/results/regime/rerun_claims.json`" in other
+    assert "Measured 2099-01-01 on a test machine. Command: `entflow reproduce --test`." in other
+    assert "| `passk-training`: Pass@k Training beats GRPO |" in other and "+0.124 [+0.050, +0.198]" in other
+    assert "+0.290 [+0.251, +0.329]" in other  # the newer 003-collapse is shown with the new file ...
+    old = docs_tables.print_claims("docs/results/full_5seed_claims.json", root)
+    assert "| `003-collapse`:" not in old  # ... and the full run's table says where it went
+    assert "superseded by the newer `docs/results/regime/rerun_claims.json`, shown there): `003-collapse`" in old
+    stale = docs_tables.stale_blocks(root / "docs", root=root, write=True)
+    assert any("--print other" in s for s in stale) and any("--print pending" in s for s in stale)
+    assert docs_tables.stale_blocks(root / "docs", root=root) == []
+
+
+def test_a_claims_json_unknown_to_provenance_and_git_says_so(tmp_path):
+    root = _copy_tree(tmp_path, ())
+    shutil.copy(ROOT / "docs/results/regime/sweep_followup_claims.json", root / "docs/results/copy_claims.json")
+    assert docs_tables.file_meta("docs/results/copy_claims.json", root)["machine"] == "not recorded"
+    assert "Measured not committed yet on not recorded." in docs_tables.print_other(root)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import torch
 
 from entflow.core.batch import TokenBatch
+from entflow.core.clip import CLIP_EPS
 from entflow.core.estimator_names import ESTIMATORS
 from entflow.core.ppo import clip_indicator
 from entflow.errors import UnknownMethodError
 
 
 def policy_weight(
-    batch: TokenBatch, clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None
+    batch: TokenBatch, clip_low: float = CLIP_EPS, clip_high: float = CLIP_EPS, dual_clip: float | None = None
 ) -> torch.Tensor:
     """``w_t = I_t · A_t · r_t`` [N, T] (detached): the weight on ∇ log π of token t."""
     adv = batch.token_advantages()
@@ -59,8 +60,8 @@ def centred_covariance(
 def entropy_change(
     estimator: str,
     batch: TokenBatch,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float = CLIP_EPS,
+    clip_high: float = CLIP_EPS,
     dual_clip: float | None = None,
 ) -> torch.Tensor:
     """Estimated first-order entropy change per token, ``[N, T]`` (detached, 0 off-mask).

@@ -7,47 +7,34 @@ from typing import Any
 
 import torch
 
+from entflow.core.clip import CLIP_EPS
+from entflow.core.clip import NO_CLIP as NO_CLIP  # its home is core/clip.py; importable here as in 0.2
+from entflow.core.clip import check_clip_bounds as check_clip_bounds
 from entflow.errors import ParameterError
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-NO_CLIP = float("inf")
-
-
-def check_clip_bounds(owner: str, clip_low: float, clip_high: float, dual_clip: float | None) -> None:
-    """Validate ε_low ∈ [0, 1], ε_high ≥ 0 (inf = unclipped) and dual clip c > 1."""
-    if not (0 <= clip_low <= 1 or clip_low == NO_CLIP):
-        raise ParameterError(owner, "clip_low", f"must be in [0, 1] (or inf for no clipping), got {clip_low}")
-    if not clip_high >= 0:
-        raise ParameterError(owner, "clip_high", f"must be >= 0 (inf for no clipping), got {clip_high}")
-    if dual_clip is not None and not dual_clip > 1:
-        raise ParameterError(owner, "dual_clip", f"must be > 1 or None, got {dual_clip}")
 
 
 @dataclass(frozen=True)
 class LossSpec:
     """The settings of the PPO-clip loss (docs/design.md §4), validated once when made.
 
-    ``clip_low``, ``clip_high``: ε_low ∈ [0, 1], ε_high ≥ 0 (inf = that side unclipped; a method
-    that sets clip bounds overrides both, :meth:`for_method`); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
+    ``clip_low``, ``clip_high``: ε_low ∈ [0, 1] or inf, ε_high ∈ [0, inf] (inf = that side unclipped;
+    the rule is :func:`entflow.core.clip.clip_value_ok`; a method that sets clip bounds overrides
+    both, :meth:`for_method`); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
     or None; ``agg``: one of :data:`AGG_MODES`; ``max_len``: the fixed T_max of
     ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation limit), or None for the batch's padded
     length. The defaults are GRPO's. A bad value raises :class:`ParameterError` naming the field
     and the value; ``dataclasses.replace(spec, agg=...)`` validates again.
     """
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
+    clip_low: float = CLIP_EPS
+    clip_high: float = CLIP_EPS
     dual_clip: float | None = None
     agg: str = "token-mean"
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("clip_low", "clip_high", "dual_clip"):
-            value = getattr(self, name)
-            if value is None and name == "dual_clip":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ParameterError("LossSpec", name, f"must be a number, got {value!r}")
         check_clip_bounds("LossSpec", self.clip_low, self.clip_high, self.dual_clip)
         if self.agg not in AGG_MODES:
             raise ParameterError("LossSpec", "agg", f"must be one of {AGG_MODES}, got {self.agg!r}")

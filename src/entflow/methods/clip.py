@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entflow.core.ppo import NO_CLIP
-from entflow.methods.base import Method, interval, param, register
+from entflow.core.clip import CLIP_EPS, CLIP_RANGES, NO_CLIP, clip_value_ok
+from entflow.methods.base import Check, Method, param, register
 
-EPS_LOW = interval(0, 1)
-EPS_HIGH = interval(0)
+# the one rule of core/clip.py, as the parameter checks of the methods
+EPS_LOW = Check(CLIP_RANGES["clip_low"], lambda v: clip_value_ok("clip_low", v))
+EPS_HIGH = Check(CLIP_RANGES["clip_high"], lambda v: clip_value_ok("clip_high", v))
 
 
 @register
@@ -30,8 +31,8 @@ class GRPO(Method):
 class ClipBounds(Method):
     """A method that only sets the clip bounds (ε_low, ε_high)."""
 
-    clip_low: float = param(0.2, EPS_LOW, "ε_low: ratio floor is 1 − ε_low")
-    clip_high: float = param(0.2, EPS_HIGH, "ε_high: ratio ceiling is 1 + ε_high")
+    clip_low: float = param(CLIP_EPS, EPS_LOW, "ε_low: ratio floor is 1 − ε_low")
+    clip_high: float = param(CLIP_EPS, EPS_HIGH, "ε_high: ratio ceiling is 1 + ε_high")
 
     def clip_bounds(self) -> tuple[float, float]:
         return (self.clip_low, self.clip_high)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from entflow.core.clip import CLIP_EPS, CLIP_RANGES, clip_value_ok
 from entflow.errors import ConfigError, EntflowError
 
 if typing.TYPE_CHECKING:
@@ -86,10 +87,14 @@ class TrainConfig:
     grad_clip: float | None = setting(
         1.0, "clip the gradient norm to this value; null: no clipping", allowed="> 0 or null"
     )
-    clip_low: float = setting(0.2, "PPO clip ε_low: the ratio is kept above 1 − clip_low", allowed="[0, 1]")
-    clip_high: float = setting(0.2, "PPO clip ε_high: the ratio is kept below 1 + clip_high", allowed=">= 0")
+    clip_low: float = setting(
+        CLIP_EPS, "PPO clip ε_low: the ratio is kept above 1 − clip_low", allowed=CLIP_RANGES["clip_low"]
+    )
+    clip_high: float = setting(
+        CLIP_EPS, "PPO clip ε_high: the ratio is kept below 1 + clip_high", allowed=CLIP_RANGES["clip_high"]
+    )
     dual_clip: float | None = setting(
-        None, "dual-clip bound c on negative-advantage tokens; null: off", allowed="> 1 or null"
+        None, "dual-clip bound c on negative-advantage tokens; null: off", allowed=CLIP_RANGES["dual_clip"]
     )
     agg: str = setting(
         "token-mean", "how the per-token loss is reduced (docs/design.md)", allowed="one of core.ppo.AGG_MODES"
@@ -192,9 +197,8 @@ class TrainConfig:
         need(self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
-        need(0 <= self.clip_low <= 1, "clip_low", "must be in [0, 1]")
-        need(self.clip_high >= 0, "clip_high", "must be >= 0")
-        need(self.dual_clip is None or self.dual_clip > 1, "dual_clip", "must be > 1 or null")
+        for key in ("clip_low", "clip_high", "dual_clip"):  # the one rule of core/clip.py
+            need(clip_value_ok(key, getattr(self, key)), key, f"must be {CLIP_RANGES[key]}")
         need(self.agg in AGG_MODES, "agg", f"must be one of {AGG_MODES}")
         need(self.adv_scale in SCALES, "adv_scale", f"must be one of {SCALES}")
         need(self.eval_every >= 0, "eval_every", "must be >= 0 (0 = only at start and end)")

@@ -12,6 +12,7 @@ import torch
 from trl import GRPOConfig
 
 from entflow.core.advantages import SCALES
+from entflow.core.clip import CLIP_EPS
 from entflow.errors import ConfigError, EmulatedBF16Warning, EntflowError
 from entflow.methods.base import Method, get_method
 from entflow.methods.needs import needs_of
@@ -333,8 +334,8 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             )
     bounds = method.clip_bounds()
     eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
-    if bounds is not None and (args.epsilon != 0.2 or eps_high != args.epsilon):
-        key = "epsilon" if args.epsilon != 0.2 else "epsilon_high"
+    if bounds is not None and (args.epsilon != CLIP_EPS or eps_high != args.epsilon):  # TRL's default ε is ours
+        key = "epsilon" if args.epsilon != CLIP_EPS else "epsilon_high"
         refuse(
             key,
             f"the method sets the clip bounds (ε_low, ε_high) = {bounds}, so epsilon={args.epsilon}, "

@@ -32,6 +32,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 import entflow as ef
 from entflow.core.batch import TokenBatch
+from entflow.core.clip import CLIP_EPS
 from entflow.core.ppo import LossSpec
 from entflow.errors import ConfigError
 from entflow.integrations.verl.spec import (
@@ -93,7 +94,7 @@ def verl_scale(loss_agg_mode: str, mask: torch.Tensor, global_batch_info: Mappin
 
 def clip_settings(config: Any, spec: MethodSpec, method: Method) -> tuple[float, float, float | None]:
     """(ε_low, ε_high, dual clip c) from verl's actor config, as its ``vanilla`` loss reads them."""
-    clip = config.get("clip_ratio", 0.2)
+    clip = config.get("clip_ratio", CLIP_EPS)  # verl's default ε is PPO's too
     low = config.get("clip_ratio_low")
     high = config.get("clip_ratio_high")
     low = clip if low is None else low

@@ -16,6 +16,7 @@ docs/benchmarks.md name):
     --print other          every claims JSON that docs/results/provenance.json does not name, in full
     --print pending        the registered claims that no committed claims JSON gives a verdict
     --print audit FILE     the clean estimator audit stored in a claims JSON
+    --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
     --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
 
 Claims JSONs are found by name: every ``docs/results/**/*claims*.json``. A claim that several files
@@ -323,6 +324,39 @@ def print_audit(rel: str, root: Path) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def print_coverage(rel: str, root: Path) -> str:
+    """Held-out pass@1 / pass@n (n = the samples per problem) of the starting policy → the final one, per
+    run type and seed, read from each committed ``<run>-s<seed>/coverage.json`` under ``rel``."""
+    runs: dict[str, dict[int, dict]] = {}
+    for path in sorted((root / rel).glob("*-s*/coverage.json")):
+        run, seed = path.parent.name.rsplit("-s", 1)
+        runs.setdefault(run, {})[int(seed)] = _load(path)
+    if not runs:
+        raise FileNotFoundError(f"no <run>-s<seed>/coverage.json under {rel}")
+    seeds = sorted({s for by_seed in runs.values() for s in by_seed})
+    n = next(iter(next(iter(runs.values())).values()))["n"]
+
+    def pk(entry: dict, k: int) -> str:
+        return f"{entry['splits']['val']['pass_at_k'][str(k)]:.3f}"
+
+    out = [
+        f"Held-out pass@1 / pass@{n} ({n} samples per problem), the starting policy → the final one. "
+        f"Data: `{rel}/<run>-s<seed>/coverage.json`.",
+        "",
+        "| run | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|" + "---|" * len(seeds),
+    ]
+    for run, by_seed in runs.items():
+        cells = []
+        for s in seeds:
+            c = by_seed.get(s)
+            cells.append(
+                f"{pk(c['warm'], 1)} → {pk(c['final'], 1)} / {pk(c['warm'], n)} → {pk(c['final'], n)}" if c else "—"
+            )
+        out.append(f"| {run} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def print_bench(key: str, root: Path) -> str:
     """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
     benchmark's own ``--from-json`` prints (its Markdown rows only)."""
@@ -366,10 +400,14 @@ def main() -> None:
             "other": lambda: print_other(ROOT),
             "pending": lambda: print_pending(ROOT),
             "audit": lambda: print_audit(rest[0], ROOT),
+            "coverage": lambda: print_coverage(rest[0], ROOT),
             "bench": lambda: print_bench(rest[0], ROOT),
         }
-        if what not in printers or (what in ("claims", "audit", "bench") and len(rest) != 1):
-            ap.error(f"--print takes one of: claims FILE, other, pending, audit FILE, bench KEY; got {args.print}")
+        if what not in printers or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1):
+            ap.error(
+                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, bench KEY;"
+                f" got {args.print}"
+            )
         sys.stdout.write(printers[what]())
         return
     stale = stale_blocks(ROOT / "docs", write=not args.check)

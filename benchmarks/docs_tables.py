@@ -144,8 +144,14 @@ def provenance(root: Path) -> dict:
 
 
 def claims_files(root: Path) -> list[str]:
-    """Every committed claims JSON, relative to ``root``, sorted."""
-    return sorted(p.relative_to(root).as_posix() for p in root.glob(CLAIMS_GLOB))
+    """Every committed claims JSON (a file named ``*claims*.json`` whose top level holds a ``claims`` list),
+    relative to ``root``, sorted."""
+    found = []
+    for p in sorted(root.glob(CLAIMS_GLOB)):
+        data = _load(p)
+        if isinstance(data, dict) and isinstance(data.get("claims"), list):
+            found.append(p.relative_to(root).as_posix())
+    return found
 
 
 def _git_added(rel: str, root: Path) -> str | None:

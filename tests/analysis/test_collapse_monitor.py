@@ -44,3 +44,27 @@ def test_monitor_values_and_one_warning_for_the_trainer(entropy_key, reward_key,
     assert message is not None and message.startswith("entflow: entropy collapse at step 80")
     assert how in message
     assert mon.check(log_from_records(records))[1] is None  # once
+
+
+def test_every_caller_takes_the_verdict_settings_from_analysis_collapse():
+    """One home for the defaults 0.15 / 0.5 / 0.1: analyze_series, the monitor, the TRL callback and
+    `entflow analyze` all default to analysis/collapse.py's constants."""
+    import inspect
+
+    from entflow.analysis import collapse
+    from entflow.cli.main import build_parser
+    from entflow.integrations.trl.callbacks import EntropyMonitorCallback
+
+    home = {
+        "early_frac": collapse.EARLY_FRAC,
+        "retention_threshold": collapse.RETENTION_THRESHOLD,
+        "stall_ratio": collapse.STALL_RATIO,
+    }
+    assert home == {"early_frac": 0.15, "retention_threshold": 0.5, "stall_ratio": 0.1}
+    for fn in (collapse.analyze_series, CollapseMonitor.__init__, EntropyMonitorCallback.__init__):
+        params = inspect.signature(fn).parameters
+        assert {k: params[k].default for k in home} == home, fn.__qualname__
+    assert {k: CollapseMonitor().options[k] for k in home} == home
+    assert {k: EntropyMonitorCallback().monitor.options[k] for k in home} == home
+    args = build_parser(only="analyze").parse_args(["analyze", "some.jsonl"])
+    assert (args.early_frac, args.retention_threshold) == (collapse.EARLY_FRAC, collapse.RETENTION_THRESHOLD)

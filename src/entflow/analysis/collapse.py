@@ -60,13 +60,17 @@ from entflow.analysis.law import (
 )
 from entflow.analysis.log_keys import resolve_keys
 from entflow.analysis.log_readers import LogData, read_log
+from entflow.core.clip import CLIP_EPS
 from entflow.errors import AnalysisError, LogError
 from entflow.files import json_safe
 
 __all__ = [
+    "EARLY_FRAC",
     "HELDOUT_FRAC",
     "MIN_R2",
+    "RETENTION_THRESHOLD",
     "SCHEMA",
+    "STALL_RATIO",
     "SUGGESTIONS",
     "CollapseAnalysis",
     "analyze_log",
@@ -77,6 +81,13 @@ __all__ = [
 ]
 
 SCHEMA = "entflow.analysis/2"
+
+# The verdict's settings, one home for every caller (analyze_series, the live CollapseMonitor, the
+# TRL callback, `entflow analyze`); see analyze_series for what each means.
+EARLY_FRAC = 0.15  # share of the R points the early prediction is fitted on (paper 003 App. B.3)
+RETENTION_THRESHOLD = 0.5  # entropy retention below which entropy counts as collapsed
+STALL_RATIO = 0.1  # the reward has stalled when its late slope <= this × its early slope
+
 # The one bound of "the fit says something" (docs/analyze.md §2, "When the fit knows little"): a
 # ceiling or a prediction is informative only when the selected form explains at least MIN_R2 of
 # R's variance and its 95 % interval is no wider than the span of R seen in the log.
@@ -339,15 +350,15 @@ SUGGESTIONS: dict[str, tuple[str, dict[str, Any], str, str]] = {
     ),
     "collapsing": (
         "clip_higher",
-        {"clip_low": 0.2, "clip_high": 0.28},
-        "clip_higher(clip_low=0.2, clip_high=0.28)",
+        {"clip_low": CLIP_EPS, "clip_high": 0.28},
+        f"clip_higher(clip_low={CLIP_EPS!r}, clip_high=0.28)",
         "entropy is falling fast while the reward still rises: Clip-Higher (ε_high = 0.28, DAPO) lets "
         "unlikely tokens with positive advantage grow, slowing the collapse at no extra cost",
     ),
     "rising": (
         "clip_lower",
-        {"clip_low": 0.28, "clip_high": 0.2},
-        "clip_lower(clip_low=0.28, clip_high=0.2)",
+        {"clip_low": 0.28, "clip_high": CLIP_EPS},
+        f"clip_lower(clip_low=0.28, clip_high={CLIP_EPS!r})",
         "entropy is growing: Clip-Lower (paper 002 App. D.1) lowers entropy",
     ),
     "healthy": ("grpo", {}, "grpo()", "entropy is retained: no intervention needed"),
@@ -481,10 +492,10 @@ def analyze_series(
     val_steps: Any = None,
     val: Any = None,
     val_entropy: Any = None,
-    early_frac: float = 0.15,
+    early_frac: float = EARLY_FRAC,
     level: float = 0.95,
-    retention_threshold: float = 0.5,
-    stall_ratio: float = 0.1,
+    retention_threshold: float = RETENTION_THRESHOLD,
+    stall_ratio: float = STALL_RATIO,
 ) -> CollapseAnalysis:
     """Fit, predict and judge entropy collapse from one run's series (see the module docstring).
 

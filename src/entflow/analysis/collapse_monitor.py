@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import math
 
-from entflow.analysis.collapse import CollapseAnalysis, analyze_log
+from entflow.analysis.collapse import (
+    EARLY_FRAC,
+    RETENTION_THRESHOLD,
+    STALL_RATIO,
+    CollapseAnalysis,
+    analyze_log,
+)
 from entflow.analysis.log_readers import LogData
 from entflow.errors import LogError
 
@@ -28,9 +34,9 @@ class CollapseMonitor:
     def __init__(
         self,
         *,
-        retention_threshold: float = 0.5,
-        stall_ratio: float = 0.1,
-        early_frac: float = 0.15,
+        retention_threshold: float = RETENTION_THRESHOLD,
+        stall_ratio: float = STALL_RATIO,
+        early_frac: float = EARLY_FRAC,
         entropy_key: str | None = None,
         reward_key: str | None = None,
         val_key: str | None = None,

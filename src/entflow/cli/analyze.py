@@ -24,6 +24,8 @@ from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from entflow.analysis.collapse import EARLY_FRAC, RETENTION_THRESHOLD
+
     p.add_argument(
         "runs",
         nargs="+",
@@ -42,9 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reward-key", metavar="KEY", help="log key of the mean training reward")
     p.add_argument("--val-key", metavar="KEY", help="log key of the validation metric (R of the law)")
     p.add_argument("--val-entropy-key", metavar="KEY", help="log key of the entropy measured by the validation")
-    p.add_argument("--early-frac", type=float, default=0.15, help="share of points the early prediction uses [0.15]")
     p.add_argument(
-        "--retention-threshold", type=float, default=0.5, help="entropy retention below which it collapsed [0.5]"
+        "--early-frac", type=float, default=EARLY_FRAC, help=f"share of points the early prediction uses [{EARLY_FRAC}]"
+    )
+    p.add_argument(
+        "--retention-threshold",
+        type=float,
+        default=RETENTION_THRESHOLD,
+        help=f"entropy retention below which it collapsed [{RETENTION_THRESHOLD}]",
     )
     p.add_argument(
         "--strict",

@@ -14,6 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.utils import logging
 
+from entflow.analysis.collapse import EARLY_FRAC, RETENTION_THRESHOLD, STALL_RATIO
 from entflow.analysis.collapse_monitor import CollapseMonitor
 from entflow.analysis.log_readers import log_from_records
 
@@ -47,9 +48,9 @@ class EntropyMonitorCallback(TrainerCallback):
         self,
         every: int | None = None,
         *,
-        retention_threshold: float = 0.5,
-        stall_ratio: float = 0.1,
-        early_frac: float = 0.15,
+        retention_threshold: float = RETENTION_THRESHOLD,
+        stall_ratio: float = STALL_RATIO,
+        early_frac: float = EARLY_FRAC,
         entropy_key: str | None = None,
         reward_key: str | None = None,
         val_key: str | None = None,

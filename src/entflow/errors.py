@@ -131,3 +131,13 @@ class ExpressionError(EntflowError, ValueError):
 
 class RewardTimeoutError(EntflowError, TimeoutError):
     """A reward function ran past its time limit."""
+
+
+class EvidenceError(EntflowError, ValueError):
+    """A committed evidence file (a claims JSON, a per-run facts record) is missing or malformed.
+    Names the file and, where one is at fault, the field."""
+
+    def __init__(self, path: object, field: str | None, message: str):
+        self.path, self.field = str(path), field
+        where = f"{self.path} [{field}]" if field else self.path
+        super().__init__(f"{where}: {message}")

@@ -43,11 +43,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-audit", action="store_true", help="skip the clean estimator audit")
     p.add_argument("--fresh", action="store_true", help="retrain runs that already exist (default: resume them)")
     p.add_argument("--config", help="a base config for the demo setting's claims instead of the built-in demo.yaml")
+    p.add_argument(
+        "--verify",
+        nargs="?",
+        const="docs/results",
+        default=None,
+        metavar="DIR",
+        help="train nothing: recompute every verdict of the claims JSONs under DIR [docs/results] from their "
+        "committed per-run facts or per-seed values; exit 0 if all agree, 1 naming each claim that differs",
+    )
+    p.add_argument(
+        "--export-facts",
+        default=None,
+        metavar="DEST",
+        help="train nothing: copy runs/NAME's per-run facts records (NAME: --name [reproduce]) to the facts set "
+        "DEST (e.g. docs/results/facts/NAME) and its claims.json to --published",
+    )
+    p.add_argument(
+        "--published",
+        default=None,
+        metavar="FILE",
+        help="with --export-facts: where its claims.json is published [DEST/../../NAME_claims.json]",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    if args.verify is not None:
+        return _verify(args.verify)
+    if args.export_facts is not None:
+        return _export(args)
 
     from rich.console import Console
 
@@ -56,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from entflow.evidence.audit import AuditConfig
     from entflow.evidence.claims import DESIGN_SEEDS, RUNS, preset_base
     from entflow.evidence.compare import parse_seeds
-    from entflow.evidence.reproduce import claims_markdown, registry, reproduce, select_claims
+    from entflow.evidence.reproduce import claims_markdown, families_markdown, registry, reproduce, select_claims
     from entflow.evidence.settings import COMMON_OVERRIDES
     from entflow.trainer.config import parse_override
 
@@ -120,8 +147,48 @@ def run(args: argparse.Namespace) -> int:
         registered_seeds_only=claims is None and args.seeds is None and not args.quick,
     )
     console = Console(width=200)
-    console.print(claims_markdown(res["claims"]))
+    console.print(claims_markdown(res["claims"]) + families_markdown(res["claims"]))
     console.print(f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s")
+    return 0
+
+
+def _verify(root: str) -> int:
+    """``--verify``: the table of recomputed claims; 0 if every one agrees, else 1 naming each."""
+    from rich.console import Console
+
+    from entflow.analysis.render import render_rich
+    from entflow.evidence.verify import verify, verify_table
+
+    result = verify(root)
+    console = Console(width=200)
+    console.print(render_rich(verify_table(result)))
+    for c in result.differing:
+        console.print(f"DIFFERS: {c.id} in {c.file}: {'; '.join(c.differences)}", markup=False, highlight=False)
+    n = len(result.checks)
+    if result.ok:
+        console.print(f"all {n} published verdicts recompute from the committed files", highlight=False)
+        return 0
+    console.print(f"{len(result.differing)} of {n} published claims differ from their recomputation", highlight=False)
+    return 1
+
+
+def _export(args: argparse.Namespace) -> int:
+    """``--export-facts``: publish runs/NAME's facts records and claims JSON."""
+    from pathlib import Path
+
+    from entflow.evidence.records import export_facts
+    from entflow.trainer.config import parse_override
+
+    out_dir = "runs"
+    for text in args.overrides:
+        key, value = parse_override(text)
+        if key == "out_dir":
+            out_dir = str(value)
+    name = args.name or ("reproduce-quick" if args.quick else "reproduce")
+    dest = Path(args.export_facts)
+    published = Path(args.published) if args.published else dest.parent.parent / f"{dest.name}_claims.json"
+    written = export_facts(Path(out_dir) / name, dest, published)
+    print(f"wrote {len(written) - 2} facts records to {dest}, {published} and {dest / 'source.json'}")
     return 0
 
 

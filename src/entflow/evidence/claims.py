@@ -20,6 +20,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from entflow.errors import ConfigError
@@ -28,15 +29,21 @@ from entflow.evidence.settings import SettingKind, get_setting_kind, setting_kin
 __all__ = [
     "DEFAULT_SETTING",
     "DESIGN_SEEDS",
+    "HOLM_ALPHA",
     "METRICS",
     "RUNS",
     "Claim",
     "Registry",
     "Setting",
+    "any_of_verdict",
+    "holm",
+    "holm_verdict",
+    "interval_row",
     "interval_verdict",
     "load_claims",
     "load_registry",
     "load_settings",
+    "one_sided_p",
     "registry_path",
     "run_key",
     "split_key",
@@ -110,7 +117,7 @@ KINDS = ("greater", "less", "threshold", "no_worse")
 DIRECTIONS = ("higher", "lower")
 _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
-_OPTIONAL = {"note", "pending", "setting"}
+_OPTIONAL = {"note", "pending", "setting", "family"}
 DEFAULT_SETTING = "demo"
 
 
@@ -143,6 +150,103 @@ def interval_verdict(rule: str, mean: float, half: float, bound: float = 0.0) ->
     if rule == "at_most":
         return "reproduced" if hi <= bound else "not reproduced" if lo > bound else "inconclusive"
     raise ValueError(rule)
+
+
+def interval_row(values: Sequence[float], rule: str, bound: float = 0.0, level: float = 0.95) -> dict[str, Any]:
+    """A claim's numbers from its per-seed ``values`` ``[S]``: ``values``, ``mean``, the half-width
+    ``half`` of the Student-t interval at ``level`` (:func:`entflow.analysis.stats.t_interval`),
+    ``ci_low``, ``ci_high``, ``n``, ``level`` and the ``verdict`` (:func:`interval_verdict`).
+    ``entflow reproduce`` judges with it and ``entflow reproduce --verify`` recomputes with it."""
+    from entflow.analysis.stats import t_interval
+
+    vals = list(values)
+    mean, half, n = t_interval(vals, level)
+    return {
+        "values": vals,
+        "mean": mean,
+        "half": half,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "n": n,
+        "level": level,
+        "verdict": interval_verdict(rule, mean, half, bound),
+    }
+
+
+def any_of_verdict(rule: str, components: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
+    """The verdict of an ``any_of`` claim from its components' rows (:func:`interval_row`, each at
+    level 1 − 0.05/m) and the index of the one its row reports: ``reproduced`` if one is on the
+    claimed side, ``not reproduced`` if all are on the other, else ``inconclusive``; the reported
+    one has the highest lower bound (the lowest upper bound for a claim of the lower side)."""
+    verdicts = [r["verdict"] for r in components]
+    overall = (
+        "reproduced"
+        if "reproduced" in verdicts
+        else "not reproduced"
+        if all(v == "not reproduced" for v in verdicts)
+        else "inconclusive"
+    )
+    if rule in ("less", "at_most"):  # the claimed side is below: the best has the lowest upper bound
+        high = [r["ci_high"] if math.isfinite(r["ci_high"]) else math.inf for r in components]
+        return overall, int(np.argmin(high))
+    low = [r["ci_low"] if math.isfinite(r["ci_low"]) else -math.inf for r in components]
+    return overall, int(np.argmax(low))
+
+
+# ---------------------------------------------------------------------------- families (Holm)
+# the one-sided level that matches the verdict's two-sided 95 % interval: the interval lies on the
+# claimed side exactly when the one-sided p-value of the same t statistic is below 0.025
+HOLM_ALPHA = 0.025
+
+
+def one_sided_p(values: Sequence[float], rule: str, bound: float = 0.0) -> float:
+    """The one-sided p-value of a claim from its per-seed ``values`` ``[S]`` (the finite ones, n of
+    them), from the same Student-t statistic as its interval: t = (mean − b) / (s / √n), s the
+    sample std (ddof 1), b the rule's bound (0 for greater / less); p = P(T_{n−1} ≥ t) for a claim
+    of the higher side (greater, at_least), P(T_{n−1} ≤ t) for the lower side (less, at_most).
+    NaN with fewer than 2 finite values; 0 or 1 when s = 0 and the mean is off the bound."""
+    from scipy import stats
+
+    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if a.size < 2:
+        return math.nan
+    b = 0.0 if rule in ("greater", "less") else float(bound)
+    higher = rule in ("greater", "at_least")
+    if rule not in ("greater", "less", "at_least", "at_most"):
+        raise ValueError(rule)
+    se = a.std(ddof=1) / math.sqrt(a.size)
+    diff = float(a.mean()) - b
+    if se == 0.0:
+        if diff == 0.0:
+            return 1.0
+        return 0.0 if (diff > 0) == higher else 1.0
+    t = diff / se
+    return float(stats.t.sf(t, a.size - 1) if higher else stats.t.cdf(t, a.size - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni step-down adjusted p-values (Holm 1979, Scand. J. Statist. 6:65–70), in
+    input order, ``[m]`` → ``[m]``: with p sorted ascending p_(1) ≤ … ≤ p_(m),
+    adj_(i) = min(1, max_{j ≤ i} (m − j + 1) · p_(j)). A NaN p (a claim without an interval)
+    counts as 1, so it never helps another claim pass."""
+    p = np.asarray([1.0 if not math.isfinite(x) else float(x) for x in pvalues], dtype=np.float64)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adj = np.empty(m, dtype=np.float64)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adj[i] = running
+    return [float(x) for x in adj]
+
+
+def holm_verdict(verdict: str, holm_p: float, alpha: float = HOLM_ALPHA) -> str:
+    """A claim's verdict after the family's correction: ``reproduced`` stays only if its Holm
+    p-value is at most ``alpha`` (else ``inconclusive``); ``not reproduced``, ``inconclusive`` and
+    ``not run`` are unchanged (the correction guards against claiming too much, never upgrades)."""
+    if verdict != "reproduced":
+        return verdict
+    return "reproduced" if math.isfinite(holm_p) and holm_p <= alpha else "inconclusive"
 
 
 # ---------------------------------------------------------------------------- metric functions
@@ -212,6 +316,7 @@ class Claim:
     note: str = ""
     pending: str | None = None
     setting: str = DEFAULT_SETTING
+    family: str | None = None
 
     def key(self, run: str) -> str:
         """The run's key in reproduce's facts and run folders (:func:`run_key` in its setting)."""
@@ -475,6 +580,12 @@ def _parse_claim(
     if setting not in (known_settings or {DEFAULT_SETTING}):
         raise bad("setting", f"expected one of {sorted(known_settings or {DEFAULT_SETTING})}, got {setting!r}")
 
+    family = entry.get("family")
+    if family is not None and (not isinstance(family, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", family)):
+        raise bad("family", f"expected a name of letters, digits, '-', '_', '.', got {family!r}")
+    if family is not None and metric["name"] == "any_of":
+        raise bad("family", "an any_of claim is already corrected within itself (Bonferroni); it cannot join a family")
+
     return Claim(
         id=cid,
         paper=entry["paper"],
@@ -491,4 +602,5 @@ def _parse_claim(
         note=note,
         pending=pending,
         setting=setting,
+        family=family,
     )

@@ -34,19 +34,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from entflow.analysis.runs import load_config
 from entflow.evidence.claims import (
     DEFAULT_SETTING,
+    HOLM_ALPHA,
     RUNS,
     Claim,
     Registry,
+    any_of_verdict,
+    holm,
+    holm_verdict,
+    interval_row,
     load_registry,
+    one_sided_p,
     paired_difference,
     run_key,
     split_key,
 )
 from entflow.evidence.facts import COVERAGE_FACTS, FACTS, run_facts
+from entflow.evidence.records import FACTS_FILE, facts_record, record_name, write_record
 from entflow.evidence.settings import kind_overrides
 from entflow.files import write_json
 
@@ -190,19 +196,7 @@ def _seed_value(value: Any, facts: dict[str, dict[int, dict[str, Any]]], runs: S
 
 
 def _interval_row(vals: list[float], claim: Claim, level: float = 0.95) -> dict[str, Any]:
-    from entflow.analysis.stats import t_interval
-
-    mean, half, n = t_interval(vals, level)
-    return {
-        "values": vals,
-        "mean": mean,
-        "half": half,
-        "ci_low": mean - half,
-        "ci_high": mean + half,
-        "n": n,
-        "level": level,
-        "verdict": claim.verdict(mean, half),
-    }
+    return interval_row(vals, claim.rule, claim.bound, level)
 
 
 def _any_of_row(c: Claim, facts: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
@@ -213,19 +207,8 @@ def _any_of_row(c: Claim, facts: dict[str, dict[int, dict[str, Any]]], seeds: li
         pair = (p["run"], p["baseline"])
         vals = [_seed_value(lambda f, p=p: paired_difference(f, **p), facts, pair, s) for s in seeds]
         rows.append({**p, **_interval_row(vals, c, level)})
-    verdicts = [r["verdict"] for r in rows]
-    overall = (
-        "reproduced"
-        if "reproduced" in verdicts
-        else "not reproduced"
-        if all(v == "not reproduced" for v in verdicts)
-        else "inconclusive"
-    )
-    low = [r["ci_low"] if math.isfinite(r["ci_low"]) else -math.inf for r in rows]
-    best = rows[int(np.argmax(low))]
-    if c.rule in ("less", "at_most"):  # the claimed side is below: the best has the lowest upper bound
-        high = [r["ci_high"] if math.isfinite(r["ci_high"]) else math.inf for r in rows]
-        best = rows[int(np.argmin(high))]
+    overall, i = any_of_verdict(c.rule, rows)
+    best = rows[i]
     keys = ("values", "mean", "half", "ci_low", "ci_high", "n", "level")
     return {
         **{k: best[k] for k in keys},
@@ -233,6 +216,57 @@ def _any_of_row(c: Claim, facts: dict[str, dict[int, dict[str, Any]]], seeds: li
         "components": rows,
         "verdict": overall,
     }
+
+
+def add_family_corrections(rows: list[dict[str, Any]], claims: Sequence[Claim] | None = None) -> list[dict[str, Any]]:
+    """Give each row of a claim in a ``family`` (the registry's optional key) its ``family``, its
+    one-sided ``p_value`` (:func:`~entflow.evidence.claims.one_sided_p` of its per-seed values),
+    its Holm-adjusted ``holm_p`` and ``verdict_holm`` (:func:`~entflow.evidence.claims.holm_verdict`),
+    in place; rows of claims without a family are left as they are.
+
+    The family is every claim of the registry (``claims``, default the packaged one) with that
+    name, judged or not: a member without a row, or without an interval, counts with p = 1, so a
+    selection of claims is never corrected for fewer tests than were registered."""
+    claims = registry().claims if claims is None else claims
+    by_id = {c.id: c for c in claims}
+    families: dict[str, list[str]] = {}
+    for c in claims:
+        if c.family is not None:
+            families.setdefault(c.family, []).append(c.id)
+    judged = {r["id"]: r for r in rows if r["id"] in by_id and by_id[r["id"]].family is not None}
+    for name, members in families.items():
+        if not any(m in judged for m in members):
+            continue
+        ps = []
+        for m in members:
+            r, c = judged.get(m), by_id[m]
+            p = one_sided_p(r["values"], c.rule, c.bound) if r is not None and r["verdict"] != "not run" else math.nan
+            ps.append(p)
+        for m, p, adj in zip(members, ps, holm(ps), strict=True):
+            if (r := judged.get(m)) is not None:
+                r.update(family=name, family_size=len(members), p_value=p, holm_p=adj)
+                r["verdict_holm"] = holm_verdict(r["verdict"], adj)
+    return rows
+
+
+def families_markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows of claims in a family as a markdown table: raw and Holm-corrected verdicts
+    (empty when no row has a family)."""
+    fam = [r for r in rows if "verdict_holm" in r]
+    if not fam:
+        return ""
+    lines = [
+        f"\n### Claim families (Holm–Bonferroni, one-sided α = {HOLM_ALPHA:g})\n",
+        "| family | claim | p (one-sided) | Holm p | verdict | verdict (Holm) |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for r in fam:
+        p = "–" if not math.isfinite(r["p_value"]) else f"{r['p_value']:.4f}"
+        lines.append(
+            f"| {r['family']} ({r['family_size']}) | {r['id']} | {p} | {r['holm_p']:.4f} | "
+            f"{r['verdict']} | **{r['verdict_holm']}** |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 _RULE = {"greater": "> 0", "less": "< 0"}
@@ -326,11 +360,16 @@ def reproduce(
         # resumed runs continue; without resume existing runs are replaced
         dirs = runner.train(configs, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume)
         for cfg, d in zip(configs, dirs, strict=True):
-            facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = run_facts(d, summarize_run(d))
+            got = run_facts(d, summarize_run(d))
+            facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = got
+            # the run's compact record: in its folder, and gathered under out/facts to commit
+            rec = facts_record(setting, cfg.group, cfg.seed, got, load_config(d))
+            write_record(Path(d) / FACTS_FILE, rec)
+            write_record(out / "facts" / setting / record_name(cfg.group, cfg.seed), rec)
         write_report(dirs, where)
         if setting == DEFAULT_SETTING:
             demo_runs = list(zip(configs, dirs, strict=True))
-    rows = evaluate_claims(facts, seeds, selected, not_run=elsewhere)
+    rows = add_family_corrections(evaluate_claims(facts, seeds, selected, not_run=elsewhere))
     result: dict[str, Any] = {
         "claims": rows,
         "registry": str(registry().path),
@@ -340,7 +379,7 @@ def reproduce(
         "train_wall_s": round(time.time() - t0, 1),
         "train_cpu_s_main_process": round(time.process_time() - c0, 1),
     }
-    md = claims_markdown(rows)
+    md = claims_markdown(rows) + families_markdown(rows)
     audit_md: list[str] = []
     if audit_cfg is not None and demo_runs:
         from entflow.evidence.audit import audit_markdown, audit_policy

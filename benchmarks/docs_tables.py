@@ -316,7 +316,7 @@ def print_audit(rel: str, root: Path) -> str:
         estimators = list(dict.fromkeys(r["estimator"] for r in summary))
         by = {(r["variant"], r["estimator"]): r for r in summary}
         cols = [v for v in AUDIT_VARIANTS if any(k[0] == v for k in by)]
-        out.append(f"{title} ({audit[start].get('wall_s', float('nan')):.0f} s):")
+        out.append(f"{title} (measured in {audit[start].get('wall_s', float('nan')):.0f} s):")
         out.append("")
         out.append("| estimator | " + " | ".join(f"{AUDIT_VARIANTS[v]}: Spearman | rank" for v in cols) + " |")
         out.append("|---|" + "---:|---:|" * len(cols))

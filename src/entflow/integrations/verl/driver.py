@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-import entflow as ef
+from entflow.core.batch import TokenBatch
 from entflow.errors import ConfigError
 from entflow.files import atomic_write_bytes
 from entflow.integrations.verl.spec import MethodSpec, controller_state
 from entflow.methods import Method
+from entflow.methods.objective import compute_advantages
 
 CHECKPOINT_FILE = "entflow_method.pt"
 METRIC_PREFIX = "entflow/"
@@ -50,7 +51,7 @@ def shape_verl_advantages(
     mask = response_mask.bool()
     _, group = np.unique(np.asarray(list(uid), dtype=object).astype(str), return_inverse=True)
     replaces = any(p.replaces_advantages for p in method.parts)
-    batch = ef.TokenBatch(
+    batch = TokenBatch(
         logp=old_log_probs,
         old_logp=old_log_probs,
         advantages=advantages,
@@ -61,7 +62,7 @@ def shape_verl_advantages(
         step=step,
         total_steps=total_steps,
     )
-    return ef.compute_advantages(batch, method)
+    return compute_advantages(batch, method)
 
 
 def shaping_metrics(method: Method) -> dict[str, float]:

@@ -30,7 +30,6 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
-import entflow as ef
 from entflow.core.batch import TokenBatch
 from entflow.core.clip import CLIP_EPS
 from entflow.core.ppo import LossSpec
@@ -46,6 +45,7 @@ from entflow.integrations.verl.spec import (
     spec_from_policy_loss,
 )
 from entflow.methods import Method, list_methods
+from entflow.methods.objective import LossOutput, policy_loss, prepare_statistics
 
 # verl's loss_agg_mode → entflow's agg (the rescaling in verl_scale makes up the difference)
 VERL_AGG = {
@@ -155,7 +155,7 @@ def compute_policy_loss(
     step: int | None = None,
     total_steps: int | None = None,
     group: Any = None,
-) -> tuple[torch.Tensor, ef.LossOutput, float]:
+) -> tuple[torch.Tensor, LossOutput, float]:
     """``(loss in verl's normalisation, entflow's LossOutput, the factor between them)``. Tensors ``[N, T]``.
 
     ``spec.statistics == "global"``: batch-level statistics over this micro-batch on every rank of
@@ -194,11 +194,11 @@ def compute_policy_loss(
         if loss_spec.agg == "seq-mean-token-sum-norm":
             loss_spec = dataclasses.replace(loss_spec, max_len=config.get("loss_scale_factor"))
         detached = TokenBatch(logp=log_prob.detach(), **fields)
-        (stats,) = ef.prepare_statistics([detached], method, loss_spec, group=group)
-        out = ef.policy_loss(batch, method, loss_spec, token_weights=weights, stats=stats)
+        (stats,) = prepare_statistics([detached], method, loss_spec, group=group)
+        out = policy_loss(batch, method, loss_spec, token_weights=weights, stats=stats)
         scale = global_scale(loss_agg_mode, mask, info, group)
     else:
-        out = ef.policy_loss(batch, method, loss_spec, token_weights=weights)
+        out = policy_loss(batch, method, loss_spec, token_weights=weights)
         scale = verl_scale(loss_agg_mode, mask, info)
     return out.loss * scale, out, scale
 

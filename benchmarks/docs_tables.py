@@ -194,16 +194,24 @@ def file_meta(rel: str, root: Path) -> dict:
 
 
 def current_sources(root: Path) -> dict[str, str]:
-    """Claim id → the claims JSON holding its newest verdict (a ``not run`` entry never counts)."""
-    best: dict[str, tuple[str, str]] = {}
+    """Claim id → the claims JSON whose result the page shows (a ``not run`` entry never counts).
+
+    The newest result wins. Files holding that same result (the same per-seed values and verdict: parts of one
+    run, or a copy recomputed from it) are one measurement; it is shown with a file whose date, machine and
+    command are recorded (in the file or in provenance.json) if there is one, the newest of those."""
+    entries: dict[str, list[tuple[str, bool, str, Any, str]]] = {}
     for rel in claims_files(root):
-        at = file_meta(rel, root)["at"]
+        meta = file_meta(rel, root)
+        recorded = meta["machine"] != "not recorded"  # in the file itself or in provenance.json
         for c in _load(root / rel)["claims"]:
-            if c.get("verdict") == NOT_RUN:
-                continue
-            if c["id"] not in best or at >= best[c["id"]][0]:
-                best[c["id"]] = (at, rel)
-    return {cid: rel for cid, (_, rel) in best.items()}
+            if c.get("verdict") != NOT_RUN:
+                entries.setdefault(c["id"], []).append((meta["at"], recorded, rel, c.get("values"), c["verdict"]))
+    chosen = {}
+    for cid, found in entries.items():
+        newest = max(found, key=lambda e: (e[0], e[2]))
+        same = [e for e in found if (e[3], e[4]) == (newest[3], newest[4])]
+        chosen[cid] = max(same, key=lambda e: (e[1], e[0], e[2]))[2]
+    return chosen
 
 
 def caption(rel: str, root: Path) -> str:

@@ -174,8 +174,13 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     assert docs_tables.stale_blocks(root / "docs", root=root) == []
 
 
-def test_a_claims_json_unknown_to_provenance_and_git_says_so(tmp_path):
+def test_a_copy_of_a_claims_json_stays_with_the_recorded_measurement(tmp_path):
     root = _copy_tree(tmp_path, ())
     shutil.copy(ROOT / "docs/results/regime/sweep_followup_claims.json", root / "docs/results/copy_claims.json")
     assert docs_tables.file_meta("docs/results/copy_claims.json", root)["machine"] == "not recorded"
-    assert "Measured not committed yet on not recorded." in docs_tables.print_other(root)
+    other = docs_tables.print_other(root)
+    assert "Measured not committed yet on not recorded." in other
+    # the same values as a recorded measurement: a copy, shown with the original and its provenance
+    assert docs_tables.current_sources(root)["sweep-clip-cov"] == "docs/results/regime/sweep_followup_claims.json"
+    assert "| `sweep-clip-cov`:" not in other
+    assert "(the same values, shown with `docs/results/regime/sweep_followup_claims.json`)" in other

@@ -1,6 +1,7 @@
 """The claim registry (src/entflow/evidence/claims.yaml): it loads, names only known runs and facts,
 keeps the 0.1.0 verdict rules, rejects bad entries with a typed error naming the claim and the
-field; pending claims and untrained runs give "not run"; the Bonferroni ``any_of`` rule."""
+field; pending claims and untrained runs give "not run"; the Bonferroni ``any_of`` rule; claim
+families: the one-sided p-value and the Holm–Bonferroni correction against independent references."""
 
 from __future__ import annotations
 
@@ -14,9 +15,26 @@ import yaml
 from scipy import stats
 
 from entflow.errors import ConfigError
-from entflow.evidence.claims import DESIGN_SEEDS, RUNS, load_claims, registry_path
+from entflow.evidence.claims import (
+    DESIGN_SEEDS,
+    HOLM_ALPHA,
+    RUNS,
+    holm,
+    holm_verdict,
+    interval_row,
+    load_claims,
+    one_sided_p,
+    registry_path,
+)
 from entflow.evidence.facts import FACTS
-from entflow.evidence.reproduce import evaluate_claims, registry, runs_needed, select_claims
+from entflow.evidence.reproduce import (
+    add_family_corrections,
+    evaluate_claims,
+    families_markdown,
+    registry,
+    runs_needed,
+    select_claims,
+)
 from entflow.files import json_safe
 
 CLAIMS = registry().claims
@@ -110,6 +128,8 @@ def _mutations():
         (put("status", "maybe later"), "status"),
         (put("pending", ""), "pending"),
         (put("statement", ""), "statement"),
+        (put("family", "two words"), "family"),
+        (put("family", 3), "family"),
     ]
 
 
@@ -263,3 +283,121 @@ def test_settings_are_registered_and_checked(tmp_path):
         with pytest.raises(ConfigError) as e:
             load_claims(path, known_runs=list(RUNS), known_facts=FACTS)
         assert key in e.value.key, (key, str(e.value))
+
+
+# ---------------------------------------------------------------------------- families (Holm)
+def _holm_reference(p: list[float]) -> list[float]:
+    """Holm (1979) from its definition, in float64, one claim at a time: claim i is rejected at
+    level a when every claim with a smaller p (rank j = 1..r, ties in input order) has
+    p_(j) <= a / (m - j + 1); the adjusted p is the smallest such a, max_j (m - j + 1) p_(j)."""
+    m = len(p)
+    ranked = sorted(range(m), key=lambda i: (p[i], i))
+    out = [0.0] * m
+    for r, i in enumerate(ranked):
+        out[i] = min(1.0, max((m - j) * p[ranked[j]] for j in range(r + 1)))
+    return out
+
+
+def test_holm_on_a_hand_worked_family():
+    # m = 4, p = 0.01, 0.04, 0.03, 0.005: sorted 0.005, 0.01, 0.03, 0.04 → ×4, ×3, ×2, ×1 = 0.02,
+    # 0.03, 0.06, 0.04 → running max 0.02, 0.03, 0.06, 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+    assert holm([0.01, math.nan]) == pytest.approx([0.02, 1.0])  # no interval: counts as p = 1
+    assert holm([0.02]) == [0.02]  # a family of one is its own p
+
+
+def test_holm_matches_its_definition_on_random_families():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for m in (2, 3, 6, 11):
+        for _ in range(20):
+            p = list(rng.uniform(0, 0.2, m) ** 2)
+            p[rng.integers(m)] = p[0]  # a tie
+            assert holm(p) == pytest.approx(_holm_reference(p), rel=1e-14, abs=0)
+
+
+@pytest.mark.parametrize(
+    "rule,side", [("greater", "greater"), ("at_least", "greater"), ("less", "less"), ("at_most", "less")]
+)
+def test_one_sided_p_is_scipys_one_sample_t_test(rule, side):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    bound = 0.0 if rule in ("greater", "less") else 0.3
+    for _ in range(30):
+        vals = list(rng.normal(bound + rng.normal(0, 0.2), 0.3, size=int(rng.integers(3, 9))))
+        ref = stats.ttest_1samp(vals, bound, alternative=side).pvalue
+        assert one_sided_p(vals, rule, bound) == pytest.approx(ref, rel=1e-10)
+        # the interval's verdict and p < 0.025 are the same test (two-sided 95 % ⇔ one-sided 2.5 %)
+        assert (interval_row(vals, rule, bound)["verdict"] == "reproduced") == (
+            one_sided_p(vals, rule, bound) < HOLM_ALPHA
+        )
+    assert math.isnan(one_sided_p([0.4], rule, bound))  # one seed: no test
+    assert one_sided_p([bound + 1] * 3, rule, bound) == (0.0 if side == "greater" else 1.0)  # s = 0
+
+
+def test_holm_verdict_never_upgrades():
+    assert holm_verdict("reproduced", 0.02) == "reproduced"
+    assert holm_verdict("reproduced", 0.03) == "inconclusive"
+    assert holm_verdict("not reproduced", 0.001) == "not reproduced"
+    assert holm_verdict("inconclusive", 0.001) == "inconclusive"
+    assert holm_verdict("not run", math.nan) == "not run"
+
+
+def test_family_rows_get_raw_and_holm_verdicts(tmp_path):
+    base = next(e for e in _registry()["claims"] if e["id"] == "003-clipcov-entropy")
+    entries = []
+    for i, run in enumerate(("clip_cov", "kl_cov", "clip_higher")):
+        e = copy.deepcopy(base)
+        e.update(id=f"fam-{i}", runs=[run, "grpo"], family="demo-family")
+        e["metric"] = {**e["metric"], "run": run}
+        entries.append(e)
+    entries.append(copy.deepcopy(base))  # no family: untouched
+    claims = load_claims(_write(tmp_path, entries), known_facts=FACTS)
+    assert [c.family for c in claims] == ["demo-family"] * 3 + [None]
+    diffs = {
+        "clip_cov": [0.2, 0.21, 0.19, 0.2, 0.22],
+        "kl_cov": [0.05, 0.09, 0.02, 0.07, 0.06],
+        "clip_higher": [0.1, -0.2, 0.3, 0.0, 0.1],
+    }
+    facts = {"grpo": {s: {"entropy_retention": 0.3} for s in range(5)}}
+    for run, d in diffs.items():
+        facts[run] = {s: {"entropy_retention": 0.3 + d[s]} for s in range(5)}
+    rows = evaluate_claims(facts, list(range(5)), claims)
+    plain = copy.deepcopy(rows[3])
+    add_family_corrections(rows, claims)
+    assert rows[3] == plain and "verdict_holm" not in rows[3]  # a claim without a family is unchanged
+    ps = [stats.ttest_1samp(rows[i]["values"], 0.0, alternative="greater").pvalue for i in range(3)]
+    want = _holm_reference(ps)
+    for i in range(3):
+        assert rows[i]["family"] == "demo-family" and rows[i]["family_size"] == 3
+        assert rows[i]["p_value"] == pytest.approx(ps[i], rel=1e-10)
+        assert rows[i]["holm_p"] == pytest.approx(want[i], rel=1e-10)
+        assert rows[i]["verdict_holm"] == holm_verdict(rows[i]["verdict"], want[i])
+    assert [r["verdict"] for r in rows[:3]] == ["reproduced", "reproduced", "inconclusive"]
+    md = families_markdown(rows)
+    assert md.count("| demo-family (3) |") == 3 and "Holm" in md
+    # a selection of one member is still corrected for the whole registered family (m = 3)
+    one = evaluate_claims(facts, list(range(5)), claims[:1])
+    add_family_corrections(one, claims)
+    assert one[0]["holm_p"] == pytest.approx(min(1.0, 3 * ps[0]), rel=1e-10)
+
+
+def test_existing_claims_have_no_family_and_rows_are_unchanged():
+    assert all(c.family is None for c in CLAIMS)
+    facts = {r: {s: {k: 0.5 + 0.01 * s for k in FACTS} for s in range(5)} for r in RUNS}
+    rows = evaluate_claims(facts, list(range(5)))
+    before = json.dumps(json_safe(rows), sort_keys=True)
+    add_family_corrections(rows)
+    assert json.dumps(json_safe(rows), sort_keys=True) == before and families_markdown(rows) == ""
+
+
+def test_an_any_of_claim_cannot_join_a_family(tmp_path):
+    entry = copy.deepcopy(next(e for e in _registry()["claims"] if e["metric"]["name"] == "any_of"))
+    entry["family"] = "f"
+    entry.pop("setting", None)  # a file without settings knows only the demo
+    with pytest.raises(ConfigError) as e:
+        load_claims(_write(tmp_path, [entry]), known_facts=FACTS)
+    assert e.value.key == f"claims[{entry['id']}].family"

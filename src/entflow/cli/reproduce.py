@@ -162,8 +162,8 @@ def _verify(root: str) -> int:
     result = verify(root)
     console = Console(width=200)
     console.print(render_rich(verify_table(result)))
-    for c in result.differing:
-        console.print(f"DIFFERS: {c.id} in {c.file}: {'; '.join(c.differences)}", markup=False, highlight=False)
+    for c in result.differing:  # one line each, never wrapped: a script can grep it
+        print(f"DIFFERS: {c.id} in {c.file}: {'; '.join(c.differences)}", flush=True)
     n = len(result.checks)
     if result.ok:
         console.print(f"all {n} published verdicts recompute from the committed files", highlight=False)

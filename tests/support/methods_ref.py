@@ -131,3 +131,8 @@ def ppo_grad_weight(b: ef.TokenBatch, lo: float = 0.2, hi: float = 0.2) -> torch
 
 def floor_count(ratio: float, n: int) -> int:
     return max(math.floor(ratio * n), 1)
+
+
+def mask_of(lengths: list[int], t: int) -> torch.Tensor:
+    """``[N, t]`` float64 mask: row i has its first ``lengths[i]`` tokens valid."""
+    return (torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]).to(D)

@@ -163,3 +163,48 @@ def test_shaping_metrics_of_a_composition_come_from_every_shaper(gen):
     loss_metrics = ef.policy_loss(b, m).metrics  # policy_loss reports the same values
     for k, v in got.items():
         assert loss_metrics[k] == pytest.approx(float(v), rel=1e-12), k
+
+
+# -- edge_grpo: a near-deterministic response must not get a ~1e5 advantage ------------------
+
+
+def test_edge_grpo_factor_is_capped():
+    n, t = 4, 5
+    H = torch.full((n, t), 1.0, dtype=D)
+    H[0] = 1e-5  # response 0 is almost deterministic: P_0 = 1e-5, mean_g P ≈ 0.75
+    mask = torch.ones(n, t, dtype=D)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=D)
+    b = ef.TokenBatch(
+        torch.zeros(n, t, dtype=D), torch.zeros(n, t, dtype=D), adv, mask, old_entropy=H, group_index=torch.zeros(n)
+    )
+    out = ef.compute_advantages(b, ef.get_method("edge_grpo"))
+    P = H.mean(-1)
+    raw = P.mean() / P  # the uncapped EDGE-GRPO factor: ~7.5e4 for response 0
+    assert float(raw[0]) > 1e4
+    expected = adv * raw.clamp(max=10.0)
+    torch.testing.assert_close(out, expected[:, None].expand(n, t), rtol=1e-12, atol=0)
+    assert float(out.abs().max()) <= 10.0
+    # a looser cap is a parameter
+    out50 = ef.compute_advantages(b, ef.get_method("edge_grpo", max_factor=50.0))
+    assert float(out50[0, 0]) == pytest.approx(50.0)
+    with pytest.raises(ef.ParameterError, match="max_factor"):
+        ef.get_method("edge_grpo", max_factor=0.5)
+
+
+# -- entropy_advantage: κ > 1 (Cheng et al.) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.5, 0.1])
+def test_entropy_advantage_rejects_kappa_at_most_one(kappa):
+    with pytest.raises(ef.ParameterError, match="kappa"):
+        ef.get_method("entropy_advantage", kappa=kappa)
+
+
+def test_entropy_advantage_keeps_negative_advantages_negative():
+    n, t = 3, 4
+    adv = torch.tensor([-1.0, -0.01, 2.0], dtype=D)
+    H = torch.full((n, t), 5.0, dtype=D)  # a large entropy: the bonus is at its cap |A|/κ
+    b = ef.TokenBatch(torch.zeros(n, t, dtype=D), torch.zeros(n, t, dtype=D), adv, torch.ones(n, t), old_entropy=H)
+    out = ef.compute_advantages(b, ef.get_method("entropy_advantage", kappa=1.01))
+    assert bool((out[:2] < 0).all())
+    torch.testing.assert_close(out[:, 0], adv + adv.abs() / 1.01)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from entflow.lab.setup import train_lab
+from support.lab_micro import micro_run_config
 from support.real_tiny import save_tiny_model
 
 
@@ -65,3 +67,19 @@ def test_cli_eval_bad_input_exit_code(tmp_path, capsys):
     assert "model" in capsys.readouterr().err
     assert main(["eval", "--model", "smollm2", "--data", "gsm_symbolic", "--k", "4", "--samples", "2"]) == 2
     assert "k=4 exceeds n_samples=2" in capsys.readouterr().err
+
+
+def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, capsys):
+    from entflow.cli.eval import lab_eval_settings
+    from entflow.cli.main import main
+
+    params = {"validation_size": 5, "max_target": 40}
+    run = train_lab(micro_run_config(tmp_path, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))
+    _, task, temp = lab_eval_settings(run)
+    assert task.validation_size == 5 and task.max_target == 40 and temp == 0.7
+    assert all(p.answer.target <= 40 for p in task.validation_set())
+    _, _, temp = lab_eval_settings(run, temperature=1.3)
+    assert temp == 1.3
+    assert main(["eval", str(run), "--k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "5 held-out prompts" in out and "temperature 0.7" in out

@@ -185,3 +185,27 @@ def test_default_warm_start_leaves_room_for_rl(tmp_path):
     assert 0.2 <= ev["acc"] <= 0.6 and ev["pass@k"] >= ev["acc"] + 0.15
     assert ev["entropy"] >= 0.4
     assert 1_000_000 <= info["n_params"] <= 5_000_000
+
+
+def test_warm_start_label_smoothing_loss_matches_hand_formula():
+    import torch
+
+    from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+    from entflow.lab.pretrain import make_sft_batch, sft_loss
+    from entflow.lab.tasks import LAB_ALPHABET
+
+    tok = build_tokenizer(LAB_ALPHABET)
+    model = build_policy(tok, PolicyConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), seed=1)
+    batch = make_sft_batch(tok, ["3 5 7>15:", "1 2>3:"], ["3*5", "1+2"])
+    eps = 0.2
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].double()
+        logq = logits.log_softmax(-1)
+        tgt = batch["input_ids"][:, 1:]
+        nll = -logq.gather(-1, tgt[..., None])[..., 0]
+        smooth = -logq.mean(-1)  # cross-entropy against the uniform distribution
+        per_tok = (1 - eps) * nll + eps * smooth
+        m = batch["loss_mask"][:, 1:].double()
+        want = float((per_tok * m).sum() / m.sum())
+        assert float(sft_loss(model, batch, eps)) == pytest.approx(want, rel=1e-5)
+        assert float(sft_loss(model, batch)) == pytest.approx(float((nll * m).sum() / m.sum()), rel=1e-5)

@@ -171,3 +171,22 @@ def test_agrees_with_reasoning_gym_scorer_when_all_numbers_are_used():
             assert ours == (1.0 if theirs == 1.0 else 0.0), (p, s, theirs)
             checked += 1
     assert checked >= 20
+
+
+def test_wrong_traces_are_well_formed_and_wrong():
+    import random
+
+    from entflow.lab.tasks import get_task, parse_expression
+
+    rng = random.Random(0)
+    task = get_task("countdown")
+    for p in task.sample_problems(20, rng):
+        for t in task.wrong_traces(p, rng, 5):
+            value, used = parse_expression(t)
+            assert value != p.answer.target and task.reward(p, t) == 0.0
+            pool = list(p.answer.numbers)
+            for u in used:
+                pool.remove(u)  # only the prompt's numbers, each at most once
+    arith = get_task("arithmetic")
+    for p in arith.sample_problems(20, rng):
+        assert all(arith.reward(p, t) == 0.0 and t.lstrip("-").isdigit() for t in arith.wrong_traces(p, rng, 5))

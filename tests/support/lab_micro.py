@@ -17,3 +17,31 @@ def pretrain_micro_policy(cache_dir) -> str:
 
     cfg = PretrainConfig(task="countdown", task_params=TASK_PARAMS, **MICRO_PRETRAIN)
     return str(pretrain(cfg, cache_dir=cache_dir, progress=False))
+
+
+def micro_run_config(out_dir, policy: str, **overrides):
+    """A validated lab config of a 3-step micro run of ``policy`` (2 prompts × 4 responses, one
+    mini-batch, no audit, no progress), with ``overrides`` on top."""
+    from entflow.lab.config import build_config
+
+    base = {
+        "out_dir": str(out_dir),
+        "policy_path": policy,
+        "task_params": TASK_PARAMS,
+        "steps": 3,
+        "prompts_per_step": 2,
+        "group_size": 4,
+        "mini_batches": 1,
+        "eval_every": 0,
+        "eval_k": 1,
+        "audit": False,
+        "progress": False,
+    }
+    return build_config(base | overrides)
+
+
+def metric_column(run_dir, key: str) -> list[float]:
+    """The values of ``key`` in the run's ``metrics.jsonl``, training steps only (step > 0)."""
+    from entflow.trainer.rundir import read_jsonl
+
+    return [r[key] for r in read_jsonl(run_dir / "metrics.jsonl") if r["step"] > 0]

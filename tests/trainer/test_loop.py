@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
 from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
+from support.lab_micro import metric_column, micro_run_config
 
 MICRO_PRETRAIN = {
     "policy": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
@@ -330,3 +332,68 @@ def test_compare_runs_methods_in_parallel_and_writes_one_report(tmp_path, micro_
     assert (out / "report.html").exists() and (out / "plots" / "entropy.png").exists()
     html = (out / "report.html").read_text()
     assert "grpo" in html and "clip_higher_steer" in html
+
+
+def test_schedules_see_zero_based_steps(tmp_path, micro_policy):
+    # stage schedule over S = 3 steps, 0-based s: λ = clamp(2s/(S−1) − 1, 0, 1) = 0, 0, 1
+    run = train_lab(
+        micro_run_config(
+            tmp_path, micro_policy, name="stage", method="pos_adv_reweight", method_params={"schedule": "stage"}
+        )
+    )
+    assert metric_column(run, "pos_adv/weight") == [0.0, 0.0, 1.0]
+    # epoch schedule, E = 3 epochs over S = 3 steps: λ = (e − 1)/(E − 1) = 0, 0.5, 1
+    run = train_lab(
+        micro_run_config(
+            tmp_path,
+            micro_policy,
+            name="epoch",
+            method="pos_adv_reweight",
+            method_params={"schedule": "epoch", "epochs": 3},
+        )
+    )
+    assert metric_column(run, "pos_adv/weight") == [0.0, 0.5, 1.0]
+    # position shaping on for exactly one step starting at 0-based step 1 = the second rollout step
+    run = train_lab(
+        micro_run_config(
+            tmp_path, micro_policy, name="pos", method="position_shaping", method_params={"start": 1, "duration": 1}
+        )
+    )
+    assert metric_column(run, "position_shaping/active") == [0.0, 1.0, 0.0]
+
+
+def test_resume_with_more_steps_keeps_schedules_anchored(tmp_path, micro_policy):
+    kw = {"name": "r", "method": "pos_adv_reweight", "method_params": {"schedule": "stage"}}
+    train_lab(micro_run_config(tmp_path, micro_policy, steps=3, **kw))
+    run = train_lab(micro_run_config(tmp_path, micro_policy, steps=6, **kw), resume=True)
+    # anchored to the 3 planned steps: 0, 0, 1, then it stays at its final value (without the
+    # anchor, steps 4–6 would read total_steps = 6 and give 0.2, 0.6, 1.0)
+    assert metric_column(run, "pos_adv/weight") == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert yaml.safe_load((run / "config.yaml").read_text())["schedule_steps"] == 3
+
+    with pytest.raises(ConfigError) as e:
+        train_lab(micro_run_config(tmp_path, micro_policy, steps=7, schedule_steps=7, **kw), resume=True)
+    assert e.value.key == "schedule_steps"
+
+
+def test_validation_steps_log_diagnostics_and_whole_groups(tmp_path, micro_policy):
+    run = train_lab(
+        micro_run_config(tmp_path, micro_policy, name="d", steps=2, eval_every=2, samples_logged=2, prompts_per_step=3)
+    )
+    rows = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl")}
+    diag = [k for k in rows[2] if k.startswith("diag/")]
+    assert not any(k.startswith("diag/") for k in rows[1])  # only on validation steps
+    for key in (
+        "diag/distinct_n",
+        "diag/self_bleu",
+        "diag/calib/gap",
+        "diag/gnorm/mean",
+        "diag/pos_entropy/correct/b0",
+    ):
+        assert key in diag, key
+    assert 0 < rows[2]["diag/distinct_n"] <= 1
+    samples = read_jsonl(run / "samples.jsonl")
+    at = {s: [r for r in samples if r["step"] == s] for s in (1, 2)}
+    assert len(at[1]) == 2  # one response per logged prompt off validation steps
+    assert len(at[2]) == 2 * 4 and sorted({r["group"] for r in at[2]}) == [0, 1]  # whole groups of G = 4
+    assert all(len({r["prompt"] for r in at[2] if r["group"] == g}) == 1 for g in (0, 1))

@@ -123,3 +123,40 @@ def test_bad_input_is_a_typed_error_naming_file_and_field(results_copy, tmp_path
 def test_tolerance_is_relative_1e_12():
     assert same(1.0, 1.0 + 5e-13) and not same(1.0, 1.0 + 5e-12)
     assert same(None, math.nan) and not same(None, 0.0) and same(0.0, 0.0) and not same(0.0, 1e-300)
+
+
+def test_a_family_publishes_raw_and_holm_verdicts_and_verify_recomputes_them(tmp_path, capsys):
+    import copy
+
+    import yaml
+
+    from entflow.evidence.claims import load_claims, registry_path
+    from entflow.evidence.facts import FACTS
+    from entflow.evidence.reproduce import add_family_corrections, evaluate_claims
+    from entflow.files import write_json
+
+    base = next(e for e in yaml.safe_load(registry_path().read_text())["claims"] if e["id"] == "003-klcov-entropy")
+    entries = []
+    for i, run in enumerate(("kl_cov", "clip_cov")):
+        e = copy.deepcopy(base)
+        e.update(id=f"fam-{i}", runs=[run, "grpo"], family="f")
+        e["metric"] = {**e["metric"], "run": run}
+        entries.append(e)
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump({"claims": entries}))
+    claims = load_claims(tmp_path / "claims.yaml", known_facts=FACTS)
+    facts = {"grpo": {s: {"entropy_retention": 0.3} for s in range(5)}}
+    facts["kl_cov"] = {s: {"entropy_retention": 0.3 + d} for s, d in enumerate([0.031, 0.01, 0.02, 0.0, 0.04])}
+    facts["clip_cov"] = {s: {"entropy_retention": 0.3 + d} for s, d in enumerate([0.03, 0.01, 0.02, 0.0, 0.04])}
+    rows = add_family_corrections(evaluate_claims(facts, list(range(5)), claims), claims)
+    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
+    # each p ≈ 0.0237 < 0.025 alone; Holm doubles the smaller, and the larger takes that running max
+    assert [r["verdict_holm"] for r in rows] == ["inconclusive", "inconclusive"]
+    assert rows[1]["holm_p"] == pytest.approx(2 * rows[1]["p_value"], rel=1e-12) and rows[1]["holm_p"] > 0.025
+    root = tmp_path / "results"
+    write_json(root / "fam_claims.json", {"claims": rows, "seeds": list(range(5))})
+    assert verify(root, claims).ok
+    _edit(root / "fam_claims.json", "fam-1", lambda r: r.update(verdict_holm="reproduced"))
+    bad = verify(root, claims).differing
+    assert [(c.id, c.differences) for c in bad] == [("fam-1", ["verdict_holm: 'reproduced' → 'inconclusive'"])]
+    _edit(root / "fam_claims.json", "fam-1", lambda r: r.update(verdict_holm="inconclusive", holm_p=r["p_value"]))
+    assert [c.id for c in verify(root, claims).differing] == ["fam-1"]

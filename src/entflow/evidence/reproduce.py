@@ -364,7 +364,8 @@ def reproduce(
             facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = got
             # the run's compact record: in its folder, and gathered under out/facts to commit
             rec = facts_record(setting, cfg.group, cfg.seed, got, load_config(d))
-            write_record(Path(d) / FACTS_FILE, rec)
+            if Path(d).is_dir():  # (a trainer replaced in a test may return no folder)
+                write_record(Path(d) / FACTS_FILE, rec)
             write_record(out / "facts" / setting / record_name(cfg.group, cfg.seed), rec)
         write_report(dirs, where)
         if setting == DEFAULT_SETTING:

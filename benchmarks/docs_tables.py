@@ -224,6 +224,8 @@ def claim_rows(c: dict, file_seeds: list[int]) -> list[str]:
     seed_cell = seeds_text(seeds) + ("" if c.get("seeds_as_registered", True) else " (not the registered seeds)")
     values = ", ".join(num(v) for v in c.get("values") or []) or "—"
     reason = f" ({cell(c['reason'])})" if c.get("reason") else ""
+    if c.get("verdict_holm") is not None:  # a claim in a family: its Holm-corrected verdict too
+        reason += f"; Holm-corrected in its family: {c['verdict_holm']}"
     rows = [
         f"| `{c['id']}`: {cell(c.get('claim', ''))} | {cell(c.get('measured', ''))} | {values} | "
         f"{interval_text(c)} | {criterion_text(c)} | **{c['verdict']}**{reason} | {seed_cell} |"

@@ -152,6 +152,7 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
         "verdict": "reproduced",
         "preregistered_seeds": [40, 41, 42, 43, 44],
     }
+    passk["verdict_holm"] = "inconclusive"
     new = {
         "date": "2099-01-01",
         "machine": "a test machine",
@@ -165,6 +166,7 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     assert "#### `docs/results/regime/rerun_claims.json`" in other
     assert "Measured 2099-01-01 on a test machine. Command: `entflow reproduce --test`." in other
     assert "| `passk-training`: Pass@k Training beats GRPO |" in other and "+0.124 [+0.050, +0.198]" in other
+    assert "**reproduced**; Holm-corrected in its family: inconclusive |" in other
     assert "+0.290 [+0.251, +0.329]" in other  # the newer 003-collapse is shown with the new file ...
     old = docs_tables.print_claims("docs/results/full_5seed_claims.json", root)
     assert "| `003-collapse`:" not in old  # ... and the full run's table says where it went

@@ -60,7 +60,7 @@ from entflow.analysis.law import (
 )
 from entflow.analysis.log_keys import resolve_keys
 from entflow.analysis.log_readers import LogData, read_log
-from entflow.core.clip import CLIP_EPS
+from entflow.core.clip_settings import CLIP_EPS
 from entflow.errors import AnalysisError, LogError
 from entflow.files import json_safe
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from entflow.core.batch import TokenBatch
-from entflow.core.clip import CLIP_EPS
+from entflow.core.clip_settings import CLIP_EPS
 from entflow.core.estimator_names import ESTIMATORS
 from entflow.core.ppo import clip_indicator
 from entflow.errors import UnknownMethodError

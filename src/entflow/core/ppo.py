@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 
-from entflow.core.clip import CLIP_EPS
-from entflow.core.clip import NO_CLIP as NO_CLIP  # its home is core/clip.py; importable here as in 0.2
-from entflow.core.clip import check_clip_bounds as check_clip_bounds
+# NO_CLIP and check_clip_bounds live in core/clip_settings.py; they stay importable from here, as in 0.2
+from entflow.core.clip_settings import CLIP_EPS
+from entflow.core.clip_settings import NO_CLIP as NO_CLIP
+from entflow.core.clip_settings import check_clip_bounds as check_clip_bounds
 from entflow.errors import ParameterError
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -20,7 +21,7 @@ class LossSpec:
     """The settings of the PPO-clip loss (docs/design.md §4), validated once when made.
 
     ``clip_low``, ``clip_high``: ε_low ∈ [0, 1] or inf, ε_high ∈ [0, inf] (inf = that side unclipped;
-    the rule is :func:`entflow.core.clip.clip_value_ok`; a method that sets clip bounds overrides
+    the rule is :func:`entflow.core.clip_settings.clip_value_ok`; a method that sets clip bounds overrides
     both, :meth:`for_method`); ``dual_clip``: the dual-clip constant c > 1 for A < 0,
     or None; ``agg``: one of :data:`AGG_MODES`; ``max_len``: the fixed T_max of
     ``seq-mean-token-sum-norm`` (Dr. GRPO: the generation limit), or None for the batch's padded

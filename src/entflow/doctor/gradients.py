@@ -17,7 +17,7 @@ import torch
 
 from entflow.core.advantages import group_advantages
 from entflow.core.batch import TokenBatch
-from entflow.core.clip import CLIP_EPS
+from entflow.core.clip_settings import CLIP_EPS
 from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import token_stats
 from entflow.doctor.result import CheckResult, compared, max_relative_to_peak, max_scaled_error, timed
@@ -37,7 +37,7 @@ METHODS: list[tuple[str, dict]] = [
 ]
 # float32 loss and gradient against float64: max |Δ| / max |ref| (gradient), / max(1, |ref|) (loss)
 GRAD_TOL = 1e-4
-CLIP = CLIP_EPS  # the loss's default ε (core/clip.py)
+CLIP = CLIP_EPS  # the loss's default ε (core/clip_settings.py)
 
 
 class LossInputs(NamedTuple):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entflow.core.clip import CLIP_EPS, CLIP_RANGES, NO_CLIP, clip_value_ok
+from entflow.core.clip_settings import CLIP_EPS, CLIP_RANGES, NO_CLIP, clip_value_ok
 from entflow.methods.base import Check, Method, param, register
 
-# the one rule of core/clip.py, as the parameter checks of the methods
+# the one rule of core/clip_settings.py, as the parameter checks of the methods
 EPS_LOW = Check(CLIP_RANGES["clip_low"], lambda v: clip_value_ok("clip_low", v))
 EPS_HIGH = Check(CLIP_RANGES["clip_high"], lambda v: clip_value_ok("clip_high", v))
 

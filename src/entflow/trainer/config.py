@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from entflow.core.clip import CLIP_EPS, CLIP_RANGES, clip_value_ok
+from entflow.core.clip_settings import CLIP_EPS, CLIP_RANGES, clip_value_ok
 from entflow.errors import ConfigError, EntflowError
 
 if typing.TYPE_CHECKING:
@@ -197,7 +197,7 @@ class TrainConfig:
         need(self.lr > 0, "lr", "must be > 0")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
-        for key in ("clip_low", "clip_high", "dual_clip"):  # the one rule of core/clip.py
+        for key in ("clip_low", "clip_high", "dual_clip"):  # the one rule of core/clip_settings.py
             need(clip_value_ok(key, getattr(self, key)), key, f"must be {CLIP_RANGES[key]}")
         need(self.agg in AGG_MODES, "agg", f"must be one of {AGG_MODES}")
         need(self.adv_scale in SCALES, "adv_scale", f"must be one of {SCALES}")

@@ -12,7 +12,7 @@ import torch
 from trl import GRPOConfig
 
 from entflow.core.advantages import SCALES
-from entflow.core.clip import CLIP_EPS
+from entflow.core.clip_settings import CLIP_EPS
 from entflow.errors import ConfigError, EmulatedBF16Warning, EntflowError
 from entflow.methods.base import Method, get_method
 from entflow.methods.needs import needs_of

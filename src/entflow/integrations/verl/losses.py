@@ -31,7 +31,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from entflow.core.batch import TokenBatch
-from entflow.core.clip import CLIP_EPS
+from entflow.core.clip_settings import CLIP_EPS
 from entflow.core.ppo import LossSpec
 from entflow.errors import ConfigError
 from entflow.integrations.verl.spec import (

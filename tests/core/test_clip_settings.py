@@ -1,4 +1,4 @@
-"""The PPO clip's settings have one home (``entflow.core.clip``): one default ε that every layer uses,
+"""The PPO clip's settings have one home (``entflow.core.clip_settings``): one default ε that every layer uses,
 and one rule that the loss (``LossSpec``), the trainer's config (``TrainConfig``) and the clip
 methods' parameters all enforce, including the inf rule (inf = that side unclipped; allowed for
 ε_low and ε_high, never a finite ε_low above 1); inf bounds give the unclipped loss −A·r."""
@@ -13,7 +13,7 @@ import torch
 
 import entflow as ef
 from entflow.core import estimators
-from entflow.core.clip import CLIP_EPS, CLIP_RANGES, NO_CLIP, clip_value_ok
+from entflow.core.clip_settings import CLIP_EPS, CLIP_RANGES, NO_CLIP, clip_value_ok
 from entflow.errors import ConfigError, ParameterError
 from entflow.lab.config import LabConfig
 from entflow.trainer.config import TrainConfig, build_config, key_info

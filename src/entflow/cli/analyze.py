@@ -104,13 +104,45 @@ def print_analysis(analysis: Any, console: Any) -> None:
         console.print(f"note: {note}", markup=False, highlight=False)
 
 
-def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -> Path:
-    """Analyse one log: table on ``console``, ``out/report.html``, plots and (``--json``) ``analysis.json``."""
-    from entflow.analysis.collapse import analyze_log
-    from entflow.analysis.report import write_log_report
+def print_method_metrics(log: Any, console: Any) -> None:
+    """The ``entflow/*`` metrics the log carries (steps logged, first and last value), one line each."""
+    from entflow.analysis.short_log import method_metrics
 
-    log, analysis = analyze_log(path, **_options(args))
+    metrics = method_metrics(log)
+    if not metrics:
+        console.print("entflow/* metrics: none in this log", markup=False, highlight=False)
+        return
+    console.print(f"entflow/* metrics ({len(metrics)}): steps, first -> last", markup=False, highlight=False)
+    for m in metrics:
+        console.print(f"  {m.key}: {m.n_steps}, {m.first:.4g} -> {m.last:.4g}", markup=False, highlight=False)
+
+
+def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -> Path | None:
+    """Analyse one log: table on ``console``, ``out/report.html``, plots and (``--json``) ``analysis.json``.
+
+    A log too short for the law fit gets its entropy, reward and the verdict ``too short to fit the
+    law`` on the terminal (``--json``: ``out/analysis.json``) and no report (None is returned)."""
+    from entflow.analysis.collapse import analyze_log
+    from entflow.analysis.log_readers import read_log
+    from entflow.analysis.report import write_log_report
+    from entflow.analysis.short_log import short_log
+
+    log = read_log(path)
+    short = short_log(log, entropy_key=args.entropy_key, reward_key=args.reward_key, strict=args.strict)
+    if short is not None:
+        for line in short.lines():
+            console.print(line, markup=False, highlight=False)
+        for w in short.warnings:
+            console.print(f"warning: {w} (--strict refuses them)", markup=False, highlight=False)
+        print_method_metrics(log, console)
+        if args.json:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "analysis.json").write_text(json.dumps(short.to_dict(), indent=2) + "\n", encoding="utf-8")
+            console.print(f"analysis: {out / 'analysis.json'}", markup=False, highlight=False)
+        return None
+    log, analysis = analyze_log(log, **_options(args))
     print_analysis(analysis, console)
+    print_method_metrics(log, console)
     report = write_log_report(log, analysis, out, write_json=args.json)
     console.print(f"report: {report}" + ("  analysis.json" if args.json else ""))
     return report

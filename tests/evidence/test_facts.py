@@ -1,7 +1,7 @@
 """The claims pipeline flows one way: ``evidence/claims.py`` (the registry, importing of the evidence
 package only the registry of setting kinds) → ``evidence/facts.py`` (a run directory → facts) →
-``evidence/reproduce.py``; the list of facts is what the producers return, and no YAML is read when
-the modules are imported."""
+``evidence/reproduce.py`` (→ ``evidence/records.py``, per-run records) → ``evidence/verify.py``;
+the list of facts is what the producers return, and no YAML is read when the modules are imported."""
 
 from __future__ import annotations
 
@@ -38,8 +38,12 @@ def test_the_pipeline_imports_one_way():
     assert _imports("reproduce") - {"entflow.evidence.audit", "entflow.lab.setup", "entflow.evidence.compare"} == {
         "entflow.evidence.claims",
         "entflow.evidence.facts",
+        "entflow.evidence.records",
         "entflow.evidence.settings",
     }
+    # the records read a run directory's facts; the verifier judges with the registry's functions
+    assert _imports("records") == {"entflow.evidence.facts"}
+    assert _imports("verify") == {"entflow.evidence.claims", "entflow.evidence.records", "entflow.evidence.reproduce"}
     # only the registry of setting kinds reaches a real model
     assert {m for m in ("claims", "facts", "reproduce", "compare", "audit") if _imports(m, ("entflow.hf",))} == set()
     assert _imports("settings", ("entflow.hf",)) == {"entflow.hf.setup"}

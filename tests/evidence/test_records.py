@@ -111,3 +111,25 @@ def test_export_copies_records_and_points_to_the_published_json(tmp_path):
     assert (tmp_path / "docs" / "x_claims.json").read_text() == (out / "claims.json").read_text()
     assert read_source(tmp_path / "docs" / "facts" / "x") == tmp_path / "docs" / "facts" / "x" / "../../x_claims.json"
     assert len(written) == 3
+
+
+def test_export_of_an_output_without_records_computes_them_from_its_run_folders(tmp_path):
+    from entflow.evidence.verify import verify
+
+    out = tmp_path / "runs" / "real-claims"  # as entflow reproduce left it: out/<setting>/<run>-s<seed>
+    for d in REAL_RUNS.iterdir():
+        if (d / "metrics.jsonl").is_file():
+            shutil.copytree(d, out / "real" / d.name)
+    shutil.copyfile(REAL_RUNS / "claims.json", out / "claims.json")
+    results = tmp_path / "results"
+    export_facts(out, results / "facts" / "real", results / "real_claims.json")
+    made = read_facts_set(results / "facts" / "real")
+    committed = read_facts_set(RESULTS / "facts" / "real")
+    assert set(made) == set(committed)
+    for key, facts in made.items():
+        assert json.dumps(facts, sort_keys=True) == json.dumps(committed[key], sort_keys=True), key
+    check = verify(results)
+    assert check.ok and {c.source for c in check.checks} == {"per-run facts"} and len(check.checks) == 6
+    shutil.rmtree(out / "real" / "kl_cov-s2")
+    with pytest.raises(EvidenceError, match=r"kl_cov-s2: missing"):
+        export_facts(out, tmp_path / "again", tmp_path / "again_claims.json")

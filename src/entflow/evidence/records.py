@@ -205,15 +205,17 @@ def export_facts(out: str | os.PathLike, dest: str | os.PathLike, published: str
     """Publish a reproduce output: its records (``out/facts/<setting>/…``) copied into ``dest`` (a
     facts set to commit, e.g. ``docs/results/facts/<name>``), ``out/claims.json`` copied to
     ``published`` (e.g. ``docs/results/<name>_claims.json``) and ``dest/source.json`` pointing to it.
-    Returns the files written. Raises :class:`~entflow.errors.EvidenceError` when ``out`` has no
-    ``claims.json`` or no records, or a record is garbled."""
+    An output without records (written before they existed) gets them computed from its run
+    folders, with the versions, machine and date of this export. Returns the files written. Raises
+    :class:`~entflow.errors.EvidenceError` when ``out`` has no ``claims.json``, a run it names has
+    neither a record nor a run folder, or a record is garbled."""
     out, dest, published = Path(out), Path(dest), Path(published)
     records = sorted((out / "facts").glob("*/*.json"))  # <setting>/<run>-s<seed>.json
     if not (out / "claims.json").is_file():
         raise EvidenceError(out / "claims.json", None, "missing: run `entflow reproduce` into this folder first")
-    if not records:
-        raise EvidenceError(out / "facts", None, "no per-run facts records (written by entflow reproduce)")
     written = []
+    if not records:  # an output written before records existed: compute them from its run folders
+        written = _records_from_run_folders(out, dest)
     for src in records:
         read_record(src)  # a garbled record is never committed
         target = dest / src.parent.name / src.name
@@ -223,6 +225,35 @@ def export_facts(out: str | os.PathLike, dest: str | os.PathLike, published: str
     published.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "claims.json", published)
     return [*written, published, write_source(dest, published)]
+
+
+def _records_from_run_folders(out: Path, dest: Path) -> list[Path]:
+    """Records for every run and seed ``out/claims.json`` names (its ``runs`` keys and ``seeds``),
+    computed from the run folders ``entflow reproduce`` left (``out/<run>-s<seed>`` in the demo
+    setting, ``out/<setting>/<run>-s<seed>`` in another). Raises
+    :class:`~entflow.errors.EvidenceError` when a named run folder is missing."""
+    from entflow.analysis.runs import load_config
+    from entflow.evidence.claims import DEFAULT_SETTING, split_key
+
+    try:
+        data = json.loads((out / "claims.json").read_text())
+        keys, seeds = list(data["runs"]), [int(s) for s in data["seeds"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EvidenceError(out / "claims.json", "runs", f"cannot read its runs and seeds: {e}") from None
+    env = environment()
+    written = []
+    for key in keys:
+        setting, run = split_key(str(key))
+        for seed in seeds:
+            d = (out if setting == DEFAULT_SETTING else out / setting) / f"{run}-s{seed}"
+            if not (d / "metrics.jsonl").is_file():
+                raise EvidenceError(d, None, "missing: claims.json names this run, and it has no facts record")
+            origin = f"computed by entflow reproduce --export-facts from the run folder {d.name}"
+            rec = facts_record(setting, run, seed, load_run_facts(d), load_config(d), env, origin)
+            written.append(write_record(dest / setting / record_name(run, seed), rec))
+    if not written:
+        raise EvidenceError(out / "facts", None, "no per-run facts records, and claims.json names no run")
+    return written
 
 
 def backfill_facts_set(

@@ -122,7 +122,11 @@ def test_export_of_an_output_without_records_computes_them_from_its_run_folders(
             shutil.copytree(d, out / "real" / d.name)
     shutil.copyfile(REAL_RUNS / "claims.json", out / "claims.json")
     results = tmp_path / "results"
-    export_facts(out, results / "facts" / "real", results / "real_claims.json")
+    from entflow.cli.main import main
+
+    argv = ["reproduce", "--name", "real-claims", "--export-facts", str(results / "facts" / "real")]
+    assert main([*argv, f"out_dir={tmp_path / 'runs'}"]) == 0  # published by default next to facts/
+    assert (results / "real_claims.json").read_bytes() == (REAL_RUNS / "claims.json").read_bytes()
     made = read_facts_set(results / "facts" / "real")
     committed = read_facts_set(RESULTS / "facts" / "real")
     assert set(made) == set(committed)

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--published",
         default=None,
         metavar="FILE",
-        help="with --export-facts: where its claims.json is published [DEST/../../NAME_claims.json]",
+        help="with --export-facts: where its claims.json is published [DEST/../../<DEST's name>_claims.json]",
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
 

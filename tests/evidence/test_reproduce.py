@@ -198,3 +198,43 @@ def test_a_run_cannot_change_the_warm_start(tmp_path, micro_policy, monkeypatch)
     with pytest.raises(ConfigError, match="pretrain"):
         reproduce({"demo": {"policy_path": micro_policy}}, ["steps=1"], [0], tmp_path / "rep", jobs=1, runs=["grpo_ls"])
     assert not (tmp_path / "rep" / "grpo_ls-s0").exists()
+
+
+def test_reproduce_prints_and_writes_raw_and_holm_verdicts_of_a_family(tmp_path, monkeypatch, capsys):
+    """Through the CLI, with training replaced by fixed facts: two claims made one family."""
+    import dataclasses
+
+    from entflow.analysis import report
+    from entflow.cli.main import main
+    from entflow.evidence import compare
+    from entflow.evidence import reproduce as rep
+    from entflow.evidence.claims import holm, one_sided_p
+
+    shift = {"clip_cov": [0.03, 0.01, 0.02, 0.0, 0.04], "kl_cov": [0.031, 0.01, 0.02, 0.0, 0.04]}
+    monkeypatch.setattr(compare, "run_compare", lambda configs, **kw: [f"{c.group}/{c.seed}" for c in configs])
+    monkeypatch.setattr(report, "summarize_run", lambda d: {})
+    monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
+
+    def facts(run_dir, summary):
+        group, seed = str(run_dir).split("/")
+        return {"entropy_retention": 0.3 + (shift[group][int(seed)] if group in shift else 0.0)}
+
+    monkeypatch.setattr(rep, "run_facts", facts)
+    fam = {"003-clipcov-entropy", "003-klcov-entropy"}
+    base = rep.registry()
+    claims = tuple(dataclasses.replace(c, family="covariance") if c.id in fam else c for c in base.claims)
+    monkeypatch.setattr(rep, "registry", lambda: dataclasses.replace(base, claims=claims))
+    assert main(["reproduce", "--claims", ",".join(sorted(fam)), f"out_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    rows = {r["id"]: r for r in json.loads((tmp_path / "reproduce" / "claims.json").read_text())["claims"]}
+    ps = [one_sided_p(shift[r], "greater") for r in ("clip_cov", "kl_cov")]
+    want = holm(ps)
+    for cid, p, adj in zip(("003-clipcov-entropy", "003-klcov-entropy"), ps, want, strict=True):
+        r = rows[cid]
+        assert r["verdict"] == "reproduced" and r["verdict_holm"] == "inconclusive"  # p ≈ 0.024 each; Holm > 0.025
+        assert (r["family"], r["family_size"]) == ("covariance", 2)
+        assert r["p_value"] == pytest.approx(p, rel=1e-12) and r["holm_p"] == pytest.approx(adj, rel=1e-12)
+    md = (tmp_path / "reproduce" / "claims.md").read_text()
+    for text in (md, out):
+        assert "Claim families (Holm" in text and text.count("| covariance (2) |") == 2
+        assert "| reproduced | **inconclusive** |" in text

@@ -55,6 +55,10 @@ def test_the_committed_results_recompute(committed):
     sources = {c.id: c.source for c in committed.checks if c.file == "real-claims/claims.json"}
     assert len(sources) == 6 and set(sources.values()) == {PER_RUN}
     assert {c.source for c in committed.checks if c.file == "full_5seed_claims.json"} == {PER_SEED}
+    # registry claims no committed file judges are listed, not silently passed
+    from entflow.evidence.reproduce import registry
+
+    assert set(committed.unpublished) == {c.id for c in registry().claims} - {c.id for c in committed.checks}
 
 
 def test_cli_exit_0_on_the_committed_results(capsys):

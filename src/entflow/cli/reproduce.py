@@ -165,6 +165,12 @@ def _verify(root: str) -> int:
     for c in result.differing:  # one line each, never wrapped: a script can grep it
         print(f"DIFFERS: {c.id} in {c.file}: {'; '.join(c.differences)}", flush=True)
     n = len(result.checks)
+    if result.unpublished:
+        print(
+            f"registry claims without a committed verdict ({len(result.unpublished)}, nothing to recompute): "
+            + ", ".join(result.unpublished),
+            flush=True,
+        )
     if result.ok:
         console.print(f"all {n} published verdicts recompute from the committed files", highlight=False)
         return 0

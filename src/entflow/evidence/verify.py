@@ -73,11 +73,13 @@ class ClaimCheck:
 
 @dataclass
 class Verification:
-    """Every check of :func:`verify`: ``checks`` (judged claims), ``skipped`` (``not run`` rows)."""
+    """Every check of :func:`verify`: ``checks`` (judged claims), ``skipped`` (``not run`` rows),
+    ``unpublished`` (registry claims that no file under the folder judges: nothing to recompute)."""
 
     root: str
     checks: list[ClaimCheck]
     skipped: int
+    unpublished: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -231,7 +233,8 @@ def verify(root: str | os.PathLike = DEFAULT_DIR, claims: Sequence[Claim] | None
             checks.append(check)
             judged.append((row, got, check))
         _check_families(judged)
-    return Verification(str(root), checks, skipped)
+    judged_ids = {c.id for c in checks}
+    return Verification(str(root), checks, skipped, [c.id for c in claims if c.id not in judged_ids])
 
 
 def _check_row(

@@ -48,10 +48,11 @@ def test_monitor_values_and_one_warning_for_the_trainer(entropy_key, reward_key,
 
 def test_every_caller_takes_the_verdict_settings_from_analysis_collapse():
     """One home for the defaults 0.15 / 0.5 / 0.1: analyze_series, the monitor, the TRL callback and
-    `entflow analyze` all default to analysis/collapse.py's constants."""
+    `entflow analyze` all default to analysis/collapse.py's constants (EARLY_FRAC is analysis/law.py's,
+    which the early prediction of the law uses)."""
     import inspect
 
-    from entflow.analysis import collapse
+    from entflow.analysis import collapse, law
     from entflow.cli.main import build_parser
     from entflow.integrations.trl.callbacks import EntropyMonitorCallback
 
@@ -61,6 +62,8 @@ def test_every_caller_takes_the_verdict_settings_from_analysis_collapse():
         "stall_ratio": collapse.STALL_RATIO,
     }
     assert home == {"early_frac": 0.15, "retention_threshold": 0.5, "stall_ratio": 0.1}
+    assert collapse.EARLY_FRAC is law.EARLY_FRAC
+    assert inspect.signature(law.early_prediction).parameters["frac"].default is law.EARLY_FRAC
     for fn in (collapse.analyze_series, CollapseMonitor.__init__, EntropyMonitorCallback.__init__):
         params = inspect.signature(fn).parameters
         assert {k: params[k].default for k in home} == home, fn.__qualname__

@@ -46,6 +46,7 @@ import numpy as np
 from entflow.analysis.arrays import finite_vector
 from entflow.analysis.curves import ema
 from entflow.analysis.law import (
+    EARLY_FRAC,
     HELDOUT_FRAC,
     MIN_HELDOUT_POINTS,
     MIN_POINTS,
@@ -83,8 +84,8 @@ __all__ = [
 SCHEMA = "entflow.analysis/2"
 
 # The verdict's settings, one home for every caller (analyze_series, the live CollapseMonitor, the
-# TRL callback, `entflow analyze`); see analyze_series for what each means.
-EARLY_FRAC = 0.15  # share of the R points the early prediction is fitted on (paper 003 App. B.3)
+# TRL callback, `entflow analyze`); see analyze_series for what each means. The third default,
+# EARLY_FRAC (the share of the R points the early prediction is fitted on), is analysis/law.py's.
 RETENTION_THRESHOLD = 0.5  # entropy retention below which entropy counts as collapsed
 STALL_RATIO = 0.1  # the reward has stalled when its late slope <= this × its early slope
 

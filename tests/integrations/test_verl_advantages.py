@@ -12,7 +12,7 @@ are all tied, and continuous rewards. ``norm_adv_by_std_in_grpo=False`` for the 
 read it (grpo_passk through ``config``, gdpo as an argument). ReMax's greedy rollout is drawn by
 verl's trainer, not its estimator: the estimator is given the baseline rewards
 (``reward_baselines``), and so is ours; the refusal of the hosts that cannot draw it is tested in
-tests/trainer/test_method_needs_in_step.py, tests/integrations/test_trl_method_needs.py and
+tests/trainer/test_step.py, tests/integrations/test_trl_method_needs.py and
 tests/integrations/test_verl_method_needs.py.
 """
 

@@ -1,5 +1,11 @@
-"""The lab's old (rollout-policy) statistics come from ``generate``'s own logits, not a second
-forward: they must equal a separate full forward's, position by position."""
+"""The rollout (trainer/rollout.py).
+
+The lab's old (rollout-policy) statistics come from ``generate``'s own logits, not a second
+forward: they must equal a separate full forward's, position by position.
+
+``random_reward``: the rollout's rewards are replaced by Bernoulli(1/2) draws, independent of
+the responses (Park et al. 2025, arXiv 2509.26114); the responses themselves are unchanged.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from entflow.core.token_stats import token_stats
 from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
-from entflow.trainer.rollout import response_token_stats, sample_rollout
+from entflow.trainer.rollout import response_token_stats, sample_rollout, step_seed
 from entflow.trainer.tokens import encode_prompts
 from support.hf_sampling import reference_sample
 
@@ -76,3 +82,24 @@ def test_sampling_law_is_softmax_of_raw_logits_over_temperature(tiny):
     )  # fmt: skip
     for raw, scores in zip(out.logits, out.scores, strict=True):
         assert torch.allclose(scores, raw / 0.7, atol=1e-6, rtol=1e-6)
+
+
+# --- random_reward ---
+
+
+def _rollout(random_reward: bool, step: int, task):
+    tok = build_tokenizer(task.alphabet)
+    model = build_policy(tok, PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), seed=3)
+    cfg = LabConfig(prompts_per_step=8, group_size=8, seed=5, random_reward=random_reward)
+    torch.manual_seed(0)
+    return sample_rollout(model, tok, task, cfg, step=step)
+
+
+def test_random_rewards_are_seeded_coins_independent_of_the_responses():
+    task = get_task("arithmetic", validation_size=4)
+    truth, coins = _rollout(False, 1, task), _rollout(True, 1, task)
+    assert coins.texts == truth.texts  # the coin does not touch the generation's RNG
+    g = torch.Generator().manual_seed(step_seed(5 + 3, 1))  # an independent draw with the stated seed
+    assert torch.equal(coins.rewards, torch.bernoulli(torch.full((64,), 0.5), generator=g))
+    assert set(coins.rewards.tolist()) == {0.0, 1.0} and not torch.equal(coins.rewards, truth.rewards)
+    assert not torch.equal(_rollout(True, 2, task).rewards, coins.rewards)  # a new draw every step

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/real_step.py --rounds 3 --steps 6
     ... --baseline-src /tmp/base/src --baseline-set checkpoint_every=1 --baseline-set checkpoint_minutes=null
-    ... --trl-variant gradient_checkpointing=false     # a second TRL arm with these GRPOConfig fields
+    ... --trl-variant gradient_checkpointing=false     # the second TRL arm's GRPOConfig fields (this is the default)
 
 Both trainers train SmolLM2-135M-Instruct (``load_model("smollm2")``, float32) on the same prompts:
 ``basic_arithmetic`` with two one-digit terms through the chat template, P = 4 prompts × G = 4
@@ -11,7 +11,13 @@ responses per rollout; lr 1e-6, gradient clipping 1.0), ``exact_match`` reward, 
 same number of torch threads, float32 on both sides (``GRPOConfig(bf16=False)``: TRL's default
 ``bf16=True`` would autocast its CPU forward and backward to bfloat16). TRL's step is one
 generation cycle (``steps_per_generation = 2`` optimizer steps, ``shuffle_dataset=False`` over
-entflow's prompts of steps 1, 2, …, so cycle k sees entflow step k's prompts). entflow runs
+entflow's prompts of steps 1, 2, …, so cycle k sees entflow step k's prompts). Everything else
+of TRL is its own default: the optimizer is ``GRPOConfig``'s default ``optim`` (transformers ≥ 5
+with torch ≥ 2.8: ``adamw_torch_fused``, torch's fused AdamW kernel, which runs on the CPU too) and
+gradient checkpointing is on (``GRPOConfig``'s default); a second TRL arm turns checkpointing off
+(``--trl-variant``, default ``gradient_checkpointing=false``), so the ratio is reported against
+both. Each TRL arm records the optimizer it resolved (``optim``, ``fused``) and its checkpointing
+in its ``config`` line. entflow runs
 ``entflow.hf.setup.train_real`` at its defaults otherwise
 (validation every ``eval_every`` steps, the audit, the checkpoint policy).
 
@@ -114,7 +120,8 @@ def entflow_worker(steps: int, threads: int, sets: list[str]) -> dict:
 
 def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
     """TRL's arm; ``sets`` (``key=value``, YAML values) override ``GRPOConfig`` fields, e.g.
-    ``gradient_checkpointing=false`` (TRL's ``GRPOConfig`` turns it on by default)."""
+    ``gradient_checkpointing=false`` (TRL's ``GRPOConfig`` turns it on by default). The optimizer
+    is left at ``GRPOConfig``'s default (recorded in the result's ``config``)."""
     import random
 
     import torch
@@ -153,7 +160,6 @@ def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
             learning_rate=LR,
             lr_scheduler_type="constant",
             warmup_steps=0,
-            optim="adamw_torch",
             weight_decay=0.0,
             max_grad_norm=1.0,
             beta=0.0,
@@ -220,7 +226,15 @@ def trl_worker(steps: int, threads: int, sets: list[str]) -> dict:
             }
         )
     logged = sorted({k for h in trainer.state.log_history for k in h})
-    return {"rows": rows, "checkpoint_s": [], "logged": logged}
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps torch's optimizer
+    resolved = {
+        "optim": getattr(args.optim, "value", str(args.optim)),
+        "optimizer": type(opt).__name__,
+        "fused": bool(opt.defaults.get("fused")),
+        "gradient_checkpointing": bool(args.gradient_checkpointing),
+        "bf16": bool(args.bf16),
+    }
+    return {"rows": rows, "checkpoint_s": [], "logged": logged, "config": resolved}
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,7 +285,7 @@ def main() -> None:
         "--trl-variant",
         action="append",
         default=[],
-        help="GRPOConfig override key=value for a second TRL arm (e.g. gradient_checkpointing=false)",
+        help="GRPOConfig override key=value for a second TRL arm (default: gradient_checkpointing=false)",
     )
     ap.add_argument("--worker", choices=["entflow", "trl"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="write every round's raw numbers to this JSON file")
@@ -297,9 +311,9 @@ def main() -> None:
         arms.append({"name": "entflow@base", "kind": "entflow", "src": a.baseline_src, "sets": a.baseline_set})
     if not a.no_trl:
         arms.append({"name": "trl", "kind": "trl", "src": str(ROOT / "src")})
-        if a.trl_variant:
-            name = f"trl[{','.join(a.trl_variant)}]"
-            arms.append({"name": name, "kind": "trl", "src": str(ROOT / "src"), "sets": a.trl_variant})
+        variant = a.trl_variant or ["gradient_checkpointing=false"]
+        name = f"trl[{','.join(variant)}]"
+        arms.append({"name": name, "kind": "trl", "src": str(ROOT / "src"), "sets": variant})
     results: dict[str, list[dict]] = {arm["name"]: [] for arm in arms}
     for r in range(a.first_round, a.first_round + a.rounds):
         order = arms[r % len(arms) :] + arms[: r % len(arms)]

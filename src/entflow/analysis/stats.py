@@ -1,6 +1,7 @@
 """Summary statistics of runs: windowed best accuracy, Student-t intervals over seeds, audit ranks.
 Numbers in, numbers out; nothing here reads a file or formats a cell. (Entropy retention is the
-law's: :mod:`entflow.analysis.law`.)
+law's: :mod:`entflow.analysis.law`; its windowed form over a fixed number of evaluations,
+:func:`window_retention`, is here.)
 
 * Over seeds: mean ± the half-width of a 95 % Student-t interval, n − 1 degrees of freedom.
 """
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from entflow.analysis.runs import metric_float, series
+from entflow.errors import AnalysisError
 
 __all__ = [
     "AGGREGATE_KEYS",
@@ -26,7 +28,9 @@ __all__ = [
     "finite_mean",
     "group_label",
     "has_seed_groups",
+    "series_window_retention",
     "t_interval",
+    "window_retention",
     "windowed_best",
 ]
 
@@ -73,6 +77,37 @@ def windowed_best(steps: np.ndarray, values: np.ndarray, window: int = 3) -> tup
     means = np.convolve(v, np.ones(w) / w, mode="valid")
     i = int(np.argmax(means))
     return float(means[i]), int(np.asarray(steps)[i + w - 1])
+
+
+RETENTION_WINDOW = 3  # evaluations averaged at each end by window_retention's callers (>= 3)
+
+
+def window_retention(values: Sequence[float], window: int = RETENTION_WINDOW) -> float:
+    """mean(last ``window`` values) / mean(first ``window`` values) of a series ``[K]``.
+
+    The two windows never overlap (K ≥ 2·window is required), so a single noisy evaluation at
+    either end cannot set the ratio alone. ``values`` are in evaluation order (e.g. the
+    ``val/probe_entropy`` of each validation step); they must be finite and the first window's
+    mean > 0."""
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise AnalysisError("window", f"must be an integer >= 1, got {window!r}")
+    x = np.asarray(list(values), dtype=np.float64)
+    if x.ndim != 1 or x.size < 2 * window:
+        raise AnalysisError("values", f"need >= 2 * window = {2 * window} evaluations, got {x.size}")
+    if not np.isfinite(x).all():
+        raise AnalysisError("values", f"{int((~np.isfinite(x)).sum())} value(s) are NaN or infinite")
+    head, tail = float(x[:window].mean()), float(x[-window:].mean())
+    if not head > 0:
+        raise AnalysisError("values", f"the first {window} values' mean must be > 0, got {head}")
+    return tail / head
+
+
+def series_window_retention(
+    records: Sequence[dict[str, Any]], key: str = "val/probe_entropy", window: int = RETENTION_WINDOW
+) -> float:
+    """:func:`window_retention` of ``key`` over a run's metric records (the records that carry a
+    finite value of it, in step order; :func:`entflow.analysis.runs.series`)."""
+    return window_retention(series(records, key)[1], window)
 
 
 def t_interval(values: Iterable[float | None], level: float = 0.95) -> tuple[float, float, int]:

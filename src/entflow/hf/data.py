@@ -8,6 +8,11 @@
   ``val_size`` problems drawn with seed ``val_seed``; the train split draws with ``train_seed``
   from ``train_size`` problems and never yields a validation question. Extra ``params`` go to
   the reasoning-gym config (e.g. ``max_terms=2`` for ``basic_arithmetic``).
+  With ``held_out`` (a list of ``{name, seed, size}``) the task has several named held-out sets
+  instead (e.g. ``design_eval`` and ``judge``): each is ``size`` distinct problems drawn with its
+  own ``seed``, none of them in a set listed before it (problems compared by
+  :func:`normalize_problem`); ``eval_split`` names the one that is the validation list, and the
+  train split never yields a problem of any of them (:class:`SplitGymData`).
 - a **lab** task name (``countdown``, ``arithmetic``): the lab's generator, validation set and
   verifier, under the same interface.
 - a **file**: ``.jsonl`` (one JSON object per line; a malformed line is reported by number) or
@@ -42,8 +47,10 @@ __all__ = [
     "ChatTask",
     "Example",
     "PromptData",
+    "SplitGymData",
     "lab_task_reward",
     "load_data",
+    "normalize_problem",
     "read_jsonl_examples",
 ]
 
@@ -122,6 +129,102 @@ class _GymData(PromptData):
                 out.append(ex)
         if len(out) < n:
             raise ConfigError("train_size", f"{self.name}: too few training problems outside the validation split")
+        return out
+
+
+def normalize_problem(text: str) -> str:
+    """The text two problems are compared by: lower case, runs of whitespace as one space, stripped."""
+    return " ".join(text.lower().split())
+
+
+class SplitGymData(_GymData):
+    """A reasoning-gym dataset with named, pairwise disjoint held-out sets and a train split that
+    avoids all of them.
+
+    ``held_out``: ``[{"name": ..., "seed": ..., "size": ...}, ...]``. Set j is the first ``size``
+    distinct problems (by :func:`normalize_problem`) of the generator seeded with ``seed`` that are
+    in no set listed before it, so a set depends only on its own seed and the sets before it.
+    ``eval_split`` names the validation list (its first ``val_size`` problems). Training problems
+    come from ``train_seed`` and skip every held-out problem, whichever set is evaluated: the
+    train split is the same for a design run and a judged run. :attr:`splits` holds each set's
+    :class:`Example` list (``name -> [Example]``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        held_out: Sequence[dict[str, Any]],
+        eval_split: str,
+        val_size: int | None,
+        train_seed: int,
+        train_size: int,
+        **params: Any,
+    ):
+        import reasoning_gym
+
+        self.splits: dict[str, list[Example]] = {}
+        seen: set[str] = set()
+        for j, spec in enumerate(held_out):
+            if not isinstance(spec, dict) or set(spec) != {"name", "seed", "size"}:
+                raise ConfigError("held_out", f"entry {j} must have exactly the keys name, seed, size, got {spec!r}")
+            size = _positive(f"held_out[{j}].size", spec["size"])
+            if spec["name"] in self.splits:
+                raise ConfigError("held_out", f"the name {spec['name']!r} is used twice")
+            try:
+                ds = reasoning_gym.create_dataset(name, seed=int(spec["seed"]), size=50 * size + 1000, **params)
+            except TypeError as e:
+                raise ConfigError("data_params", f"{name}: {e}") from e
+            split: list[Example] = []
+            for i in range(len(ds)):
+                if len(split) == size:
+                    break
+                ex = self._example(ds[i])
+                key = normalize_problem(ex.prompt)
+                if key not in seen:
+                    seen.add(key)
+                    split.append(ex)
+            if len(split) < size:
+                raise ConfigError(
+                    f"held_out[{j}].size", f"{name}: only {len(split)} distinct problems outside the earlier sets"
+                )
+            self.splits[spec["name"]] = split
+        if eval_split not in self.splits:
+            raise ConfigError("eval_split", f"must name a held_out set ({', '.join(self.splits)}), got {eval_split!r}")
+        evaluated = self.splits[eval_split]
+        if val_size is not None and val_size > len(evaluated):
+            raise ConfigError("val_size", f"{eval_split!r} holds {len(evaluated)} problems, got val_size={val_size}")
+        self.eval_split = eval_split
+        try:
+            self._train_ds = reasoning_gym.create_dataset(name, seed=train_seed, size=train_size, **params)
+        except TypeError as e:
+            raise ConfigError("data_params", f"{name}: {e}") from e
+        PromptData.__init__(
+            self, name, evaluated[: val_size or len(evaluated)], GYM_TASKS.get(name, "math_verify"), suffix=MATH_SUFFIX
+        )
+        self._held_out_keys = frozenset(seen)
+        self.train_size = train_size
+
+    def sample_train(self, n: int, rng: random.Random) -> list[Example]:
+        out: list[Example] = []
+        for _ in range(100 * n + 100):
+            if len(out) == n:
+                break
+            ex = self._example(self._train_ds[rng.randrange(self.train_size)])
+            if normalize_problem(ex.prompt) not in self._held_out_keys:
+                out.append(ex)
+        if len(out) < n:
+            raise ConfigError("train_size", f"{self.name}: too few training problems outside the held-out sets")
+        return out
+
+    def train_problems(self, limit: int | None = None) -> list[Example]:
+        """The train split's problems in generator order (the first ``limit`` indices, all by
+        default), held-out problems skipped: what :meth:`sample_train` draws from."""
+        stop = self.train_size if limit is None else min(limit, self.train_size)
+        out = []
+        for i in range(stop):
+            ex = self._example(self._train_ds[i])
+            if normalize_problem(ex.prompt) not in self._held_out_keys:
+                out.append(ex)
         return out
 
 
@@ -257,6 +360,8 @@ def load_data(
     reward: Any = None,
     allow_hub: bool = False,
     split: str = "train",
+    held_out: Sequence[dict[str, Any]] | None = None,
+    eval_split: str | None = None,
     **params: Any,
 ) -> PromptData:
     """A :class:`PromptData` for ``spec`` (see the module docstring). Bad input — an unknown name,
@@ -268,6 +373,20 @@ def load_data(
         seed_of = lambda part: zlib.crc32(f"{spec}/{part}".encode())  # noqa: E731
         if spec in task_classes():
             data: PromptData = _LabData(spec, **params)
+        elif _is_gym_name(spec) and held_out is not None:
+            if eval_split is None:
+                raise ConfigError("eval_split", "names the held_out set to evaluate on; got none")
+            if val_seed is not None:
+                raise ConfigError("val_seed", f"held_out sets carry their own seeds; got val_seed={val_seed!r} as well")
+            data = SplitGymData(
+                spec,
+                held_out,
+                eval_split,
+                None if val_size is None else _positive("val_size", val_size),
+                train_seed=seed_of("train") if train_seed is None else train_seed,
+                train_size=_positive("train_size", train_size),
+                **params,
+            )
         elif _is_gym_name(spec):
             data = _GymData(
                 spec,
@@ -283,6 +402,10 @@ def load_data(
             raise UnknownMethodError(spec, _known_names(), kind="task (or data file)")
     else:
         data = _file_data(spec, prompt_field, answer_field, val_size, val_seed, allow_hub, split, params)
+    if (held_out is not None or eval_split is not None) and not isinstance(data, SplitGymData):
+        raise ConfigError(
+            "held_out", f"named held-out sets need a reasoning-gym task with both held_out and eval_split, got {spec!r}"
+        )
     if reward is not None:
         data.reward = reward
     return data

@@ -3,8 +3,8 @@
 For each of ``n`` problems, ``n_samples`` (≥ k) responses are sampled with explicit settings
 (temperature, top-p, top-k, max_new_tokens, seed) plus one greedy response, all through the one
 generation path, :func:`entflow.trainer.evaluate.generate_in_batches` (batched, left-padded
-``generate`` with a KV cache; vLLM instead when it is installed and a GPU is present —
-untested here: no GPU in this project's sessions). Per problem i with c_i correct of n_samples:
+``generate`` with a KV cache; vLLM instead when it is installed and a GPU is present — a path
+this project has not run yet). Per problem i with c_i correct of n_samples:
 
 - ``avg@k``   = c_i / n_samples (mean accuracy of a sample);
 - ``pass@k``  = 1 − C(n_samples − c_i, k) / C(n_samples, k) (the unbiased estimator of
@@ -19,8 +19,9 @@ The metric helpers (``pass_at_k``, ``majority_correct``, ``mean_and_se``) live i
 with its standard error (sample standard deviation
 of the per-problem values / √n). Also: mean response length (tokens, eos included), mean token
 entropy of the sampled responses (full-vocabulary entropy of the temperature-scaled softmax the
-token was drawn from, nats), the fraction of sampled responses with no parseable answer, and
-samples per second of sampling wall time.
+token was drawn from, nats), the truncation rate (the share of sampled responses that hit
+``max_new_tokens`` without ending in eos), the fraction of sampled responses with no parseable
+answer, and samples per second of sampling wall time.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ class EvalSamples:
     lengths: list[int]  # [N] response tokens, eos included
     entropy: list[float]  # [N] summed token entropy over the response (nan if unknown)
     seconds: float
+    truncated: list[bool] | None = None  # [N] hit max_new_tokens without an eos (None: unknown)
 
 
 def generate_batched(
@@ -115,7 +117,19 @@ def generate_batched(
     texts = [t for gen in runs for t in gen.texts]
     lengths = [int(v) for gen in runs for v in gen.mask.sum(-1).cpu()]
     entropy = [float(v) for gen in runs for v in gen.entropy.sum(-1).cpu()]
-    return EvalSamples(texts, lengths, entropy, time.perf_counter() - t0)
+    truncated = [t for gen in runs for t in _truncated(gen, sampling.max_new_tokens, tokenizer.eos_token_id)]
+    return EvalSamples(texts, lengths, entropy, time.perf_counter() - t0, truncated)
+
+
+def _truncated(gen: Any, max_new_tokens: int, eos_id: int | None) -> list[bool]:
+    """Per row of a :class:`~entflow.trainer.rollout.Generation`: True when the response used all
+    ``max_new_tokens`` tokens and its last one is not eos (it was cut, not finished)."""
+    lengths = gen.mask.sum(-1).long().cpu()
+    ids = gen.response_ids.cpu()
+    out = []
+    for row, n in enumerate(lengths.tolist()):
+        out.append(n >= max_new_tokens and (eos_id is None or int(ids[row, n - 1]) != eos_id))
+    return out
 
 
 def _vllm_usable() -> bool:
@@ -127,7 +141,7 @@ def _vllm_usable() -> bool:
 def _generate_vllm(
     model_path: str, prompts: Sequence[str], n: int, sampling: SamplingConfig, greedy: bool
 ) -> EvalSamples:
-    """vLLM rollouts (GPU only; untested in this project: no GPU). Token entropy is not
+    """vLLM rollouts (GPU only; not yet run in this project). Token entropy is not
     available from vLLM's top-logprobs, so it is reported as NaN."""
     from vllm import LLM, SamplingParams
 
@@ -142,12 +156,13 @@ def _generate_vllm(
     )
     t0 = time.perf_counter()
     outs = llm.generate(list(prompts), params)
-    texts, lengths = [], []
+    texts, lengths, truncated = [], [], []
     for o in outs:
         for c in o.outputs * (n if greedy else 1):
             texts.append(c.text)
             lengths.append(len(c.token_ids))
-    return EvalSamples(texts, lengths, [math.nan] * len(texts), time.perf_counter() - t0)
+            truncated.append(c.finish_reason == "length")
+    return EvalSamples(texts, lengths, [math.nan] * len(texts), time.perf_counter() - t0, truncated)
 
 
 @dataclass
@@ -156,6 +171,8 @@ class EvalResult:
     extras: dict[str, float]  # response length, entropy, unparseable fraction, samples/s, wall time
     settings: dict[str, Any]
     samples: list[dict[str, Any]]
+    # name -> [n_problems] per-problem values of avg@k, pass@k, maj@k (greedy: its reward)
+    per_problem: dict[str, list[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -226,12 +243,15 @@ def evaluate_task(
         passk.append(pass_at_k(n_samples, c, k))
         maj.append(majority_correct(parsed[i * n_samples : i * n_samples + k], r[:k], same))
     metrics = {f"avg@{k}": mean_and_se(avg), f"pass@{k}": mean_and_se(passk), f"maj@{k}": mean_and_se(maj)}
+    per_problem = {f"avg@{k}": avg, f"pass@{k}": passk, f"maj@{k}": maj}
     if g_gen is not None:
-        metrics["greedy"] = mean_and_se(task.rewards(list(problems), g_gen.texts))
+        per_problem["greedy"] = task.rewards(list(problems), g_gen.texts)
+        metrics["greedy"] = mean_and_se(per_problem["greedy"])
     n_tok = sum(gen.lengths)
     extras = {
         "response_len": n_tok / len(gen.lengths),
         "token_entropy": sum(gen.entropy) / max(n_tok, 1),
+        "truncated_frac": sum(gen.truncated) / len(gen.truncated) if gen.truncated is not None else math.nan,
         "unparseable_frac": sum(1 for a in parsed if a is None) / len(parsed),
         "samples_per_s": len(gen.texts) / gen.seconds if gen.seconds > 0 else math.nan,
         "sampling_s": gen.seconds,
@@ -256,7 +276,7 @@ def evaluate_task(
         "backend": "vllm" if use_vllm else "transformers",
         **asdict(sampling),
     }
-    return EvalResult(metrics, extras, settings, samples)
+    return EvalResult(metrics, extras, settings, samples, per_problem)
 
 
 def _checked_settings(k: int, n_samples: int | None, sampling: SamplingConfig | None) -> tuple[SamplingConfig, int]:

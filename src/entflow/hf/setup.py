@@ -12,13 +12,23 @@ checkpoints, resume, ``entflow analyze`` report, the entropy-change audit).
 steps and the last) is :func:`entflow.hf.evaluate.evaluate_task` on ``val_size`` held-out problems
 with ``eval_k`` samples at the training temperature, logged as ``val/acc`` (avg@k),
 ``val/pass@k``, ``val/maj@k``, ``val/acc_greedy``, ``val/entropy``, ``val/response_len`` and
-``val/unparseable_frac``. With ``coverage_n`` > 0 the starting and the final policy are also
+``val/unparseable_frac`` and ``val/truncated_frac`` (the share of sampled responses that hit
+``max_new_tokens`` without an eos). With ``probe_prompts`` > 0 (or a ``probe_file``) every
+validation also logs ``val/probe_entropy``: the policy's teacher-forced mean token entropy on a
+fixed set of prompt + response pairs (:mod:`entflow.hf.probe`), sampled once from the starting
+policy on the first ``probe_prompts`` held-out problems at step 0, saved as the run's
+``probe.jsonl`` (and, for a model of entflow's cache, in that folder's ``probes/``, so every later
+run with the same model, prompts and settings measures the very same tokens); ``val/probe_tokens``
+is how many tokens it averages over. With ``coverage_n`` > 0 the starting and the final policy are also
 sampled ``coverage_n`` times per held-out problem for their pass@k curves (``coverage.json``, as
 a lab run writes it).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +87,17 @@ class RealTrainConfig(TrainConfig):
     lora_alpha: float | None = setting(
         None, "the adapters' scale is alpha / r; null: alpha = 2r", allowed="> 0 or null"
     )
+    # the fixed-text probe (entflow.hf.probe): an entropy measured on the same tokens at every evaluation
+    probe_prompts: int = setting(
+        0,
+        "held-out problems of the fixed-text probe (val/probe_entropy), one response each sampled once "
+        "from the starting policy; 0: no probe",
+        allowed=">= 0 and <= val_size",
+    )
+    probe_seed: int = setting(0, "seed of the probe's one sampling (the same probe for every run seed)")
+    probe_file: str | None = setting(
+        None, "a saved probe (a run's probe.jsonl) measured instead of sampling one; null: sample it at step 0"
+    )
     # lab keys with defaults sized for a 135M model on a 2-core CPU (their help is TrainConfig's)
     task: str = field(
         default="basic_arithmetic",
@@ -123,6 +144,11 @@ class RealTrainConfig(TrainConfig):
         need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype", "must be a float dtype name")
         need(self.lora_rank >= 0, "lora_rank", "must be >= 0 (0 = full fine-tuning)")
         need(self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha", "must be > 0 or null")
+        need(0 <= self.probe_prompts <= self.val_size, "probe_prompts", f"must be in [0, val_size={self.val_size}]")
+        if self.probe_file is not None:
+            from entflow.hf.probe import Probe
+
+            Probe.load(self.probe_file)  # a missing or corrupt probe fails before any model loads
         if self.lora_rank > 0:
             import importlib.util
 
@@ -141,7 +167,60 @@ class RealTrainConfig(TrainConfig):
             get_reward(self.reward)
 
 
-def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step: int) -> dict[str, float]:
+class _ProbeSource:
+    """The run's probe, found or made once: the run's own ``probe.jsonl`` (a resumed run), else
+    ``probe_file``, else the model cache's copy for these settings, else sampled now (step 0 only:
+    the probe must come from the starting policy)."""
+
+    def __init__(self, cfg: RealTrainConfig, cache: Path | None):
+        self.cfg, self.cache, self.probe = cfg, cache, None
+
+    def _cache_file(self, prompts: list[str]) -> Path | None:
+        if self.cache is None:
+            return None
+        keys = {k: getattr(self.cfg, k) for k in (*WARM_COVERAGE_KEYS, "temperature", "probe_prompts", "probe_seed")}
+        blob = json.dumps({**keys, "prompts": prompts}, sort_keys=True, default=str).encode()
+        return self.cache / "probes" / f"{hashlib.sha256(blob).hexdigest()[:20]}.jsonl"
+
+    def get(self, model: Any, tokenizer: Any, task: Any, step: int) -> Any:
+        from entflow.hf.probe import Probe, sample_probe
+
+        if self.probe is not None:
+            return self.probe
+        own = self.cfg.run_dir / "probe.jsonl"
+        prompts = [p.prompt for p in task.validation_set()[: self.cfg.probe_prompts]]
+        cached = self._cache_file(prompts)
+        if own.is_file():
+            self.probe = Probe.load(own)
+            return self.probe
+        if self.cfg.probe_file is not None:
+            self.probe = Probe.load(self.cfg.probe_file)
+        elif cached is not None and cached.is_file():
+            self.probe = Probe.load(cached)
+        elif step == 0:
+            source = {"model": str(self.cfg.model), "prompts": "the first probe_prompts held-out problems"}
+            c = self.cfg
+            self.probe = sample_probe(model, tokenizer, prompts, c.max_new_tokens, c.temperature, c.probe_seed, source)
+            if cached is not None:
+                self.probe.save(cached)
+        else:
+            raise ConfigError("probe_prompts", f"the run has no probe.jsonl and step {step} is not the starting policy")
+        self.probe.save(own)
+        return self.probe
+
+
+def _probe_metrics(probe_source: _ProbeSource, model: Any, tokenizer: Any, task: Any, step: int) -> dict[str, float]:
+    from entflow.hf.probe import probe_entropy
+
+    probe = probe_source.get(model, tokenizer, task, step)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    h = probe_entropy(model, probe, pad, probe_source.cfg.temperature)
+    return {"val/probe_entropy": h, "val/probe_tokens": float(probe.n_tokens)}
+
+
+def _validate(
+    model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step: int, probe: _ProbeSource | None = None
+) -> dict[str, float]:
     from entflow.hf.evaluate import SamplingConfig, evaluate_task
     from entflow.trainer.seeds import VALIDATION, stream_seed
 
@@ -159,15 +238,19 @@ def _validate(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig, step:
     res = evaluate_task(model, tokenizer, task, task.validation_set(), cfg.eval_k, sampling=sampling)
     m = {name: v for name, (v, _) in res.metrics.items()}
     k = cfg.eval_k
-    return {
+    out = {
         "val/acc": m[f"avg@{k}"],
         "val/pass@k": m[f"pass@{k}"],
         "val/maj@k": m[f"maj@{k}"],
         "val/acc_greedy": m["greedy"],
         "val/entropy": res.extras["token_entropy"],
         "val/response_len": res.extras["response_len"],
+        "val/truncated_frac": res.extras["truncated_frac"],
         "val/unparseable_frac": res.extras["unparseable_frac"],
     }
+    if probe is not None:
+        out.update(_probe_metrics(probe, model, tokenizer, task, step))
+    return out
 
 
 def _coverage(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig) -> dict[str, dict[str, Any]]:
@@ -209,13 +292,16 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
         val_size=cfg.val_size,
     )
     path = resolve_model(cfg.model, allow_hub=cfg.allow_hub)
+    validate = _validate
+    if cfg.probe_prompts > 0 or cfg.probe_file is not None:
+        validate = functools.partial(_validate, probe=_ProbeSource(cfg, cache_folder_of(path)))
     return RunSetup(
         task,
         model,
         tokenizer,
         path,
         lambda: load()[0],
-        validate=_validate,
+        validate=validate,
         coverage=_coverage,
         # a model of entflow's cache (SmolLM2's conversion) never changes: runs that start from it with
         # the same seed and settings (GRPO and Clip-Cov of one seed) evaluate its coverage once

@@ -1,0 +1,92 @@
+"""The real-v2 setting's problem sets: train, design_eval and judge share no problem (compared by
+normalised text), each set is fixed by its own seed, and the design preset differs from the
+registered one only in which set it evaluates. Only problem *texts* are generated here: no model
+reads the judge set."""
+
+from __future__ import annotations
+
+import random
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+import yaml
+
+from entflow.errors import ConfigError
+from entflow.hf.data import SplitGymData, load_data, normalize_problem
+
+CONFIGS = Path(str(files("entflow.evidence") / "configs"))
+
+
+def _preset(name: str) -> dict:
+    return yaml.safe_load((CONFIGS / name).read_text())
+
+
+def test_design_preset_differs_from_the_registered_one_only_in_the_evaluated_set():
+    reg, design = _preset("real_v2.yaml"), _preset("real_v2_design.yaml")
+    assert reg["task_params"].pop("eval_split") == "judge"
+    assert design["task_params"].pop("eval_split") == "design_eval"
+    sizes = {s["name"]: s["size"] for s in reg["task_params"]["held_out"]}
+    assert reg.pop("val_size") == sizes["judge"] and design.pop("val_size") == sizes["design_eval"]
+    assert reg == design
+
+
+@pytest.fixture(scope="module")
+def v2_sets() -> SplitGymData:
+    params = _preset("real_v2_design.yaml")["task_params"]
+    data = load_data("basic_arithmetic", **params)
+    assert isinstance(data, SplitGymData)
+    return data
+
+
+def test_train_design_eval_and_judge_share_no_problem(v2_sets):
+    design, judge = v2_sets.splits["design_eval"], v2_sets.splits["judge"]
+    sizes = {s["name"]: s["size"] for s in _preset("real_v2.yaml")["task_params"]["held_out"]}
+    assert len(design) == sizes["design_eval"] and len(judge) == sizes["judge"] >= 128
+    d = {normalize_problem(e.prompt) for e in design}
+    j = {normalize_problem(e.prompt) for e in judge}
+    assert len(d) == len(design) and len(j) == len(judge)  # no problem twice within a set
+    assert not d & j
+    train = {normalize_problem(e.prompt) for e in v2_sets.train_problems(limit=20_000)}
+    assert len(train) > 1000 and not train & (d | j)
+    drawn = {normalize_problem(e.prompt) for e in v2_sets.sample_train(2000, random.Random(0))}
+    assert not drawn & (d | j)
+    assert [e.prompt for e in v2_sets.validation] == [e.prompt for e in design]  # the design preset's list
+
+
+def test_sets_are_fixed_by_their_seeds_and_normalisation_catches_spacing():
+    assert normalize_problem("  Calculate 3 +  4.\n") == normalize_problem("calculate 3 + 4.")
+    params = {"max_terms": 2, "max_digits": 1}
+    held = [{"name": "a", "seed": 1, "size": 20}, {"name": "b", "seed": 2, "size": 20}]
+    one = load_data("basic_arithmetic", held_out=held, eval_split="a", train_seed=3, **params)
+    two = load_data("basic_arithmetic", held_out=held, eval_split="b", train_seed=3, **params)
+    assert [e.prompt for e in one.splits["b"]] == [e.prompt for e in two.splits["b"]]
+    assert [e.prompt for e in two.validation] == [e.prompt for e in one.splits["b"]]
+    # set a does not depend on what comes after it
+    alone = load_data("basic_arithmetic", held_out=held[:1], eval_split="a", train_seed=3, **params)
+    assert [e.prompt for e in alone.splits["a"]] == [e.prompt for e in one.splits["a"]]
+    # the same seed twice: the second set still gets 20 problems, none of the first's
+    same = load_data("basic_arithmetic", held_out=[held[0], {**held[1], "seed": 1}], eval_split="a", **params)
+    a = {normalize_problem(e.prompt) for e in same.splits["a"]}
+    b = {normalize_problem(e.prompt) for e in same.splits["b"]}
+    assert len(b) == 20 and not a & b
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"eval_split": "c"}, "eval_split"),
+        ({"eval_split": None}, "eval_split"),
+        ({"eval_split": "a", "val_seed": 4}, "val_seed"),
+        ({"eval_split": "a", "val_size": 21}, "val_size"),
+        ({"eval_split": "a", "held_out": [{"name": "a", "seed": 1}]}, "held_out"),
+        ({"eval_split": "a", "held_out": [{"name": "a", "seed": 1, "size": 243}]}, "held_out[0].size"),
+    ],
+)
+def test_bad_held_out_settings_name_the_key(kwargs, key):
+    """(One-digit sums and differences have 242 distinct problems, so 243 cannot be drawn.)"""
+    small = {"max_terms": 2, "max_digits": 1, "operators": ["+", "-"], "allow_negation": False}
+    args = {"held_out": [{"name": "a", "seed": 1, "size": 20}], **small, "allow_parentheses": False} | kwargs
+    with pytest.raises(ConfigError) as e:
+        load_data("basic_arithmetic", **args)
+    assert e.value.key == key

@@ -11,7 +11,9 @@ dataset format). No network.
 
 ``python cpu_prepare.py merge OUT`` joins the file-logger JSONL of every attempt
 (``OUT/attempts/*.jsonl``, oldest first; verl's ``FileLogger`` truncates its file when a run starts,
-so a resumed run writes a new one) into ``OUT/verl.jsonl``, one line per step (the latest attempt's).
+so a resumed run writes a new one) into ``OUT/verl.jsonl``, one line per step (the latest attempt's),
+and with ``MODEL METHOD START`` (the script's start, seconds since the epoch) writes ``OUT/timing.json``:
+verl's own ``timing_s/*`` of every step, the wall time of this attempt, the machine and the versions.
 """
 
 from __future__ import annotations
@@ -75,35 +77,18 @@ def build_model(model: str, dest: Path) -> None:
 
         shutil.copytree(resolve_model("smollm2"), tmp)
     elif model == "tiny":
-        import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
-
+        from entflow.hf.models import save_tiny_llama
         from entflow.lab.policy import build_tokenizer
 
-        tok = build_tokenizer(TOKENS)
-        tok.chat_template = CHAT_TEMPLATE
-        config = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            tie_word_embeddings=False,
-        )
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
-        with torch.no_grad():  # lean towards digits, operators and <eos>, so rewards differ within a group
+        def lean(model, tok) -> None:  # towards digits, operators and <eos>, so rewards differ within a group
             h = model.model(**tok(["3 5 7 2>16:"], return_tensors="pt")).last_hidden_state[0, -1]
             u = h / h.norm() ** 2
             for t, w in [(str(d), 3.0) for d in range(10)] + [("+", 2.0), ("*", 2.0), (tok.eos_token, 2.5)]:
                 model.lm_head.weight[tok.convert_tokens_to_ids(t)] += w * u
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+
+        tok = build_tokenizer(TOKENS)
+        tok.chat_template = CHAT_TEMPLATE
+        save_tiny_llama(tmp, tok, hidden_size=64, intermediate_size=128, num_kv_heads=2, adjust=lean)
     else:
         fail(f"MODEL={model}: must be tiny or smollm2")
     os.replace(tmp, dest)
@@ -140,7 +125,43 @@ def build(model: str, out: str) -> None:
         build_data(inputs)
 
 
-def merge(out: str) -> None:
+TIMING_KEYS = ("gen", "old_log_prob", "adv", "update_actor", "update_weights", "save_checkpoint")
+
+
+def timing(out: Path, steps: dict[int, str], model: str, method: str, start: float) -> dict:
+    """What ``OUT/timing.json`` holds: verl's ``timing_s/<part>`` of every logged step (verl's
+    ``marked_timer`` around each part; ``total`` is verl's ``timing_s/step``, the whole step), the
+    wall time of this attempt of run_cpu.sh (Ray's start included) and where it was measured."""
+    import datetime
+    import platform
+    import time
+    from importlib.metadata import version
+
+    rows = []
+    for s in sorted(steps):
+        data = json.loads(steps[s])["data"]
+        rows.append(
+            {"step": s, "total": data.get("timing_s/step"), **{k: data.get(f"timing_s/{k}") for k in TIMING_KEYS}}
+        )
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    return {
+        "model": model,
+        "method": method,
+        "steps": rows,
+        "attempt_wall_s": round(time.time() - start, 1),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "load_average_1m_at_end": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "versions": {p: version(p) for p in ("verl", "torch", "transformers")},
+        "command": f"MODEL={model} METHOD={method} STEPS={max(steps)} bash examples/verl/run_cpu.sh",
+    }
+
+
+def merge(out: str, model: str = "", method: str = "", start: str = "") -> None:
     steps: dict[int, str] = {}
     for f in sorted((Path(out) / "attempts").glob("*.jsonl")):
         for line in f.read_text().splitlines():
@@ -149,6 +170,10 @@ def merge(out: str) -> None:
     tmp = Path(out) / ".verl.jsonl.tmp"
     tmp.write_text("".join(steps[s] + "\n" for s in sorted(steps)))
     os.replace(tmp, Path(out) / "verl.jsonl")
+    if start and steps:
+        (Path(out) / "timing.json").write_text(
+            json.dumps(timing(Path(out), steps, model, method, float(start)), indent=1)
+        )
 
 
 if __name__ == "__main__":

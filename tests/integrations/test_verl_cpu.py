@@ -101,3 +101,42 @@ def test_run_cpu_refuses_bad_input_before_ray_starts(tmp_path):
     assert r.returncode == 2 and "parent folder" in r.stderr and str(tmp_path / "missing") in r.stderr
     r = _run_cpu(tmp_path, METHOD="grpo", OUT="")
     assert r.returncode == 2 and "OUT is not set" in r.stderr
+
+
+def test_merge_joins_attempts_and_writes_verls_own_step_timings(tmp_path):
+    """``cpu_prepare.py merge`` on two attempts of a real run's log (tests/fixtures/logs/verl): the
+    later attempt's line wins for a step logged twice, and timing.json holds verl's ``timing_s/*``
+    of every step as logged."""
+    import json
+
+    lines = (ROOT / "tests" / "fixtures" / "logs" / "verl" / "verl.jsonl").read_text().splitlines()
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    (attempts / "1.jsonl").write_text("\n".join(lines[:2]) + "\n")  # killed after step 2
+    rerun = json.loads(lines[1])
+    rerun["data"]["timing_s/step"] = 123.0  # the resumed attempt logs step 2 again: its line is kept
+    (attempts / "2.jsonl").write_text(json.dumps(rerun) + "\n" + lines[2] + "\n")
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "verl" / "cpu_prepare.py"),
+            "merge",
+            str(tmp_path),
+            "tiny",
+            "kl_cov",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    merged = [json.loads(x) for x in (tmp_path / "verl.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in merged] == [1, 2, 3] and merged[1]["data"]["timing_s/step"] == 123.0
+    timing = json.loads((tmp_path / "timing.json").read_text())
+    assert (timing["model"], timing["method"]) == ("tiny", "kl_cov")
+    for row, rec in zip(timing["steps"], merged, strict=True):
+        assert row["step"] == rec["step"] and row["total"] == rec["data"]["timing_s/step"]
+        for part in ("gen", "update_actor", "update_weights", "old_log_prob"):
+            assert row[part] == rec["data"][f"timing_s/{part}"]
+    assert timing["versions"]["verl"] and timing["machine"]["cores"] == os.cpu_count()

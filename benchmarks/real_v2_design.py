@@ -7,6 +7,11 @@ counts, so the between-problem variance of pass@1 (the judge set's sizing) can b
 
     .venv/bin/python benchmarks/real_v2_design.py --problems 64 --samples 4 \\
         --out docs/results/real-v2-design/truncation.json
+    .venv/bin/python benchmarks/real_v2_design.py --sizing docs/results/real-v2-design/truncation.json
+
+``--sizing FILE`` adds to FILE, for each candidate, the judge set's size that gives pass@1 a
+standard error <= 0.02 with m = 32 samples per problem (:func:`judge_size`), from the measured
+between-problem variance.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -27,12 +34,56 @@ from entflow.hf.evaluate import SamplingConfig, evaluate_task
 from entflow.hf.models import load_model
 
 PRESET = Path(__file__).resolve().parents[1] / "src/entflow/evidence/configs/real_v2_design.yaml"
-# (name, prompt_suffix, max_new_tokens): v1's format, v1's format with room, a short-answer instruction
+# (name, prompt_suffix, max_new_tokens): a short-answer instruction, v1's format, v1's format with room
 CANDIDATES = [
+    ("answer-only-32", " Answer with only the final number.", 32),
     ("v1-format-32", "", 32),
     ("v1-format-96", "", 96),
-    ("answer-only-32", " Answer with only the final number.", 32),
+    ("example-32", " Reply with the number only. Example: Calculate 2 + 3. Reply: 5", 32),
 ]
+
+
+def between_problem_variance(counts: list[int], n: int) -> tuple[float, float]:
+    """(p_hat, s_b^2): the mean success rate and the between-problem variance of the per-problem
+    success probabilities p_i, from c_i correct of n samples per problem. The per-problem rates
+    x_i = c_i / n have E[sample var of x] = s_b^2 (1 - 1/n) + p (1 - p) / n, so
+    s_b^2 = (var(x) - p_hat (1 - p_hat) / n) / (1 - 1/n), floored at 0."""
+    x = np.asarray(counts, dtype=np.float64) / n
+    p = float(x.mean())
+    sb2 = (float(x.var(ddof=1)) - p * (1 - p) / n) / (1 - 1 / n)
+    return p, max(0.0, sb2)
+
+
+def judge_size(p: float, sb2: float, m: int = 32, se: float = 0.02) -> int:
+    """Problems N for s.e.(pass@1) <= se with m samples each:
+    Var(p_hat) = [s_b^2 (1 - 1/m) + p (1 - p) / m] / N, since E_i p_i (1 - p_i) = p (1 - p) - s_b^2."""
+    return math.ceil((sb2 * (1 - 1 / m) + p * (1 - p) / m) / se**2)
+
+
+def sizing(row: dict, m: int = 32, p_ref: float = 0.4, boot: int = 2000) -> dict:
+    """The judge size for one candidate: at its measured p, and at p_ref with the same share
+    rho = s_b^2 / (p (1 - p)) of the variance between problems; the 95th percentile of a bootstrap
+    over problems (seed 0) as the conservative value."""
+    n, counts = row["samples_per_problem"], row["correct_counts"]
+    p, sb2 = between_problem_variance(counts, n)
+    rho = sb2 / (p * (1 - p)) if 0 < p < 1 else math.nan
+    rng = np.random.default_rng(0)
+    rhos = []
+    for _ in range(boot):
+        pb, sb = between_problem_variance(list(rng.choice(counts, size=len(counts))), n)
+        rhos.append(sb / (pb * (1 - pb)) if 0 < pb < 1 else 1.0)
+    rho95 = float(np.percentile(rhos, 95))
+    at_ref = lambda r: judge_size(p_ref, min(r, 1.0) * p_ref * (1 - p_ref), m)  # noqa: E731
+    return {
+        "m": m,
+        "p_hat": p,
+        "between_problem_variance": sb2,
+        "rho": rho,
+        "rho_bootstrap_95": rho95,
+        "n_at_p_hat": judge_size(p, sb2, m) if 0 < p < 1 else None,
+        f"n_at_p_{p_ref}": at_ref(rho) if math.isfinite(rho) else None,
+        f"n_at_p_{p_ref}_rho_95": at_ref(rho95),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=None, help="candidate names to run (default: all)")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sizing", type=Path, default=None, help="add the judge sizing to this result file")
     args = ap.parse_args(argv)
+    if args.sizing is not None:
+        res = json.loads(args.sizing.read_text())
+        for row in res["candidates"]:
+            row["judge_sizing"] = sizing(row)
+            print(row["name"], json.dumps(row["judge_sizing"]))
+        args.sizing.write_text(json.dumps(res, indent=1) + "\n")
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
     torch.set_num_threads(args.threads)
     cfg = yaml.safe_load(PRESET.read_text())
     params = dict(cfg["task_params"])

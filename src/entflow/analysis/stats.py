@@ -20,6 +20,7 @@ from entflow.errors import AnalysisError
 __all__ = [
     "AGGREGATE_KEYS",
     "BEST_WINDOW",
+    "RETENTION_WINDOW",
     "aggregate_seeds",
     "audit_ranking",
     "audit_table",

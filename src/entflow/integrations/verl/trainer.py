@@ -33,7 +33,6 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_to_nested
 
-from entflow.integrations.verl.config import check_config
 from entflow.integrations.verl.driver import Driver, shape_verl_advantages, shaping_metrics
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import shapes_advantages, spec_from_policy_loss
@@ -46,6 +45,9 @@ class EntflowTrainer(PPOTrainerSync):
     """verl's synchronous PPO trainer with an entflow method on the loss-function path."""
 
     def __init__(self, config):
+        # imported here: config.py imports verl, whose plugin loading imports this module
+        from entflow.integrations.verl.config import check_config
+
         check_config(config)  # before any worker starts
         spec = spec_from_policy_loss(config.actor_rollout_ref.actor.policy_loss)
         assert spec is not None  # check_config refuses trainer_mode=entflow without an entflow loss mode

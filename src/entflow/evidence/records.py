@@ -124,16 +124,22 @@ def write_record(path: str | os.PathLike, record: dict[str, Any]) -> Path:
     return path
 
 
+def read_json(path: Path, what: str) -> Any:
+    """``path``'s JSON; a missing or garbled file raises :class:`~entflow.errors.EvidenceError`
+    naming it (``what``: the kind of file, for the message)."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise EvidenceError(path, None, f"cannot read the {what}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise EvidenceError(path, None, f"not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
     """A record, checked: its key fields and a ``facts`` mapping of numbers or null (null → NaN).
     Raises :class:`~entflow.errors.EvidenceError` naming the file and the field."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise EvidenceError(path, None, f"cannot read the facts record: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise EvidenceError(path, None, f"not valid JSON ({e.msg}, line {e.lineno})") from None
+    data = read_json(path, "facts record")
     if not isinstance(data, dict):
         raise EvidenceError(path, None, f"expected a JSON object, got {type(data).__name__}")
     for key, kind in (("setting", str), ("run", str), ("seed", int), ("config_sha256", str), ("facts", dict)):
@@ -187,12 +193,7 @@ def write_source(dest: Path, claims_json: Path) -> Path:
 def read_source(folder: str | os.PathLike) -> Path:
     """The published claims JSON a facts set points to (``source.json``), checked to exist."""
     path = Path(folder) / SOURCE_FILE
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise EvidenceError(path, None, f"cannot read the facts set's pointer: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise EvidenceError(path, None, f"not valid JSON ({e.msg}, line {e.lineno})") from None
+    data = read_json(path, "facts set's pointer")
     if not isinstance(data, dict) or not isinstance(data.get("claims_json"), str):
         raise EvidenceError(path, "claims_json", "expected {claims_json: a path relative to this folder}")
     target = Path(folder) / data["claims_json"]

@@ -21,7 +21,6 @@ bound must be the registry's. Tolerance: verdicts, rules, n and seeds exactly; n
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from entflow.evidence.claims import (
     one_sided_p,
     paired_difference,
 )
-from entflow.evidence.records import SOURCE_FILE, read_facts_set, read_source
+from entflow.evidence.records import SOURCE_FILE, read_facts_set, read_json, read_source
 
 __all__ = ["DEFAULT_DIR", "REL_TOL", "ClaimCheck", "Verification", "claims_files", "verify", "verify_table"]
 
@@ -112,12 +111,7 @@ def claims_files(root: str | os.PathLike) -> list[Path]:
 
 
 def _read_claims_file(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise EvidenceError(path, None, f"cannot read the claims JSON: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise EvidenceError(path, None, f"not valid JSON ({e.msg}, line {e.lineno})") from None
+    data = read_json(path, "claims JSON")
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
         raise EvidenceError(path, "claims", "expected a JSON object with a list `claims`")
     seeds = data.get("seeds")

@@ -119,16 +119,20 @@ class _GymData(PromptData):
     def _example(entry: dict[str, Any]) -> Example:
         return Example(entry["question"], str(entry["answer"]))
 
+    def _held_out(self, prompt: str) -> bool:
+        """Whether a training draw must be skipped: it is a validation question."""
+        return prompt in self._val_prompts
+
     def sample_train(self, n: int, rng: random.Random) -> list[Example]:
         out: list[Example] = []
         for _ in range(100 * n + 100):
             if len(out) == n:
                 break
             ex = self._example(self._train_ds[rng.randrange(self.train_size)])
-            if ex.prompt not in self._val_prompts:
+            if not self._held_out(ex.prompt):
                 out.append(ex)
         if len(out) < n:
-            raise ConfigError("train_size", f"{self.name}: too few training problems outside the validation split")
+            raise ConfigError("train_size", f"{self.name}: too few training problems outside the held-out problems")
         return out
 
 
@@ -204,17 +208,9 @@ class SplitGymData(_GymData):
         self._held_out_keys = frozenset(seen)
         self.train_size = train_size
 
-    def sample_train(self, n: int, rng: random.Random) -> list[Example]:
-        out: list[Example] = []
-        for _ in range(100 * n + 100):
-            if len(out) == n:
-                break
-            ex = self._example(self._train_ds[rng.randrange(self.train_size)])
-            if normalize_problem(ex.prompt) not in self._held_out_keys:
-                out.append(ex)
-        if len(out) < n:
-            raise ConfigError("train_size", f"{self.name}: too few training problems outside the held-out sets")
-        return out
+    def _held_out(self, prompt: str) -> bool:
+        """Whether a training draw must be skipped: it is in a held-out set (normalised text)."""
+        return normalize_problem(prompt) in self._held_out_keys
 
     def train_problems(self, limit: int | None = None) -> list[Example]:
         """The train split's problems in generator order (the first ``limit`` indices, all by
@@ -223,7 +219,7 @@ class SplitGymData(_GymData):
         out = []
         for i in range(stop):
             ex = self._example(self._train_ds[i])
-            if normalize_problem(ex.prompt) not in self._held_out_keys:
+            if not self._held_out(ex.prompt):
                 out.append(ex)
         return out
 

@@ -373,6 +373,10 @@ def print_coverage(rel: str, root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+# a benchmark key's prefix -> the script whose ``--from-json`` prints its table
+BENCH_SCRIPTS = {"real-step": "benchmarks/real_step.py", "method-overhead": "benchmarks/method_overhead.py"}
+
+
 def print_bench(key: str, root: Path) -> str:
     """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
     benchmark's own ``--from-json`` prints (its Markdown rows only)."""
@@ -381,16 +385,17 @@ def print_bench(key: str, root: Path) -> str:
         raise KeyError(f"no benchmark {key!r} in {PROVENANCE}; known: {sorted(benches)}")
     b = benches[key]
     files = [root / f for f in b["files"]]
-    if key.startswith("real-step"):
+    script = next((s for prefix, s in BENCH_SCRIPTS.items() if key.startswith(prefix)), None)
+    if script is not None:
         res = subprocess.run(
-            [sys.executable, "benchmarks/real_step.py", "--from-json", *map(str, files)],
+            [sys.executable, script, "--from-json", *map(str, files)],
             capture_output=True,
             text=True,
             cwd=root,
             timeout=300,
         )
         if res.returncode:
-            raise RuntimeError(f"real_step.py --from-json exited {res.returncode}: {res.stderr[-2000:]}")
+            raise RuntimeError(f"{script} --from-json exited {res.returncode}: {res.stderr[-2000:]}")
         table = [line for line in res.stdout.splitlines() if line.startswith("|")]
     else:
         raise KeyError(f"benchmark {key!r} has no printer")

@@ -16,21 +16,29 @@ Usage::
     python benchmarks/method_overhead.py                       # both cases, defaults below
     python benchmarks/method_overhead.py --case a --rounds 15
     python benchmarks/method_overhead.py --t-model 128 --wall --threads 2
+    python benchmarks/method_overhead.py --case b --out r.json    # + date, machine, command, results
+    python benchmarks/method_overhead.py --from-json r.json       # the table of a saved result
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import platform
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 import entflow as ef
 from entflow.core.topk import topk_logprobs
+from entflow.evidence.records import cpu_model
 from entflow.methods.needs import needs_of
 
 CLOCK = time.process_time
@@ -275,7 +283,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads [1: CPU time = work]")
     ap.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     ap.add_argument("--methods", default=None, help="only these methods (comma-separated), next to grpo")
+    ap.add_argument("--out", default=None, help="also write the result as JSON (date, machine, command, medians)")
+    ap.add_argument("--from-json", nargs="+", default=None, help="print the tables of saved results, run nothing")
     args = ap.parse_args()
+    if args.from_json:
+        for path in args.from_json:
+            saved = json.loads(Path(path).read_text())
+            print("\n".join(saved["info"]))
+            print(table(saved["results"]))
+        return
     global CLOCK, ONLY
     ONLY = args.methods.split(",") if args.methods else None
     CLOCK = time.perf_counter if args.wall else time.process_time
@@ -299,6 +315,16 @@ def main() -> None:
         )
     print("\n".join(info))
     print(table(results))
+    if args.out:
+        record = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, 1-min load average {os.getloadavg()[0]:.2f} when written",
+            "command": "python " + " ".join(sys.argv),
+            "clock": "wall" if args.wall else "process CPU time",
+            "info": info,
+            "results": results,
+        }
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

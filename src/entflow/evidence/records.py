@@ -34,11 +34,13 @@ __all__ = [
     "SOURCE_FILE",
     "backfill_facts_set",
     "config_hash",
+    "cpu_model",
     "environment",
     "export_facts",
     "facts_record",
     "load_run_facts",
     "read_facts_set",
+    "read_json",
     "read_record",
     "read_source",
     "record_name",
@@ -61,7 +63,9 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows: the machine a
+    measurement names."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -82,7 +86,7 @@ def environment() -> dict[str, Any]:
     """Where a record is written: entflow, torch and Python versions, the CPU model, the UTC date."""
     return {
         "versions": {"entflow": _version("entflow"), "torch": _version("torch"), "python": platform.python_version()},
-        "machine": _cpu_model(),
+        "machine": cpu_model(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

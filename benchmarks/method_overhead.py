@@ -318,7 +318,8 @@ def main() -> None:
     if args.out:
         record = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, 1-min load average {os.getloadavg()[0]:.2f} when written",
+            "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, "
+            f"1-min load average {os.getloadavg()[0]:.2f} when written",
             "command": "python " + " ".join(sys.argv),
             "clock": "wall" if args.wall else "process CPU time",
             "info": info,

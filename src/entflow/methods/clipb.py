@@ -66,18 +66,22 @@ class ClipB(ReportsShaping, Method):
         return (logp.exp() * (H + logp)).masked_fill(~valid, 0)  # arXiv 2602.03392: the entropy-change score
 
     def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
+        """mean and std of S over the batch's valid tokens, and each context's drop decision
+        (bool ``[N, T]``), so that the scores are computed once per step, not again in ``token_mask``."""
         scores = [self._score(c) for c in ctxs]
         n = reducer.sum([c.valid.sum().to(torch.float64) for c in ctxs]).clamp(min=1)
         mean = reducer.sum([s.sum() for s in scores]) / n
         var = reducer.sum([((s - mean) ** 2).masked_fill(~c.valid, 0).sum() for s, c in zip(scores, ctxs, strict=True)])
         std = (var / n).sqrt()  # population std, as Trinity-RFT
-        return [{"mean": mean, "std": std} for _ in ctxs]
+        spread = std >= STD_FLOOR
+        return [
+            {"mean": mean, "std": std, "drop": (c.adv < 0) & (s - mean < -self.mu * std) & spread & c.valid}
+            for s, c in zip(scores, ctxs, strict=True)
+        ]
 
     def token_mask(self, ctx: LossContext) -> torch.Tensor:
         st = ctx.stat(self)
-        z = self._score(ctx) - st["mean"]
-        spread = st["std"] >= STD_FLOOR
-        drop = (ctx.adv < 0) & (z < -self.mu * st["std"]) & spread & ctx.valid
+        drop = st["drop"]
         neg = (ctx.adv < 0) & ctx.valid
         n_drop = drop.sum().to(torch.float64)
         ctx.metrics["clipb/dropped_frac"] = n_drop / ctx.valid.sum().clamp(min=1)

@@ -1,7 +1,8 @@
 """Per-method overhead of ``compute_advantages`` + ``policy_loss`` + backward, relative to grpo.
 
-Two cases, every method interleaved with grpo in the same loop (one step of each method per
-round, the order reshuffled every round with a fixed seed), median over rounds:
+Two cases, every method interleaved with grpo in the same loop: each round runs ``--repeats``
+steps of every method, the order reshuffled before each pass with a fixed seed, and keeps each
+method's median step time in that round:
 
 (a) tensors: ``[N, T]`` float32 token statistics, ``logp`` (and ``entropy``) leaves with grad.
 (b) model: a small Llama (built in-process from ``LlamaConfig``, no hub) forward →
@@ -11,20 +12,37 @@ round, the order reshuffled every round with a fixed seed), median over rounds:
     extra no-grad forward of a reference model inside the step ("kl_ref+ref_fwd"), which is
     what it costs in a trainer that does not cache reference log-probs.
 
+The ratio of a method to grpo is taken per round (the two ran in the same round, so a slow
+stretch of the machine slows both): ``r_i = t_method,i / t_grpo,i``. The table gives the
+median of the r_i and a 95 % interval: a Student-t interval on the mean of log r_i, mapped back
+with exp (so it is an interval for the geometric-mean ratio; it needs ≥ 2 rounds). A method is
+within 1.05× grpo when the interval's upper end is ≤ 1.05 ("yes"), above it when the lower end
+is > 1.05 ("no"), and undecided ("open") otherwise. The Python garbage collector runs before
+each timed step and is off during it, so that no step pays for another's garbage.
+
 Usage::
 
     python benchmarks/method_overhead.py                       # both cases, defaults below
     python benchmarks/method_overhead.py --case a --rounds 15
     python benchmarks/method_overhead.py --t-model 128 --wall --threads 2
+    python benchmarks/method_overhead.py --case b --rounds-model 10 --repeats 3 --methods clipb,stare
     python benchmarks/method_overhead.py --case b --out r.json    # + date, machine, command, results
     python benchmarks/method_overhead.py --from-json r.json       # the table of a saved result
+
+``--out`` writes ``date``, ``machine``, ``command``, ``clock``, ``info``, ``results`` (each
+method's median seconds per step over rounds), ``rounds`` (its per-round seconds), ``repeats``,
+``interval`` (how the interval is taken) and ``ratios`` (per method: the per-round ratios, their
+median, the geometric mean and the interval). ``--from-json`` also prints files written before
+the per-round ratios existed (medians only), as it printed them then.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
+import math
 import os
 import platform
 import random
@@ -38,6 +56,7 @@ import torch
 
 import entflow as ef
 from entflow.core.topk import topk_logprobs
+from entflow.errors import AnalysisError
 from entflow.evidence.records import cpu_model
 from entflow.methods.needs import needs_of
 
@@ -105,24 +124,80 @@ def build(name: str) -> ef.Method:
     return ef.get_method(name, **PARAMS.get(name, {}))
 
 
-def interleave(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2, seed: int = 0) -> dict[str, float]:
-    """Median seconds per step of each callable, run round-robin in a shuffled order.
+def interleave(
+    steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2, seed: int = 0, repeats: int = 1
+) -> dict[str, list[float]]:
+    """Seconds per step of each callable, per timed round: the median of its ``repeats`` steps in
+    that round. A round is ``repeats`` passes over the callables, each pass in a new shuffled
+    order; the first ``warmup`` rounds are not kept.
 
     Time is this process's CPU time (``time.process_time``) by default — on a shared machine
     wall-clock time mostly measures the neighbours; ``CLOCK = time.perf_counter`` for wall time.
     """
     rng = random.Random(seed)
     names = list(steps)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    per_round: dict[str, list[float]] = {n: [] for n in names}
     for r in range(warmup + rounds):
-        rng.shuffle(names)
-        for n in names:
-            t0 = CLOCK()
-            steps[n]()
-            dt = CLOCK() - t0
-            if r >= warmup:
-                times[n].append(dt)
-    return {n: statistics.median(v) for n, v in times.items()}
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(repeats):
+            rng.shuffle(names)
+            for n in names:
+                gc.collect()
+                gc.disable()
+                try:
+                    t0 = CLOCK()
+                    steps[n]()
+                    times[n].append(CLOCK() - t0)
+                finally:
+                    gc.enable()
+        if r >= warmup:
+            for n in names:
+                per_round[n].append(statistics.median(times[n]))
+    return per_round
+
+
+LIMIT = 1.05  # the acceptance rule: a method's step within 1.05× grpo's
+LEVEL = 0.95
+INTERVAL = (
+    "95 % Student-t interval on the mean log of the per-round ratios method/grpo, mapped back with exp "
+    "(an interval for the geometric-mean ratio)"
+)
+
+
+def ratio_summary(ratios: list[float], level: float = LEVEL) -> dict[str, float | int | str]:
+    """Median, geometric mean and ``level`` interval of per-round ratios r_i > 0.
+
+    With x_i = log r_i, m their mean, s their sample std (ddof 1) and n ≥ 2 rounds:
+    ``[lo, hi] = exp(m ∓ t_{(1+level)/2, n−1}·s/√n)``; one round gives lo = hi = NaN.
+    ``within``: "yes" if hi ≤ LIMIT, "no" if lo > LIMIT, else "open".
+    """
+    from scipy import stats
+
+    if not ratios or any(not (r > 0 and math.isfinite(r)) for r in ratios):
+        raise AnalysisError("ratios", f"must be a non-empty list of finite values > 0, got {ratios}")
+    n = len(ratios)
+    logs = [math.log(r) for r in ratios]
+    m = statistics.fmean(logs)
+    if n >= 2:
+        half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(logs) / math.sqrt(n)
+        lo, hi = math.exp(m - half), math.exp(m + half)
+    else:
+        lo = hi = math.nan
+    within = "yes" if hi <= LIMIT else "no" if lo > LIMIT else "open"
+    return {"median": statistics.median(ratios), "geo_mean": math.exp(m), "lo": lo, "hi": hi, "n": n, "within": within}
+
+
+def summarize(per_round: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, dict]]:
+    """Per-round seconds → (median seconds per method, per-method ratio summary vs grpo)."""
+    medians = {n: statistics.median(v) for n, v in per_round.items()}
+    base = per_round["grpo"]
+    ratios = {}
+    for n, v in per_round.items():
+        if n == "grpo":
+            continue
+        r = [a / b for a, b in zip(v, base, strict=True)]
+        ratios[n] = {**ratio_summary(r), "per_round": r}
+    return medians, ratios
 
 
 def rollout_fields(n: int, t: int, group: int, gen: torch.Generator) -> dict:
@@ -151,7 +226,7 @@ def loss_rows(method: ef.Method, f: dict) -> dict:
 # ------------------------------------------------------------------------------------------
 
 
-def case_tensors(n: int, t: int, rounds: int) -> dict[str, float]:
+def case_tensors(n: int, t: int, rounds: int, repeats: int = 1) -> dict[str, list[float]]:
     gen = torch.Generator().manual_seed(0)
     f = rollout_fields(n, t, 8, gen)
     base_logp = -torch.rand(n, t, generator=gen) * 3
@@ -179,7 +254,7 @@ def case_tensors(n: int, t: int, rounds: int) -> dict[str, float]:
             ef.policy_loss(b, method).loss.backward()
 
         steps[name] = step
-    return interleave(steps, rounds)
+    return interleave(steps, rounds, repeats=repeats)
 
 
 # ------------------------------------------------------------------------------------------
@@ -203,7 +278,9 @@ def tiny_llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Modu
     return LlamaForCausalLM(cfg).float()
 
 
-def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int) -> tuple[dict[str, float], dict]:
+def case_model(
+    n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int, repeats: int = 1
+) -> tuple[dict[str, list[float]], dict]:
     gen = torch.Generator().manual_seed(1)
     policy = tiny_llama(vocab, hidden, layers, seed=0)
     ref = tiny_llama(vocab, hidden, layers, seed=1).eval()
@@ -245,13 +322,14 @@ def case_model(n: int, t: int, rounds: int, vocab: int, hidden: int, layers: int
     if "kl_ref" in method_names():
         steps["kl_ref+ref_fwd"] = make_step(build("kl_ref"), ref_forward=True)
     n_params = sum(p.numel() for p in policy.parameters())
-    return interleave(steps, rounds, warmup=1), {"params": n_params}
+    return interleave(steps, rounds, warmup=1, repeats=repeats), {"params": n_params}
 
 
 # ------------------------------------------------------------------------------------------
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
+    """Medians only (the files written before the per-round ratios existed)."""
     cols = list(results)
     names = sorted({n for r in results.values() for n in r}, key=lambda n: (n != "grpo", n))
     head = "| method | work | " + " | ".join(f"{c}: ms | {c}: × grpo" for c in cols) + " |"
@@ -269,6 +347,33 @@ def table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
+def ratio_table(results: dict[str, dict[str, float]], ratios: dict[str, dict[str, dict]]) -> str:
+    """Per case: median ms, the median of the per-round ratios to grpo, its 95 % interval and
+    whether the step is within LIMIT× grpo's (see ``ratio_summary``)."""
+    cols = list(results)
+    names = sorted({n for r in results.values() for n in r}, key=lambda n: (n != "grpo", n))
+    head = (
+        "| method | work | "
+        + " | ".join(f"{c}: ms | {c}: × grpo (median) | {c}: 95 % interval | {c}: ≤ {LIMIT}×" for c in cols)
+        + " |"
+    )
+    sep = "|---|---|" + "---:|---:|---:|:---:|" * len(cols)
+    rows = [head, sep]
+    for n in names:
+        cells = []
+        for c in cols:
+            if n not in results[c]:
+                cells += ["—"] * 4
+            elif n == "grpo":
+                cells += [f"{1e3 * results[c][n]:.1f}", "1.000", "—", "—"]
+            else:
+                q = ratios[c][n]
+                ci = "—" if q["lo"] is None or math.isnan(q["lo"]) else f"{q['lo']:.3f}–{q['hi']:.3f}"
+                cells += [f"{1e3 * results[c][n]:.1f}", f"{q['median']:.3f}", ci, q["within"]]
+        rows.append(f"| {n} | {kind_of(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=["a", "b", "both"], default="both")
@@ -277,44 +382,62 @@ def main() -> None:
     ap.add_argument("--t-model", type=int, default=128, help="tokens per response, case (b) [128]")
     ap.add_argument("--rounds", type=int, default=15, help="timed rounds per case [15]")
     ap.add_argument("--rounds-model", type=int, default=7, help="timed rounds, case (b) [7]")
+    ap.add_argument("--repeats", type=int, default=1, help="steps of each method per round, median kept [1]")
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch threads [1: CPU time = work]")
     ap.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     ap.add_argument("--methods", default=None, help="only these methods (comma-separated), next to grpo")
-    ap.add_argument("--out", default=None, help="also write the result as JSON (date, machine, command, medians)")
+    ap.add_argument("--out", default=None, help="also write the result as JSON (date, machine, command, per round)")
     ap.add_argument("--from-json", nargs="+", default=None, help="print the tables of saved results, run nothing")
     args = ap.parse_args()
     if args.from_json:
         for path in args.from_json:
             saved = json.loads(Path(path).read_text())
             print("\n".join(saved["info"]))
-            print(table(saved["results"]))
+            if "ratios" in saved:
+                print(f"interval: {saved['interval']}; {saved['repeats']} step(s) of each method per round")
+                print(ratio_table(saved["results"], saved["ratios"]))
+            else:  # written before the per-round ratios: medians only
+                print(table(saved["results"]))
         return
+    if args.repeats < 1 or args.rounds < 1 or args.rounds_model < 1:
+        ap.error(f"--repeats, --rounds and --rounds-model must be ≥ 1, got {args.repeats}, {args.rounds}, "
+                 f"{args.rounds_model}")  # fmt: skip
     global CLOCK, ONLY
     ONLY = args.methods.split(",") if args.methods else None
     CLOCK = time.perf_counter if args.wall else time.process_time
     torch.set_num_threads(args.threads)
 
-    results: dict[str, dict[str, float]] = {}
+    per_round: dict[str, dict[str, list[float]]] = {}
     info = [
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
     ]
     if args.case in ("a", "both"):
         t0 = time.perf_counter()
-        results[f"(a) [{args.n},{args.t}]"] = case_tensors(args.n, args.t, args.rounds)
-        info.append(f"(a) tensors [{args.n}, {args.t}] float32, {args.rounds} rounds, {time.perf_counter() - t0:.0f}s")
+        per_round[f"(a) [{args.n},{args.t}]"] = case_tensors(args.n, args.t, args.rounds, args.repeats)
+        info.append(
+            f"(a) tensors [{args.n}, {args.t}] float32, {args.rounds} rounds × {args.repeats} steps, "
+            f"{time.perf_counter() - t0:.0f}s"
+        )
     if args.case in ("b", "both"):
         t0 = time.perf_counter()
-        res, meta = case_model(args.n, args.t_model, args.rounds_model, args.vocab, args.hidden, args.layers)
-        results[f"(b) model [{args.n},{args.t_model}]"] = res
+        res, meta = case_model(
+            args.n, args.t_model, args.rounds_model, args.vocab, args.hidden, args.layers, args.repeats
+        )
+        per_round[f"(b) model [{args.n},{args.t_model}]"] = res
         info.append(
             f"(b) Llama {args.layers} layers, hidden {args.hidden}, vocab {args.vocab} ({meta['params'] / 1e6:.2f} M "
-            f"params), batch [{args.n}, {args.t_model}], {args.rounds_model} rounds, {time.perf_counter() - t0:.0f}s"
+            f"params), batch [{args.n}, {args.t_model}], {args.rounds_model} rounds × {args.repeats} steps, "
+            f"{time.perf_counter() - t0:.0f}s"
         )
+    summaries = {c: summarize(v) for c, v in per_round.items()}
+    results = {c: m for c, (m, _) in summaries.items()}
+    ratios = {c: r for c, (_, r) in summaries.items()}
     print("\n".join(info))
-    print(table(results))
+    print(f"interval: {INTERVAL}; {args.repeats} step(s) of each method per round")
+    print(ratio_table(results, ratios))
     if args.out:
         record = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -323,7 +446,11 @@ def main() -> None:
             "command": "python " + " ".join(sys.argv),
             "clock": "wall" if args.wall else "process CPU time",
             "info": info,
+            "repeats": args.repeats,
+            "interval": INTERVAL,
             "results": results,
+            "rounds": per_round,
+            "ratios": ratios,
         }
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 

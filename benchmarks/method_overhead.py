@@ -20,20 +20,28 @@ within 1.05× grpo when the interval's upper end is ≤ 1.05 ("yes"), above it w
 is > 1.05 ("no"), and undecided ("open") otherwise. The Python garbage collector runs before
 each timed step and is off during it, so that no step pays for another's garbage.
 
+With ``--case both`` and ``--t`` equal to ``--t-model``, a second table splits the step: for the
+methods whose model forward and backward are grpo's own (no entropy gradient, no top-K, no
+reference forward; the seven field methods are such), a step exceeds grpo's by the loss part
+alone, so case (a)'s extra time over case (b)'s grpo step is the (b) ratio without the model's
+timing noise (``loss_share``).
+
 Usage::
 
     python benchmarks/method_overhead.py                       # both cases, defaults below
     python benchmarks/method_overhead.py --case a --rounds 15
     python benchmarks/method_overhead.py --t-model 128 --wall --threads 2
     python benchmarks/method_overhead.py --case b --rounds-model 10 --repeats 3 --methods clipb,stare
+    python benchmarks/method_overhead.py --case both --t 128 --rounds 30 --repeats 3   # + the loss-part split
     python benchmarks/method_overhead.py --case b --out r.json    # + date, machine, command, results
     python benchmarks/method_overhead.py --from-json r.json       # the table of a saved result
 
 ``--out`` writes ``date``, ``machine``, ``command``, ``clock``, ``info``, ``results`` (each
 method's median seconds per step over rounds), ``rounds`` (its per-round seconds), ``repeats``,
 ``interval`` (how the interval is taken) and ``ratios`` (per method: the per-round ratios, their
-median, the geometric mean and the interval). ``--from-json`` also prints files written before
-the per-round ratios existed (medians only), as it printed them then.
+median, the geometric mean and the interval) and ``loss_share`` (the split above, or empty).
+``--from-json`` also prints files written before the per-round ratios existed (medians only),
+as it printed them then.
 """
 
 from __future__ import annotations
@@ -158,6 +166,10 @@ def interleave(
 
 LIMIT = 1.05  # the acceptance rule: a method's step within 1.05× grpo's
 LEVEL = 0.95
+LOSS_SHARE = (
+    "The methods whose model forward and backward equal grpo's: their extra loss-part time (case (a)) "
+    "over grpo's whole model step (case (b)), i.e. their step ratio without the model's timing noise:"
+)
 INTERVAL = (
     "95 % Student-t interval on the mean log of the per-round ratios method/grpo, mapped back with exp "
     "(an interval for the geometric-mean ratio)"
@@ -328,6 +340,50 @@ def case_model(
 # ------------------------------------------------------------------------------------------
 
 
+def same_model_work(name: str) -> bool:
+    """The method's step runs grpo's model forward and backward exactly: no loss term differentiates
+    the entropy, no top-K log-probs, no reference forward in the step."""
+    if name == "kl_ref+ref_fwd":
+        return False
+    needs = needs_of(build(name))
+    return not needs.entropy_grad and needs.topk is None
+
+
+def loss_share(
+    a_medians: dict[str, float], a_ratios: dict[str, dict], b_medians: dict[str, float]
+) -> dict[str, dict[str, float]]:
+    """A method's extra loss-part time (case (a), on case (b)'s ``[N, T]``) as a share of grpo's
+    whole model step (case (b)), for the methods whose model work equals grpo's
+    (:func:`same_model_work`): their step exceeds grpo's by the loss part alone, so
+    ``1 + share`` is their step ratio without the model's timing noise.
+
+    ``extra_ms`` = 1e3·(t_a,m − t_a,grpo) (medians), ``share`` = (t_a,m − t_a,grpo)/t_b,grpo and
+    ``share_hi`` = (hi_a − 1)·t_a,grpo/t_b,grpo with hi_a the upper end of (a)'s ratio interval.
+    """
+    out = {}
+    for n, q in a_ratios.items():
+        if n in b_medians and same_model_work(n):
+            extra = a_medians[n] - a_medians["grpo"]
+            out[n] = {
+                "extra_ms": 1e3 * extra,
+                "share": extra / b_medians["grpo"],
+                "share_hi": (q["hi"] - 1) * a_medians["grpo"] / b_medians["grpo"],
+            }
+    return out
+
+
+def share_table(shares: dict[str, dict[str, float]]) -> str:
+    rows = [
+        "| method | loss part (a): extra ms | × grpo's model step (b) | upper end (95 %) |",
+        "|---|---:|---:|---:|",
+    ]
+    for n in sorted(shares):
+        q = shares[n]
+        hi = "—" if q["share_hi"] is None or math.isnan(q["share_hi"]) else f"{1 + q['share_hi']:.4f}"
+        rows.append(f"| {n} | {q['extra_ms']:+.2f} | {1 + q['share']:.4f} | {hi} |")
+    return "\n".join(rows)
+
+
 def table(results: dict[str, dict[str, float]]) -> str:
     """Medians only (the files written before the per-round ratios existed)."""
     cols = list(results)
@@ -399,6 +455,9 @@ def main() -> None:
             if "ratios" in saved:
                 print(f"interval: {saved['interval']}; {saved['repeats']} step(s) of each method per round")
                 print(ratio_table(saved["results"], saved["ratios"]))
+                if saved.get("loss_share"):
+                    print(f"\n{LOSS_SHARE}")
+                    print(share_table(saved["loss_share"]))
             else:  # written before the per-round ratios: medians only
                 print(table(saved["results"]))
         return
@@ -438,6 +497,12 @@ def main() -> None:
     print("\n".join(info))
     print(f"interval: {INTERVAL}; {args.repeats} step(s) of each method per round")
     print(ratio_table(results, ratios))
+    shares = {}
+    if args.case == "both" and args.t == args.t_model:
+        (a,), (b,) = [c for c in results if c.startswith("(a)")], [c for c in results if c.startswith("(b)")]
+        shares = loss_share(results[a], ratios[a], results[b])
+        print(f"\n{LOSS_SHARE}")
+        print(share_table(shares))
     if args.out:
         record = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -451,6 +516,7 @@ def main() -> None:
             "results": results,
             "rounds": per_round,
             "ratios": ratios,
+            "loss_share": shares,
         }
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 

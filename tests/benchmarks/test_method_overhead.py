@@ -151,3 +151,27 @@ def test_from_json_prints_the_ratio_table_and_the_old_files(tmp_path):
     # the old file: medians and their ratio only, as before
     (old_stare,) = [line for line in old_out.splitlines() if line.startswith("| stare |")]
     assert old_stare.endswith("| 1200.0 | 1.200 |") and "interval" not in old_out
+
+
+def test_loss_share_by_hand():
+    """grpo's loss part 4 ms, the method's 5 ms, grpo's model step 2 s: share 0.001/2 = 0.0005;
+    with (a)'s interval upper end 1.3: (1.3 − 1)·0.004/2 = 0.0006."""
+    a_medians = {"grpo": 0.004, "clipb": 0.005, "entropy_bonus": 0.006}
+    a_ratios = {"clipb": {"hi": 1.3}, "entropy_bonus": {"hi": 1.6}}
+    shares = mo.loss_share(a_medians, a_ratios, {"grpo": 2.0, "clipb": 2.1, "entropy_bonus": 2.2})
+    assert list(shares) == ["clipb"]  # entropy_bonus differentiates the entropy: more model work
+    assert shares["clipb"]["extra_ms"] == pytest.approx(1.0, rel=1e-12)
+    assert shares["clipb"]["share"] == pytest.approx(0.0005, rel=1e-12)
+    assert shares["clipb"]["share_hi"] == pytest.approx(0.0006, rel=1e-12)
+    (row,) = [line for line in mo.share_table(shares).splitlines() if line.startswith("| clipb |")]
+    assert row == "| clipb | +1.00 | 1.0005 | 1.0006 |"
+
+
+@pytest.mark.parametrize(
+    ("name", "same"),
+    [("clipb", True), ("stare", True), ("chord", True), ("entropy_bonus", False), ("simko", False)],
+)
+def test_same_model_work(name, same):
+    """Only methods without an entropy gradient or top-K log-probs run grpo's model work."""
+    assert mo.same_model_work(name) is same
+    assert mo.same_model_work("kl_ref+ref_fwd") is False  # a reference forward inside the step

@@ -108,3 +108,40 @@ def test_aer_is_refused_for_its_per_group_loss(tmp_path):
 def test_simko_is_refused_for_its_top_k_candidates(tmp_path):
     with pytest.raises(ConfigError, match=r"entflow_method.*simko reads the log-probs of the top-3 candidates"):
         EntflowGRPOConfig(**args_for(tmp_path), entflow_method="simko")
+
+
+def test_clipb_on_policy_reads_the_losss_own_entropy_without_an_extra_forward(tiny, tmp_path):
+    """Clip_B reads the rollout's H only in its batch statistics, not in its shaping: trained fully
+    on-policy in one process (TRL keeps no old log-probs), the adapter runs no extra rollout forward,
+    and the loss equals ``policy_loss`` with the micro-batch's own (detached) entropy as the rollout's."""
+    path, tok, data = tiny
+    args = EntflowGRPOConfig(**args_for(tmp_path, max_steps=1), entflow_method="clipb", entflow_method_params={"mu": 0.5})
+
+    class Counting(CapturingTrainer):
+        extra_forwards = 0
+
+        def _ef_rollout_logps(self, out):
+            type(self).extra_forwards += 1
+            return super()._ef_rollout_logps(out)
+
+    trainer = Counting(model=path, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    assert Counting.extra_forwards == 0
+    x = trainer.captured_inputs
+    assert x.get("old_per_token_logps") is None  # on-policy: TRL computed no old log-probs
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.load_state_dict(trainer.captured_weights)
+    stats = ef.token_stats(completion_logits(model, x), x["completion_ids"], stats=("logp", "entropy"))
+    mask = x["completion_mask"]
+    batch = ef.TokenBatch(
+        stats.logp,
+        stats.logp.detach(),
+        x["advantages"],
+        mask,
+        entropy=stats.entropy,
+        old_entropy=stats.entropy.detach(),
+    )
+    method = ef.get_method("clipb", mu=0.5)
+    out = ef.policy_loss(batch, method, ef.LossSpec(agg="token-mean"))
+    assert out.metrics["clipb/dropped_frac"] > 0  # μ = 0.5 drops tokens: the statistics mattered
+    assert float(trainer.captured_loss) == pytest.approx(float(out.loss.detach()), rel=1e-5, abs=1e-7)

@@ -164,8 +164,7 @@ EXPECTED: dict[str, dict] = {
     "stare": dict(reads_entropy=True, statistics_fields=("logp", "old_entropy")),  # L± by −log π, gate on H̄
     "clipb": dict(  # GRPO advantages; drops negative tokens by the rollout's p(H + log p)
         reads_entropy=True,
-        advantage_fields=("rewards", "group_index", "old_entropy"),
-        rollout_stats=("old_entropy",),
+        advantage_fields=("rewards", "group_index"),  # H is read by its statistics, not its shaping
         statistics_fields=("old_logp", "old_entropy"),
         shapers=("clipb",),
         replaces_advantages=True,

@@ -184,6 +184,9 @@ class Method:
     # mini-batch given to ``policy_loss`` need not carry rewards); for introspection and docs
     advantage_needs: ClassVar[tuple[str, ...]] = ()
     reads_entropy: ClassVar[bool] = False  # reads H detached: old_entropy, else entropy (docs/design.md §1)
+    # with reads_entropy, for a shaper: its ``shape_advantages`` reads H, so an adapter must have the
+    # rollout's H before the first loss call; False when only its loss hooks or batch_statistics read it
+    shaping_reads_entropy: ClassVar[bool] = True
     # per-token batch fields ``batch_statistics`` reads besides mask and advantages ("logp",
     # "old_logp", "old_entropy" = H read detached as above): an adapter computing global statistics
     # before the loss (TRL) must have these values by then; see entflow.methods.needs

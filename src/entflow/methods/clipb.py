@@ -46,6 +46,7 @@ class ClipB(ReportsShaping, Method):
     replaces_advantages = True
     advantage_needs = ("rewards", "group_index")
     reads_entropy = True
+    shaping_reads_entropy = False  # H is read by batch_statistics and token_mask, not by shape_advantages
     statistics_needs = ("old_logp", "old_entropy")
 
     mu: float = param(2.5, NONNEG, "drop below mean(S) − μ·std(S) (Trinity-RFT: 2.5)")

@@ -192,7 +192,7 @@ def needs_of(method: str | Method | None = None, estimators: Iterable[str] = ())
     m = resolve_method(method)
     parts = m.parts
     shapers = [p for p in parts if p.overrides("shape_advantages")]
-    reads_h = [("old_entropy",) for p in shapers if p.reads_entropy]  # a shaper reads the rollout's H
+    reads_h = [("old_entropy",) for p in shapers if p.reads_entropy and p.shaping_reads_entropy]  # at advantage time
     advantage_fields = _union([*(p.advantage_needs for p in shapers), *reads_h])
     loss_fields = _union(p.needs for p in parts)
     controllers = tuple(p.name for p in parts if p.is_controller())

@@ -115,7 +115,9 @@ def test_clipb_on_policy_reads_the_losss_own_entropy_without_an_extra_forward(ti
     on-policy in one process (TRL keeps no old log-probs), the adapter runs no extra rollout forward,
     and the loss equals ``policy_loss`` with the micro-batch's own (detached) entropy as the rollout's."""
     path, tok, data = tiny
-    args = EntflowGRPOConfig(**args_for(tmp_path, max_steps=1), entflow_method="clipb", entflow_method_params={"mu": 0.5})
+    args = EntflowGRPOConfig(
+        **args_for(tmp_path, max_steps=1), entflow_method="clipb", entflow_method_params={"mu": 0.5}
+    )
 
     class Counting(CapturingTrainer):
         extra_forwards = 0

@@ -268,11 +268,35 @@ def print_claims(rel: str, root: Path) -> str:
     for key, ids in elsewhere.items():
         out.append(f"Also in this file ({key}): {', '.join(ids)}.")
         out.append("")
+    earlier = prose_only_figures(root)
+    for c in shown:
+        if c["id"] in earlier:
+            date, text = earlier[c["id"]]
+            before = text.rsplit("; ", 1)[-1].split(" (")[0]
+            same = "the same verdict" if before == c.get("verdict") else f"the verdict changed to {c.get('verdict')}"
+            out.append(
+                f"Before this rerun, `{c['id']}` was published as prose only ({date}, no per-run data; "
+                f"`docs/results/history.json`): {text}. This rerun: {same}."
+            )
+            out.append("")
     not_run = [c for c in claims if c.get("verdict") == NOT_RUN and c["id"] not in current]
     if not_run:
         ids = ", ".join(f"`{c['id']}`" for c in not_run)
         out.append(f"Not run in this file: {ids} (see the pending table).")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def prose_only_figures(root: Path) -> dict[str, tuple[str, str]]:
+    """Claim id → (date, figures) of the verdicts history.json keeps that were published as prose
+    only (an entry with per-claim ``figures`` and no ``data``)."""
+    path = root / "docs/results/history.json"
+    if not path.is_file():
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for e in _load(path).get("entries", []):
+        if e.get("data") is None and isinstance(e.get("figures"), dict):
+            out.update({cid: (e.get("date", "?"), text) for cid, text in e["figures"].items()})
+    return out
 
 
 def print_other(root: Path) -> str:

@@ -120,9 +120,13 @@ def test_every_registered_claim_is_on_the_page_once_with_its_json_numbers():
 def test_claims_without_committed_data_show_no_number():
     pending = docs_tables.print_pending(ROOT)
     rows = [line for line in pending.splitlines() if line.startswith("| `")]
-    unbacked = ("passk-training", "passk-pkpo", "passk-simko", "passk-erc", "passk-aer")
-    unbacked += ("loss-geo-mean-hard", "loss-dppo-tv-hard")
-    assert {row.split("`")[1] for row in rows} >= set(unbacked)
+    # the seven verdicts once published as prose only: each is pending until a rerun's claims JSON is committed
+    prose_only = set(docs_tables.prose_only_figures(ROOT))
+    assert prose_only == {"passk-training", "passk-pkpo", "passk-simko", "passk-erc", "passk-aer"} | {
+        "loss-geo-mean-hard",
+        "loss-dppo-tv-hard",
+    }
+    assert {row.split("`")[1] for row in rows} >= prose_only - set(docs_tables.current_sources(ROOT))
     for row in rows:
         status = row.rstrip(" |").rsplit("|", 1)[1]
         assert "raw data pending" in status and not re.search(r"[+\u2212]\d|\d\.\d", status), row
@@ -130,6 +134,11 @@ def test_claims_without_committed_data_show_no_number():
 
 def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     root = _copy_tree(tmp_path, ("reproduction.md",))
+    for rel in docs_tables.claims_files(root):  # start from a tree where passk-training has no verdict
+        if any(c["id"] == "passk-training" for c in json.loads((root / rel).read_text())["claims"]):
+            (root / rel).unlink()
+    docs_tables.stale_blocks(root / "docs", root=root, write=True)
+    assert "passk-training" in docs_tables.print_pending(root)
     full = json.loads((ROOT / "docs/results/full_5seed_claims.json").read_text())
     collapse = dict(next(c for c in full["claims"] if c["id"] == "003-collapse"))
     collapse.update(values=[0.25, 0.27, 0.29, 0.31, 0.33], mean=0.29, ci_low=0.2507, ci_high=0.3293)
@@ -159,6 +168,9 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     assert "Measured 2099-01-01 on a test machine. Command: `entflow reproduce --test`." in other
     assert "| `passk-training`: Pass@k Training beats GRPO |" in other and "+0.124 [+0.050, +0.198]" in other
     assert "**reproduced**; Holm-corrected in its family: inconclusive |" in other
+    # its prose-only figures of 2026-11-26 (history.json) are printed beside it, verdicts compared
+    assert "Before this rerun, `passk-training` was published as prose only (2026-11-26," in other
+    assert "+0.139 [+0.021, +0.257]; reproduced. This rerun: the same verdict." in other
     assert "+0.290 [+0.251, +0.329]" in other  # the newer 003-collapse is shown with the new file ...
     old = docs_tables.print_claims("docs/results/full_5seed_claims.json", root)
     assert "| `003-collapse`:" not in old  # ... and the full run's table says where it went

@@ -403,7 +403,7 @@ BENCH_SCRIPTS = {"real-step": "benchmarks/real_step.py", "method-overhead": "ben
 
 def print_bench(key: str, root: Path) -> str:
     """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
-    benchmark's own ``--from-json`` prints (its Markdown rows only)."""
+    benchmark's own ``--from-json`` prints (its Markdown rows, and the prose between two tables)."""
     benches = provenance(root)["benchmarks"]
     if key not in benches:
         raise KeyError(f"no benchmark {key!r} in {PROVENANCE}; known: {sorted(benches)}")
@@ -420,7 +420,16 @@ def print_bench(key: str, root: Path) -> str:
         )
         if res.returncode:
             raise RuntimeError(f"{script} --from-json exited {res.returncode}: {res.stderr[-2000:]}")
-        table = [line for line in res.stdout.splitlines() if line.startswith("|")]
+        table: list[str] = []  # its Markdown rows; prose between two tables is kept, set apart
+        between: list[str] = []
+        for line in res.stdout.splitlines():
+            if line.startswith("|"):
+                if table and between:
+                    table += ["", *between, ""]
+                between = []
+                table.append(line)
+            elif table and line.strip():
+                between.append(line.strip())
     else:
         raise KeyError(f"benchmark {key!r} has no printer")
     note = f" ({b['note']})" if b.get("note") else ""

@@ -34,12 +34,27 @@ from entflow.hf.evaluate import SamplingConfig, evaluate_task
 from entflow.hf.models import load_model
 
 PRESET = Path(__file__).resolve().parents[1] / "src/entflow/evidence/configs/real_v2_design.yaml"
-# (name, prompt_suffix, max_new_tokens): a short-answer instruction, v1's format, v1's format with room
+# worked examples shown as earlier chat turns (problems of the generator's form that are in no
+# held-out set: tests/hf/test_real_v2_preset.py), answered as a bare number or as the equation
+WORKED = [
+    ("Calculate 23 + 41.", "64"),
+    ("Calculate 57 - 19.", "38"),
+    ("Calculate 8 + 35.", "43"),
+    ("Calculate 90 - 42.", "48"),
+]
+WORKED_EQ = [(q, f"{q.removeprefix('Calculate ').removesuffix('.')} = {a}") for q, a in WORKED]
+# (name, prompt_suffix, max_new_tokens, few_shot): a short-answer instruction, v1's format, v1's
+# format with room, an inline example, then worked examples as chat turns
 CANDIDATES = [
-    ("answer-only-32", " Answer with only the final number.", 32),
-    ("v1-format-32", "", 32),
-    ("v1-format-96", "", 96),
-    ("example-32", " Reply with the number only. Example: Calculate 2 + 3. Reply: 5", 32),
+    ("answer-only-32", " Answer with only the final number.", 32, None),
+    ("v1-format-32", "", 32, None),
+    ("v1-format-96", "", 96, None),
+    ("example-32", " Reply with the number only. Example: Calculate 2 + 3. Reply: 5", 32, None),
+    ("worked-number-4-32", "", 32, WORKED),
+    ("worked-equation-2-32", "", 32, WORKED_EQ[:2]),
+    ("worked-equation-4-32", "", 32, WORKED_EQ),
+    ("worked-equation-4-16", "", 16, WORKED_EQ),
+    ("worked-equation-2-16", "", 16, WORKED_EQ[:2]),
 ]
 
 
@@ -122,14 +137,20 @@ def main(argv: list[str] | None = None) -> int:
         "task_params": params,
         "candidates": [],
     }
-    for name, suffix, max_new in CANDIDATES:
+    for name, suffix, max_new, few_shot in CANDIDATES:
         if args.only and name not in args.only:
             continue
         task = ChatTask(
-            data, tokenizer, max_new, prompt_suffix=suffix, reward=cfg.get("reward"), val_size=args.problems
+            data,
+            tokenizer,
+            max_new,
+            prompt_suffix=suffix,
+            reward=cfg.get("reward"),
+            val_size=args.problems,
+            few_shot=few_shot,
         )
         problems = task.validation_set()
-        sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new, seed=0, batch_size=64)
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new, seed=0, batch_size=64, share_prompts=True)
         t0 = time.perf_counter()
         res = evaluate_task(model, tokenizer, task, problems, k=1, n_samples=args.samples, sampling=sampling)
         wall = time.perf_counter() - t0
@@ -138,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             "name": name,
             "prompt_suffix": suffix,
             "max_new_tokens": max_new,
+            "few_shot": few_shot,
             "n_problems": len(problems),
             "samples_per_problem": args.samples,
             "truncated_frac": res.extras["truncated_frac"],

@@ -138,3 +138,10 @@ def test_chat_task_templates_prompts_and_scores():
     assert task.pop_metrics() == {"reward/errors": 0.0, "reward/timeouts": 0.0}
     probs = task.sample_problems(3, random.Random(0))
     assert all(q.prompt.startswith("<|im_start|>user\n") for q in probs)
+    # worked examples come first, their questions with the same suffix as the problem's
+    shot = ChatTask(load_data(rows), tok, 8, prompt_suffix=" Answer:", val_size=1, few_shot=[["What is 1+1?", "2"]])
+    (q,) = shot.validation_set()
+    assert q.prompt == (
+        "<|im_start|>user\nWhat is 1+1? Answer:<|im_end|>\n<|im_start|>assistant\n2<|im_end|>\n" + p.prompt
+    )
+    assert shot.reward(q, "4") == 1.0

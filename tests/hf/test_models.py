@@ -58,8 +58,17 @@ def test_chat_prompt_uses_template_and_never_doubles_bos():
     tok = build_tokenizer()
     assert chat_prompt(tok, "Hi?") == "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
     assert chat_prompt(tok, "Hi?", system="Be brief.").startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+    # worked examples: earlier user / assistant turns, in order, after the system turn
+    shots = [("1+1?", "2"), ("2+2?", "4")]
+    assert chat_prompt(tok, "Hi?", system="Be brief.", few_shot=shots) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n2<|im_end|>\n"
+        "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+        "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
+    )
     tok.chat_template = None
     assert chat_prompt(tok, "Hi?") == "Hi?"
+    assert chat_prompt(tok, "Hi?", few_shot=shots) == "1+1? 2\n2+2? 4\nHi?"
     # a tokenizer that adds <bos> itself, with a template that writes it too: the text drops it
     from entflow.lab.policy import build_tokenizer as char_tokenizer
 

@@ -115,6 +115,10 @@ def test_bad_input_fails_before_loading(tiny_dir, tmp_path, monkeypatch):
         cfg(max_new_tokens=0)
     with pytest.raises(ConfigError, match="group_size"):  # the lab's own checks still apply
         cfg(group_size=1)
+    for shots in ([["1+1?"]], [["1+1?", 2]], "1+1? 2", [("a", "b", "c")]):
+        with pytest.raises(ConfigError, match="few_shot"):
+            cfg(few_shot=shots)
+    assert cfg(few_shot=[["1+1?", "2"]]).few_shot == [["1+1?", "2"]]
     with pytest.raises(ConfigError, match="pretrain"):
         cfg(pretrain={"steps": 3})
     with pytest.raises(UnknownMethodError, match="reward"):

@@ -54,6 +54,18 @@ def test_train_design_eval_and_judge_share_no_problem(v2_sets):
     assert [e.prompt for e in v2_sets.validation] == [e.prompt for e in design]  # the design preset's list
 
 
+def test_worked_examples_are_in_no_held_out_set(v2_sets):
+    shots = _preset("real_v2.yaml")["few_shot"]
+    assert shots == _preset("real_v2_design.yaml")["few_shot"] and len(shots) >= 1
+    worked = {normalize_problem(q) for q, _ in shots}
+    for name, split in v2_sets.splits.items():
+        assert not worked & {normalize_problem(e.prompt) for e in split}, name
+    # each worked answer is right: the equation's last number is the problem's value
+    for q, a in shots:
+        expr = q.removeprefix("Calculate ").removesuffix(".")
+        assert a == f"{expr} = {eval(expr)}"
+
+
 def test_sets_are_fixed_by_their_seeds_and_normalisation_catches_spacing():
     assert normalize_problem("  Calculate 3 +  4.\n") == normalize_problem("calculate 3 + 4.")
     params = {"max_terms": 2, "max_digits": 1}

@@ -453,6 +453,7 @@ class ChatTask:
         reward: Any = None,
         timeout_s: float | None = 5.0,
         val_size: int | None = None,
+        few_shot: Sequence[Sequence[str]] | None = None,
     ):
         from entflow.hf.rewards import get_reward
 
@@ -461,13 +462,15 @@ class ChatTask:
         self.max_response_len = max_new_tokens
         self.system_prompt = system_prompt
         self.suffix = data.suffix if prompt_suffix is None else prompt_suffix
+        # worked examples as earlier chat turns; each question gets the same suffix as the problems
+        self.few_shot = tuple((str(q) + self.suffix, str(a)) for q, a in few_shot or ())
         self.reward_fn = get_reward(reward if reward is not None else data.reward, timeout_s)
         self._val = [self.problem(e) for e in data.validation[: val_size or len(data.validation)]]
 
     def problem(self, ex: Example) -> Problem:
         from entflow.hf.models import chat_prompt
 
-        return Problem(chat_prompt(self.tokenizer, ex.prompt + self.suffix, self.system_prompt), ex)
+        return Problem(chat_prompt(self.tokenizer, ex.prompt + self.suffix, self.system_prompt, self.few_shot), ex)
 
     def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
         return [self.problem(e) for e in self.data.sample_train(n, rng)]

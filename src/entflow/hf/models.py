@@ -24,6 +24,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -232,13 +233,20 @@ def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
     return tokenizer
 
 
-def chat_prompt(tokenizer: Any, question: str, system: str | None = None) -> str:
+def chat_prompt(
+    tokenizer: Any, question: str, system: str | None = None, few_shot: Sequence[tuple[str, str]] = ()
+) -> str:
     """The text a model is prompted with: the chat template (user turn + generation prompt) when
-    the tokenizer has one, else ``question`` unchanged. A leading bos that the tokenizer adds by
-    itself is removed from the templated text, so encoding never doubles it."""
+    the tokenizer has one, else ``question`` unchanged. ``few_shot``: (question, answer) pairs
+    shown first as earlier user / assistant turns (without a chat template, as "question answer"
+    lines before ``question``). A leading bos that the tokenizer adds by itself is removed from the
+    templated text, so encoding never doubles it."""
     if not getattr(tokenizer, "chat_template", None):
-        return question
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        return "".join(f"{q} {a}\n" for q, a in few_shot) + question
+    messages = [{"role": "system", "content": system}] if system else []
+    for q, a in few_shot:
+        messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    messages.append({"role": "user", "content": question})
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     bos = tokenizer.bos_token
     if bos and text.startswith(bos):

@@ -49,6 +49,7 @@ WARM_COVERAGE_KEYS = (
     "max_new_tokens",
     "system_prompt",
     "prompt_suffix",
+    "few_shot",
     "reward",
     "reward_timeout_s",
     "val_size",
@@ -71,6 +72,13 @@ class RealTrainConfig(TrainConfig):
     system_prompt: str | None = setting(None, "system message of the chat prompt; null: none")
     prompt_suffix: str | None = setting(
         None, "text appended to each problem; null: the data's default (math: the boxed-answer instruction)"
+    )
+    few_shot: list[list[str]] | None = field(
+        default=None,
+        metadata=key_help(
+            "worked examples [[question, answer], ...] shown as earlier chat turns before each problem; null: none",
+            "a list of [question, answer] string pairs or null",
+        ),
     )
     reward: str | None = setting(None, "the verifiable reward's name; null: the data's default reward")
     reward_timeout_s: float | None = setting(
@@ -144,6 +152,18 @@ class RealTrainConfig(TrainConfig):
         need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype", "must be a float dtype name")
         need(self.lora_rank >= 0, "lora_rank", "must be >= 0 (0 = full fine-tuning)")
         need(self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha", "must be > 0 or null")
+        need(
+            self.few_shot is None
+            or (
+                isinstance(self.few_shot, list)
+                and all(
+                    isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                    for p in self.few_shot
+                )
+            ),
+            "few_shot",
+            "must be a list of [question, answer] string pairs or null",
+        )
         need(0 <= self.probe_prompts <= self.val_size, "probe_prompts", f"must be in [0, val_size={self.val_size}]")
         if self.probe_file is not None:
             from entflow.hf.probe import Probe
@@ -290,6 +310,7 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
         cfg.reward,
         cfg.reward_timeout_s,
         val_size=cfg.val_size,
+        few_shot=cfg.few_shot,
     )
     path = resolve_model(cfg.model, allow_hub=cfg.allow_hub)
     validate = _validate

@@ -110,3 +110,26 @@ def test_reproduce_trains_coverage_runs_with_n_256(tmp_path, micro_policy):
     assert coverage_n("demo", ["grpo"], []) == {"grpo": 0}  # no demo claim reads pass@256
     assert coverage_n("regime", ["grpo"], ["coverage_n=8"]) == {"grpo": 8}
     assert coverage_n("regime", ["grpo"], ["coverage_n=0"]) == {"grpo": 0}
+
+
+def test_greedy_and_probe_retention_facts(tmp_path):
+    """``val_greedy_*``: the mean of coverage.json's ``greedy_correct``; ``probe_entropy_retention``:
+    the mean of the last 3 ``val/probe_entropy`` values over the first 3's (hand-worked); both NaN
+    where the run has no such data."""
+    greedy = {"warm": [1, 0, 0, 0], "final": [1, 1, 0, 1]}
+    cov = {w: {"step": 0, "splits": {"val": curve(0.5) | {"greedy_correct": greedy[w]}}} for w in greedy}
+    run = run_with_hard_split(tmp_path, cov)
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(recs) >= 6
+    values = [0.5, 0.4, 0.3] + [0.25] * (len(recs) - 6) + [0.2, 0.1, 0.15]  # one per record, in step order
+    for r, v in zip(recs, values, strict=True):
+        r["val/probe_entropy"] = v
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    f = run_facts(run, summarize_run(run))
+    assert (f["val_greedy_warm"], f["val_greedy_final"]) == (0.25, 0.75)
+    assert f["probe_entropy_retention"] == pytest.approx((0.2 + 0.1 + 0.15) / (0.5 + 0.4 + 0.3), rel=1e-12)
+    # fewer than two windows of probe evaluations, and no greedy answers: NaN
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:5]))
+    (run / "coverage.json").write_text(json.dumps({"n": 8, "final": {"splits": {"val": curve(0.5)}}}))
+    assert math.isnan(coverage_facts(run)["val_greedy_final"])
+    assert math.isnan(run_facts(run)["probe_entropy_retention"])

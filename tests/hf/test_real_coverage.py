@@ -97,3 +97,38 @@ def test_the_starting_coverage_of_a_cached_model_is_evaluated_once(tmp_path, mon
     run("seed1", seed=1)
     run("longer", max_new_tokens=5)
     assert calls == [0, 0, 0, 1, 1, 0, 0] and len(list(model.glob("coverage-*.json"))) == 3
+
+
+def test_coverage_on_more_problems_than_validation_with_greedy_answers(tmp_path, monkeypatch):
+    """``coverage_size`` > ``val_size``: the coverage evaluates the first ``coverage_size``
+    held-out problems (the validation set is the first ``val_size`` of them) and, with
+    ``coverage_greedy``, each one's greedy answer, which equals transformers' own greedy decoding
+    of that prompt alone."""
+    import torch
+
+    monkeypatch.setitem(REWARDS, "parity", parity_reward)
+    model = save_tiny_model(tmp_path / "model")
+    values = _values(model, tmp_path / "runs", coverage_size=5, coverage_greedy=True)
+    run = train_real(build_config(values, cls=RealTrainConfig))
+    cov = json.loads((run / "coverage.json").read_text())
+    parts = real_setup(build_config(values, cls=RealTrainConfig))
+    problems = parts.task.coverage_set(5)
+    assert [p.prompt for p in problems[:VAL]] == [p.prompt for p in parts.task.validation_set()]
+    warm = cov["warm"]["splits"]["val"]
+    assert warm["n_problems"] == 5 and len(warm["correct"]) == 5
+    expected = []
+    tok = parts.tokenizer
+    for p in problems:
+        ids = tok(p.prompt, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            out = parts.model.generate(**ids, do_sample=False, max_new_tokens=6, pad_token_id=tok.pad_token_id)
+        text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+        expected.append(int(parity_reward([text])[0] > 0))
+    assert warm["greedy_correct"] == expected
+    assert len(cov["final"]["splits"]["val"]["greedy_correct"]) == 5
+    val_steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("val/acc" in r for r in val_steps)
+    from entflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="coverage_size"):
+        build_config(_values(model, tmp_path / "runs", coverage_size=VAL - 1), cls=RealTrainConfig)

@@ -21,7 +21,7 @@ import numpy as np
 
 from entflow.analysis.law import early_prediction
 from entflow.analysis.runs import law_points, load_config, load_coverage, load_metrics, series
-from entflow.analysis.stats import windowed_best
+from entflow.analysis.stats import RETENTION_WINDOW, series_window_retention, windowed_best
 
 __all__ = ["COVERAGE_FACTS", "COVERAGE_FACT_KS", "FACTS", "RunData", "coverage_facts", "run_facts"]
 
@@ -130,14 +130,27 @@ def _gain_first_half(run: RunData) -> dict[str, float]:
     return {"gain_first_half_share": (best - warm) / gain}
 
 
+@_produces("probe_entropy_retention")
+def _probe_retention(run: RunData) -> dict[str, float]:
+    """A real run's fixed-text probe entropy (``val/probe_entropy``), the mean of its last
+    RETENTION_WINDOW evaluations over the mean of its first (:func:`~entflow.analysis.stats.window_retention`);
+    NaN for a run without a probe or with fewer than 2 · RETENTION_WINDOW evaluations."""
+    s, _ = series(run.records, "val/probe_entropy")
+    if len(s) < 2 * RETENTION_WINDOW:
+        return {"probe_entropy_retention": math.nan}
+    return {"probe_entropy_retention": series_window_retention(run.records, "val/probe_entropy")}
+
+
 # the k of the held-out pass@k facts read from coverage.json (val_pass_at_<k>_final / _warm): 256,
-# the lab's pre-registered coverage; 1 (mean accuracy over coverage_n samples) and 32–128, the
-# range the real setting's claims judge (its coverage_n may be smaller than 256)
-COVERAGE_FACT_KS = (1, 32, 64, 128, 256)
+# the lab's pre-registered coverage; 1 (mean accuracy over coverage_n samples) and 4–128, the
+# range the real settings' claims judge (their coverage_n is smaller than 256)
+COVERAGE_FACT_KS = (1, 4, 8, 16, 32, 64, 128, 256)
 
 
 @_produces(
     *(f"val_pass_at_{k}_{which}" for k in COVERAGE_FACT_KS for which in ("final", "warm")),
+    "val_greedy_final",
+    "val_greedy_warm",
     "hard_pass_at_256_final",
 )
 def _coverage(run: RunData) -> dict[str, float]:
@@ -155,7 +168,8 @@ def _hard_window(run: RunData) -> dict[str, float]:
 def coverage_facts(run_dir: str | os.PathLike) -> dict[str, float]:
     """Unbiased pass@k of the final policy (``_final``) and of the starting policy (``_warm``: the
     lab's warm start, a real run's model at step 0) on the validation split for each k of
-    :data:`COVERAGE_FACT_KS`, and pass@256 of the final policy on the hard split, from the run's
+    :data:`COVERAGE_FACT_KS`, the greedy accuracy of each (``val_greedy_*``, a real run's
+    ``coverage_greedy``), and pass@256 of the final policy on the hard split, from the run's
     ``coverage.json`` (written when ``coverage_n`` > 0); NaN where the file, the split, or that k
     is absent (k > ``coverage_n``)."""
     data = load_coverage(Path(run_dir))
@@ -164,7 +178,12 @@ def coverage_facts(run_dir: str | os.PathLike) -> dict[str, float]:
         v = (((data.get(which) or {}).get("splits") or {}).get(split) or {}).get("pass_at_k", {}).get(str(k))
         return math.nan if v is None else float(v)
 
+    def greedy(which: str) -> float:
+        v = (((data.get(which) or {}).get("splits") or {}).get("val") or {}).get("greedy_correct")
+        return float(np.mean(v)) if v else math.nan
+
     out = {f"val_pass_at_{k}_{w}": at(k, w, "val") for k in COVERAGE_FACT_KS for w in ("final", "warm")}
+    out |= {f"val_greedy_{w}": greedy(w) for w in ("final", "warm")}
     return out | {"hard_pass_at_256_final": at(256, "final", "hard")}
 
 

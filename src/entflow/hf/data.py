@@ -478,6 +478,15 @@ class ChatTask:
     def validation_set(self) -> list[Problem]:
         return list(self._val)
 
+    def coverage_set(self, n: int) -> list[Problem]:
+        """The first ``n`` held-out problems (the coverage evaluation's; the validation set is the
+        first ``val_size`` of them)."""
+        if n > len(self.data.validation):
+            raise ConfigError(
+                "coverage_size", f"{self.name} holds {len(self.data.validation)} held-out problems, got {n}"
+            )
+        return self._val[:n] if n <= len(self._val) else [self.problem(e) for e in self.data.validation[:n]]
+
     def reward(self, problem: Problem, response: str) -> float:
         return self.rewards([problem], [response])[0]
 

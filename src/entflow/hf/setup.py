@@ -53,6 +53,8 @@ WARM_COVERAGE_KEYS = (
     "reward",
     "reward_timeout_s",
     "val_size",
+    "coverage_size",
+    "coverage_greedy",
     "lora_rank",
     "lora_alpha",
     "share_prompts",
@@ -85,6 +87,13 @@ class RealTrainConfig(TrainConfig):
         5.0, "seconds one reward call may take; null: no limit", allowed="> 0 or null"
     )
     val_size: int = setting(16, "held-out problems evaluated every eval_every steps", allowed=">= 1")
+    coverage_size: int | None = setting(
+        None,
+        "held-out problems of the coverage evaluation (the first ones of the evaluated set, a superset of "
+        "the val_size evaluated every eval_every steps); null: val_size",
+        allowed=">= val_size or null",
+    )
+    coverage_greedy: bool = setting(False, "the coverage evaluation also decodes each problem once greedily")
     # LoRA (Hu et al. 2021, arXiv 2106.09685) through peft: rank r > 0 trains only the adapters
     # B·A added to every linear layer of the body (peft's "all-linear"; the LM head stays frozen)
     lora_rank: int = setting(
@@ -163,6 +172,11 @@ class RealTrainConfig(TrainConfig):
             ),
             "few_shot",
             "must be a list of [question, answer] string pairs or null",
+        )
+        need(
+            self.coverage_size is None or self.coverage_size >= self.val_size,
+            "coverage_size",
+            f"must be null or >= val_size = {self.val_size}",
         )
         need(0 <= self.probe_prompts <= self.val_size, "probe_prompts", f"must be in [0, val_size={self.val_size}]")
         if self.probe_file is not None:
@@ -274,15 +288,25 @@ def _validate(
 
 
 def _coverage(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig) -> dict[str, dict[str, Any]]:
-    """The run's coverage (``coverage_n`` > 0): pass@k curves of the policy on the ``val_size``
-    held-out problems, ``coverage_n`` samples each at the training temperature
+    """The run's coverage (``coverage_n`` > 0): pass@k curves of the policy on the first
+    ``coverage_size`` (default ``val_size``) held-out problems, ``coverage_n`` samples each at the
+    training temperature, and with ``coverage_greedy`` each problem's greedy answer
     (:func:`entflow.trainer.evaluate.coverage_curves`, the lab's evaluation, one problem's samples
     per ``generate`` call at least, its prefill shared with ``share_prompts``). Written to
     ``coverage.json`` for the starting policy (step 0) and the final one. Its reward calls are not
     counted in the next step's ``reward/errors``."""
     from entflow.trainer.evaluate import coverage_curves
 
-    out = coverage_curves(model, tokenizer, task, cfg, batch_size=VAL_BATCH_ROWS, share_prompts=cfg.share_prompts)
+    out = coverage_curves(
+        model,
+        tokenizer,
+        task,
+        cfg,
+        batch_size=VAL_BATCH_ROWS,
+        share_prompts=cfg.share_prompts,
+        val_problems=task.coverage_set(cfg.coverage_size or cfg.val_size),
+        greedy=cfg.coverage_greedy,
+    )
     task.reward_fn.pop_counts()
     return out
 
@@ -300,7 +324,9 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
     model, tokenizer = load()
     if cfg.lora_rank > 0:
         model = add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
-    data = load_data(cfg.task, allow_hub=cfg.allow_hub, val_size=cfg.val_size, **cfg.task_params)
+    data = load_data(
+        cfg.task, allow_hub=cfg.allow_hub, val_size=max(cfg.val_size, cfg.coverage_size or 0), **cfg.task_params
+    )
     task = ChatTask(
         data,
         tokenizer,

@@ -170,7 +170,14 @@ def _repeat_rows(gen: Generation, n: int) -> Generation:
 
 
 def coverage_curves(
-    model: Any, tokenizer: Any, task: Any, cfg: Any, batch_size: int = 512, share_prompts: bool = False
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    cfg: Any,
+    batch_size: int = 512,
+    share_prompts: bool = False,
+    val_problems: Sequence[Any] | None = None,
+    greedy: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Pass@k curves of the policy (a run's coverage, ``coverage.json``): ``cfg.coverage_n``
     samples per problem at ``cfg.temperature`` on the validation split (``"val"``) and, when the
@@ -180,9 +187,13 @@ def coverage_curves(
     problem's prefill once for its ``n`` samples, a real model's option). Per split:
     ``n_problems``, ``correct`` (correct count per problem ``[P]``) and ``pass_at_k`` (``{k:
     unbiased pass@k averaged over problems}``, k = ``cfg.coverage_k`` or 1, 2, 4, …, up to n;
-    :func:`pass_at_k_curve`). The lab and real models share it (``RunSetup.coverage``)."""
+    :func:`pass_at_k_curve`). The lab and real models share it (``RunSetup.coverage``).
+
+    ``val_problems``: the validation split's problems (default: ``task.validation_set()``).
+    ``greedy``: also decode each problem once greedily, under its own seed stream, and add
+    ``greedy_correct`` (``[P]``, 0 or 1) to each split."""
     n = cfg.coverage_n
-    splits = {"val": task.validation_set()}
+    splits = {"val": list(task.validation_set() if val_problems is None else val_problems)}
     if hasattr(task, "hard_set"):
         splits["hard"] = task.hard_set()
     out: dict[str, dict[str, Any]] = {}
@@ -204,4 +215,18 @@ def coverage_curves(
         curve = pass_at_k_curve(n, correct, cfg.coverage_k)
         pass_k = {str(k): v for k, v in curve.items()}  # JSON keys are strings
         out[name] = {"n_problems": len(problems), "correct": correct, "pass_at_k": pass_k}
+        if greedy:
+            g = generate_in_batches(
+                model,
+                tokenizer,
+                [p.prompt for p in problems],
+                1,
+                task.max_response_len,
+                greedy=True,
+                batch_size=batch_size,
+                seed=stream_seed(cfg.seed, COVERAGE, len(splits) + i),
+                record_entropy=False,
+            )
+            g_texts = [t for gen in g for t in gen.texts]
+            out[name]["greedy_correct"] = [int(task.reward(p, t) > 0) for p, t in zip(problems, g_texts, strict=True)]
     return out

@@ -20,7 +20,7 @@ import argparse
 import datetime
 import json
 import math
-import platform
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import yaml
 
+from entflow.evidence.records import cpu_model
 from entflow.hf.data import ChatTask, load_data
 from entflow.hf.evaluate import SamplingConfig, evaluate_task
 from entflow.hf.models import load_model
@@ -101,6 +102,39 @@ def sizing(row: dict, m: int = 32, p_ref: float = 0.4, boot: int = 2000) -> dict
     }
 
 
+def _format_name(row: dict) -> str:
+    shots = row.get("few_shot") or []
+    if shots:
+        how = "equation" if "=" in shots[0][1] else "number"
+        return f"{len(shots)} worked example{'s' * (len(shots) > 1)} ({how}), e.g. {shots[0][0]!r} → {shots[0][1]!r}"
+    return f"suffix {row['prompt_suffix']!r}" if row["prompt_suffix"] else "no suffix (v1's format)"
+
+
+def format_table(results: list[dict]) -> str:
+    """The candidates of result files as one markdown table (the caption lines give each file's
+    date, machine and command): truncation, pass@1 (T = 1) and greedy with their standard errors
+    over problems, mean response length, token entropy, the judge size at the measured p."""
+    lines = []
+    for res in results:
+        lines.append(f"- {res['date']}, {res['machine']}: `{res['command']}`")
+    lines += [
+        "",
+        "| format | new tokens | problems × samples | truncated | pass@1 (T = 1) | greedy | mean length | "
+        "token entropy | judge N at that p (s.e. ≤ 0.02, m = 32) | wall |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        for r in res["candidates"]:
+            n_judge = (r.get("judge_sizing") or {}).get("n_at_p_hat")
+            lines.append(
+                f"| {_format_name(r)} | {r['max_new_tokens']} | {r['n_problems']} × {r['samples_per_problem']} "
+                f"| {r['truncated_frac']:.3f} | {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
+                f"| {r['greedy']:.3f} ± {r['greedy_se']:.3f} | {r['response_len']:.1f} | {r['token_entropy']:.2f} "
+                f"| {n_judge if n_judge is not None else '–'} | {r['wall_s']:,.0f} s |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=64)
@@ -109,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="candidate names to run (default: all)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sizing", type=Path, default=None, help="add the judge sizing to this result file")
+    ap.add_argument("--table", type=Path, nargs="+", default=None, help="print these result files as one table")
     args = ap.parse_args(argv)
+    if args.table is not None:
+        sys.stdout.write(format_table([json.loads(p.read_text()) for p in args.table]))
+        return 0
     if args.sizing is not None:
         res = json.loads(args.sizing.read_text())
         for row in res["candidates"]:
@@ -129,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "what": "warm start on design_eval: truncation, pass@1 (T=1), greedy, per candidate format",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, torch threads {args.threads}",
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, torch threads {args.threads}",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "preset": str(PRESET.relative_to(PRESET.parents[4])),
         "model": cfg["model"],

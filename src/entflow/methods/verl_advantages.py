@@ -46,6 +46,11 @@ def _groups(batch: TokenBatch, needed_by: str) -> tuple[torch.Tensor, torch.Tens
     return R, inv, count, mean
 
 
+def _lone_zero(count: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """A group baseline per response ``[N]``, 0 for a response alone in its group (verl's rule)."""
+    return torch.where(count > 1, base, torch.zeros_like(base))
+
+
 def _unbiased_std(R: torch.Tensor, inv: torch.Tensor, count: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     """The group's unbiased std (``torch.std``) per response ``[N]``; 0 for a group of one."""
     dev2 = _per_group((R - mean) ** 2, inv)[inv]
@@ -144,7 +149,7 @@ class ReinforcePlusPlusBaseline(_VerlEstimator):
 
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         R, _, count, mean = _groups(batch, self.name)
-        base = torch.where(count > 1, mean, torch.zeros_like(mean))
+        base = _lone_zero(count, mean)
         a = masked_whiten((R - base).unsqueeze(-1) * batch.valid.to(R.dtype), batch.valid)
         return a.to(adv.dtype)
 
@@ -163,7 +168,7 @@ class OPO(_VerlEstimator):
         R, inv, count, _ = _groups(batch, self.name)
         L = batch.valid.to(torch.float64).sum(-1)
         num, den = _per_group(L * R, inv)[inv], _per_group(L, inv)[inv]
-        base = torch.where(count > 1, num / den, torch.zeros_like(num))  # arXiv 2505.23585 Eq. 5
+        base = _lone_zero(count, num / den)  # arXiv 2505.23585 Eq. 5
         return _broadcast(R - base, adv, batch.valid)
 
 
@@ -183,7 +188,7 @@ class GPGAdvantage(_VerlEstimator):
     def shape_advantages(self, adv: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         R, _, count, mean = _groups(batch, self.name)
         alpha = R.numel() / (R != 0).sum().clamp(min=1).to(R.dtype)  # arXiv 2504.02546 Eq. 8
-        base = torch.where(count > 1, mean, torch.zeros_like(mean))
+        base = _lone_zero(count, mean)
         self._report(alpha=alpha)
         return _broadcast(alpha * (R - base) / self.f_norm, adv, batch.valid)
 

@@ -18,3 +18,12 @@ def micro_policy(tmp_path_factory) -> str:
     from support.lab_micro import pretrain_micro_policy
 
     return pretrain_micro_policy(tmp_path_factory.mktemp("micro-cache"))
+
+
+@pytest.fixture
+def parity(monkeypatch) -> None:
+    """The reward ``parity`` (``support.real_tiny.parity_reward``) registered for one test."""
+    from entflow.hf.rewards import REWARDS
+    from support.real_tiny import parity_reward
+
+    monkeypatch.setitem(REWARDS, "parity", parity_reward)

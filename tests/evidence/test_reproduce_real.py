@@ -20,15 +20,10 @@ from entflow.evidence.claims import load_registry, load_settings, registry_path
 from entflow.evidence.facts import FACTS
 from entflow.hf.rewards import REWARDS
 from entflow.hf.setup import RealTrainConfig
-from support.real_tiny import save_tiny_model
+from support.real_tiny import parity_reward, save_tiny_model
 
 SEEDS = [0, 1]
 RUNS = ["grpo", "clip_cov_r05"]
-
-
-def parity_reward(completions, **kwargs):
-    """Varied on a random model, so groups have a signal and pass@k is neither 0 nor 1."""
-    return [float(len(c) % 2 == 0) for c in completions]
 
 
 def test_the_packaged_registry_has_a_real_setting():

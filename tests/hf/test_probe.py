@@ -105,18 +105,6 @@ def test_truncated_means_all_tokens_used_and_no_final_eos():
     assert _truncated(gen, 4, eos) == [False, False, False, False]  # room was left: nothing was cut
 
 
-def parity_reward(completions, **kwargs):
-    """Varied on a random model, so the updates have a signal: 1 for an even number of characters."""
-    return [float(len(c) % 2 == 0) for c in completions]
-
-
-@pytest.fixture
-def parity(monkeypatch):
-    from entflow.hf.rewards import REWARDS
-
-    monkeypatch.setitem(REWARDS, "parity", parity_reward)
-
-
 def _run_overrides(out: Path, **extra) -> list[str]:
     base = {
         "out_dir": str(out),

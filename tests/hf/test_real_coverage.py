@@ -12,13 +12,9 @@ from entflow.hf.rewards import REWARDS
 from entflow.hf.setup import RealTrainConfig, real_setup, train_real
 from entflow.trainer.config import build_config
 from entflow.trainer.evaluate import pass_at_k_curve
-from support.real_tiny import save_tiny_model
+from support.real_tiny import parity_reward, save_tiny_model
 
 N, KS, VAL = 8, [1, 4, 8], 3
-
-
-def parity_reward(completions, **kwargs):
-    return [float(len(c) % 2 == 0) for c in completions]
 
 
 def _values(model, out, **extra) -> dict:

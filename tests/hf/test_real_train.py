@@ -10,26 +10,14 @@ from pathlib import Path
 import pytest
 
 from entflow.errors import ConfigError, UnknownMethodError
-from entflow.hf.rewards import REWARDS
 from entflow.hf.setup import RealTrainConfig, train_real
 from entflow.trainer.config import build_config
 from support.real_tiny import save_tiny_model
 
 
-def parity_reward(completions, **kwargs):
-    """Deterministic and varied on a random model (so groups are not degenerate): 1 if the
-    response has an even number of characters."""
-    return [float(len(c) % 2 == 0) for c in completions]
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture
-def parity(monkeypatch):
-    monkeypatch.setitem(REWARDS, "parity", parity_reward)
 
 
 def _overrides(out: Path, **extra) -> list[str]:

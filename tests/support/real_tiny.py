@@ -46,3 +46,9 @@ def save_tiny_model(path: Path, seed: int = 0) -> Path:
     from entflow.hf.models import save_tiny_llama
 
     return save_tiny_llama(path, build_tokenizer(), max_positions=256, tie_embeddings=True, seed=seed)
+
+
+def parity_reward(completions, **kwargs) -> list[float]:
+    """A reward that is deterministic and varied on a random model (so groups have a signal and
+    pass@k is neither 0 nor 1): 1 if the response has an even number of characters."""
+    return [float(len(c) % 2 == 0) for c in completions]

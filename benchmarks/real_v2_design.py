@@ -135,6 +135,50 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _method_label(cfg: dict) -> str:
+    params = cfg.get("method_params") or {}
+    return cfg["method"] + (f" (ratio {params['ratio']:g})" if "ratio" in params else "")
+
+
+def runs_table(run_dirs: list[Path]) -> str:
+    """Design runs (their committed ``config.yaml``, ``metrics.jsonl``, ``timing.jsonl``) as one
+    markdown table: held-out (design_eval) accuracy at T = 1 and greedy, the fixed-text probe's
+    entropy and the sampled entropy from the first evaluation to the last, the probe's window
+    retention (mean of the last 3 evaluations over the first 3's), truncation, the tokens a
+    covariance method selected per step (its logged per-mini-batch mean × mini_batches), and the
+    wall seconds per step, evaluations included."""
+    from entflow.analysis.runs import load_config, load_metrics, series
+    from entflow.analysis.stats import RETENTION_WINDOW, window_retention
+
+    head = (
+        "| run | method | lr | seed | steps | threads | acc T = 1 | greedy | probe entropy | retention (windows of 3) "
+        "| sampled entropy | truncated | selected tokens / step | wall s / step |\n"
+        "|---|---|---:|---:|---:|---:|---|---|---|---:|---|---|---:|---:|\n"
+    )
+    rows = []
+    for d in run_dirs:
+        cfg, recs = load_config(d), load_metrics(d)
+
+        def ends(key: str, fmt: str = ".3f", recs: list = recs) -> str:
+            _, v = series(recs, key)
+            return f"{v[0]:{fmt}} → {v[-1]:{fmt}}" if v.size else "–"
+
+        _, probe = series(recs, "val/probe_entropy")
+        ret = window_retention(probe, RETENTION_WINDOW) if probe.size >= 2 * RETENTION_WINDOW else float("nan")
+        sel = [r[k] for r in recs for k in ("clip_cov/n_selected", "kl_cov/n_selected") if k in r]
+        timing = [json.loads(line) for line in (d / "timing.jsonl").read_text().splitlines() if line.strip()]
+        steps = max(r["step"] for r in recs)
+        per_step = timing[-1]["time/elapsed_s"] / max(1, len(timing)) if timing else float("nan")
+        selected = f"{np.mean(sel) * cfg['mini_batches']:.2f}" if sel else "–"
+        rows.append(
+            f"| {d.name} | {_method_label(cfg)} | {cfg['lr']:g} | {cfg['seed']} | {steps} | {cfg['threads']} "
+            f"| {ends('val/acc')} | {ends('val/acc_greedy')} | {ends('val/probe_entropy')} "
+            f"| {ret:.3f} | {ends('val/entropy')} | {ends('val/truncated_frac')} "
+            f"| {selected} | {per_step:.1f} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=64)
@@ -144,9 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sizing", type=Path, default=None, help="add the judge sizing to this result file")
     ap.add_argument("--table", type=Path, nargs="+", default=None, help="print these result files as one table")
+    ap.add_argument("--runs", type=Path, nargs="+", default=None, help="print these design run dirs as one table")
     args = ap.parse_args(argv)
     if args.table is not None:
         sys.stdout.write(format_table([json.loads(p.read_text()) for p in args.table]))
+        return 0
+    if args.runs is not None:
+        sys.stdout.write(runs_table(args.runs))
         return 0
     if args.sizing is not None:
         res = json.loads(args.sizing.read_text())

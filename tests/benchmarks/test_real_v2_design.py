@@ -58,3 +58,30 @@ def test_format_table_prints_each_candidate_with_its_file_caption():
     rows = [line for line in out.splitlines() if line.startswith("| 1 worked") or line.startswith("| no suffix")]
     assert len(rows) == 2
     assert "| 16 | 8 × 4 | 0.125 | 0.250 ± 0.050 | 0.500 ± 0.100 | 9.0 | 0.40 | – | 1,234 s |" in rows[0]
+
+
+def test_runs_table_reads_a_design_run(tmp_path):
+    import json
+
+    import yaml
+
+    run = tmp_path / "d-clipcov"
+    run.mkdir()
+    cfg = {"method": "clip_cov", "method_params": {"ratio": 2e-4}, "lr": 3e-6, "seed": 100, "threads": 1}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg | {"mini_batches": 4}))
+    probe = [0.4, 0.3, 0.2, 0.2, 0.1, 0.15]  # windows of 3: (0.2 + 0.1 + 0.15) / (0.4 + 0.3 + 0.2) = 0.5
+    recs = []
+    for i, h in enumerate(probe):
+        recs.append({"step": 10 * i, "val/acc": 0.1 * i, "val/acc_greedy": 0.2, "val/probe_entropy": h})
+        recs.append({"step": 10 * i + 1, "clip_cov/n_selected": 0.25 if i % 2 else 0.5})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run / "timing.jsonl").write_text(
+        "".join(json.dumps({"step": s, "time/elapsed_s": 10.0 * s}) + "\n" for s in (1, 2))
+    )
+    (row,) = [line for line in rd.runs_table([run]).splitlines() if line.startswith("| d-clipcov")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "clip_cov (ratio 0.0002)" and cells[4] == "51"  # the last step logged
+    assert cells[6] == "0.000 → 0.500" and cells[8] == "0.400 → 0.150"
+    assert cells[9] == "0.500"
+    assert cells[12] == "1.50"  # the per-mini-batch mean 0.375 × 4 mini-batches
+    assert cells[13] == "10.0"  # 20 s over 2 timed steps

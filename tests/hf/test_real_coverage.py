@@ -128,3 +128,25 @@ def test_coverage_on_more_problems_than_validation_with_greedy_answers(tmp_path,
 
     with pytest.raises(ConfigError, match="coverage_size"):
         build_config(_values(model, tmp_path / "runs", coverage_size=VAL - 1), cls=RealTrainConfig)
+
+
+def test_a_fixed_coverage_seed_shares_the_starting_coverage_across_run_seeds(tmp_path, monkeypatch, parity):
+    """``coverage_seed`` set: runs of different seeds evaluate the cached starting model once, and
+    their warm entries are equal; without it each run seed samples its own."""
+    import entflow.hf.setup as hf_setup
+
+    monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "cache"))
+    model = save_tiny_model(tmp_path / "cache" / "models" / "tiny-4567")
+    calls: list[int] = []
+    real = hf_setup._coverage
+    monkeypatch.setattr(hf_setup, "_coverage", lambda m, t, task, cfg: calls.append(cfg.seed) or real(m, t, task, cfg))
+
+    def run(name: str, **extra):
+        values = _values(model, tmp_path / "runs", name=name, **extra)
+        return json.loads((train_real(build_config(values, cls=RealTrainConfig)) / "coverage.json").read_text())
+
+    a, b = run("a", seed=0, coverage_seed=7), run("b", seed=1, coverage_seed=7)
+    assert calls == [0, 0, 1]  # the start once (for seed 0), then each run's end
+    assert a["warm"] == b["warm"]
+    run("c", seed=1)  # no coverage_seed: its start is sampled with its own seed, evaluated anew
+    assert calls == [0, 0, 1, 1, 1]

@@ -94,6 +94,11 @@ class RealTrainConfig(TrainConfig):
         allowed=">= val_size or null",
     )
     coverage_greedy: bool = setting(False, "the coverage evaluation also decodes each problem once greedily")
+    coverage_seed: int | None = setting(
+        None,
+        "seed of the coverage evaluation's sampling; null: the run's seed. Fixed, every run seed shares "
+        "one evaluation of the starting model (its problems are the same, so only sampling noise is shared)",
+    )
     # LoRA (Hu et al. 2021, arXiv 2106.09685) through peft: rank r > 0 trains only the adapters
     # B·A added to every linear layer of the body (peft's "all-linear"; the LM head stays frozen)
     lora_rank: int = setting(

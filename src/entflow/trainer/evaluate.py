@@ -169,6 +169,13 @@ def _repeat_rows(gen: Generation, n: int) -> Generation:
     )
 
 
+def coverage_seed(cfg: Any) -> int:
+    """The seed of a run's coverage sampling: its ``coverage_seed`` key where it has one that is
+    set (a real run's; then every run seed shares one warm-start evaluation), else the run's seed."""
+    fixed = getattr(cfg, "coverage_seed", None)
+    return cfg.seed if fixed is None else int(fixed)
+
+
 def coverage_curves(
     model: Any,
     tokenizer: Any,
@@ -206,7 +213,7 @@ def coverage_curves(
             task.max_response_len,
             temperature=cfg.temperature,
             batch_size=batch_size,
-            seed=stream_seed(cfg.seed, COVERAGE, i),
+            seed=stream_seed(coverage_seed(cfg), COVERAGE, i),
             record_entropy=False,
             share_prompts=share_prompts,
         )
@@ -224,7 +231,7 @@ def coverage_curves(
                 task.max_response_len,
                 greedy=True,
                 batch_size=batch_size,
-                seed=stream_seed(cfg.seed, COVERAGE, len(splits) + i),
+                seed=stream_seed(coverage_seed(cfg), COVERAGE, len(splits) + i),
                 record_entropy=False,
             )
             g_texts = [t for gen in g for t in gen.texts]

@@ -262,8 +262,10 @@ def _cached_warm_coverage(parts: RunSetup, cfg: TrainConfig) -> dict[str, Any]:
     import hashlib
     import json
 
+    from entflow.trainer.evaluate import coverage_seed
+
     key = {
-        "seed": cfg.seed,
+        "seed": coverage_seed(cfg),
         "n": cfg.coverage_n,
         "k": cfg.coverage_k,
         "temperature": cfg.temperature,

@@ -27,7 +27,9 @@ def test_design_preset_differs_from_the_registered_one_only_in_the_evaluated_set
     assert reg["task_params"].pop("eval_split") == "judge"
     assert design["task_params"].pop("eval_split") == "design_eval"
     sizes = {s["name"]: s["size"] for s in reg["task_params"]["held_out"]}
-    assert reg.pop("val_size") == sizes["judge"] and design.pop("val_size") == sizes["design_eval"]
+    # the start / end evaluation covers the whole evaluated set; the periodic one its first problems
+    assert reg.pop("coverage_size") == sizes["judge"] and design.pop("coverage_size") == sizes["design_eval"]
+    assert reg["val_size"] <= sizes["design_eval"] and reg["probe_prompts"] <= reg["val_size"]
     assert reg == design
 
 

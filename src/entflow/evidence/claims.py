@@ -107,6 +107,9 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # the knob sweep's selections where they differ from the paper's setting (experiments/regime/sweep.py;
     # chosen on validation pass@256 on design seeds, docs/reproduction.md "The knob sweep")
     "clip_cov_r05": ("clip_cov", {"ratio": 0.05}, {}),
+    # KL-Cov at paper 003's ratio for Qwen2.5-7B (App. C): at the real-v2 batch (~80 response tokens
+    # a mini-batch) k = max(⌊2e-3·N⌋, 1) is one token a mini-batch (docs/real-models.md, real-v2 design)
+    "kl_cov_paper": ("kl_cov", {"ratio": 2e-3}, {}),
     "steer_lmin05": ("steer", {"lambda_min": 0.5}, {}),
     "clip_higher_h35": ("clip_higher", {"clip_high": 0.35}, {}),
 }

@@ -326,7 +326,7 @@ def print_pending(root: Path) -> str:
         return "Every registered claim has a committed verdict.\n"
     out = ["| claim | setting | seeds | status |", "|---|---|---|---|"]
     for c in rows:
-        status = notes.get(c["id"], "no committed data")
+        status = notes.get(c["id"], "registered, not run yet: raw data pending")
         out.append(
             f"| `{c['id']}`: {cell(c.get('statement', ''))} | {c.get('setting', 'demo')} | "
             f"{seeds_text(c.get('seeds', []))} | {status} |"

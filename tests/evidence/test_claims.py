@@ -385,13 +385,20 @@ def test_family_rows_get_raw_and_holm_verdicts(tmp_path):
     assert one[0]["holm_p"] == pytest.approx(min(1.0, 3 * ps[0]), rel=1e-10)
 
 
-def test_existing_claims_have_no_family_and_rows_are_unchanged():
-    assert all(c.family is None for c in CLAIMS)
+def test_only_the_real_v2_claims_form_a_family_and_other_rows_are_unchanged():
+    families = {c.family for c in CLAIMS} - {None}
+    assert families == {"real-v2"}
+    members = {c.id for c in CLAIMS if c.family == "real-v2"}
+    assert len(members) == 7 and all(m.startswith("real-v2-") for m in members)
     facts = {r: {s: {k: 0.5 + 0.01 * s for k in FACTS} for s in range(5)} for r in RUNS}
     rows = evaluate_claims(facts, list(range(5)))
-    before = json.dumps(json_safe(rows), sort_keys=True)
+    before = {r["id"]: json.dumps(json_safe(r), sort_keys=True) for r in rows if r["id"] not in members}
     add_family_corrections(rows)
-    assert json.dumps(json_safe(rows), sort_keys=True) == before and families_markdown(rows) == ""
+    after = {r["id"]: json.dumps(json_safe(r), sort_keys=True) for r in rows if r["id"] not in members}
+    assert after == before
+    fam = [r for r in rows if r["id"] in members]
+    assert len(fam) == 7 and all(r["family"] == "real-v2" and r["family_size"] == 7 for r in fam)
+    assert families_markdown(rows).count("| real-v2 (7) |") == 7
 
 
 def test_an_any_of_claim_cannot_join_a_family(tmp_path):

@@ -22,7 +22,12 @@ from entflow.lab.config import LabConfig
 
 def test_the_packaged_settings_resolve_to_their_kinds():
     settings = rep.registry().settings
-    assert {n: s.runner.name for n, s in settings.items()} == {"demo": "lab", "regime": "lab", "real": "real"}
+    assert {n: s.runner.name for n, s in settings.items()} == {
+        "demo": "lab",
+        "regime": "lab",
+        "real": "real",
+        "real_v2": "real",
+    }
     assert settings["demo"].runner.config_class() is LabConfig
     from entflow.hf.setup import RealTrainConfig
 
@@ -31,6 +36,7 @@ def test_the_packaged_settings_resolve_to_their_kinds():
     assert (settings["demo"].runner.presets() / "demo.yaml").is_file()
     assert (settings["regime"].runner.presets() / "regime.yaml").is_file()
     assert (settings["real"].runner.presets() / "real.yaml").is_file()
+    assert (settings["real_v2"].runner.presets() / "real_v2.yaml").is_file()
     assert not (settings["demo"].runner.presets() / "real.yaml").exists()
     assert settings["real"].runner.presets().parent.name == "evidence"
     # reproduce trains the lab's runs --jobs at a time, a real model's one at a time

@@ -21,7 +21,7 @@ import numpy as np
 
 from entflow.analysis.law import early_prediction
 from entflow.analysis.runs import law_points, load_config, load_coverage, load_metrics, series
-from entflow.analysis.stats import RETENTION_WINDOW, series_window_retention, windowed_best
+from entflow.analysis.stats import RETENTION_WINDOW, window_retention, windowed_best
 
 __all__ = ["COVERAGE_FACTS", "COVERAGE_FACT_KS", "FACTS", "RunData", "coverage_facts", "run_facts"]
 
@@ -135,10 +135,10 @@ def _probe_retention(run: RunData) -> dict[str, float]:
     """A real run's fixed-text probe entropy (``val/probe_entropy``), the mean of its last
     RETENTION_WINDOW evaluations over the mean of its first (:func:`~entflow.analysis.stats.window_retention`);
     NaN for a run without a probe or with fewer than 2 · RETENTION_WINDOW evaluations."""
-    s, _ = series(run.records, "val/probe_entropy")
-    if len(s) < 2 * RETENTION_WINDOW:
+    _, h = series(run.records, "val/probe_entropy")
+    if h.size < 2 * RETENTION_WINDOW:
         return {"probe_entropy_retention": math.nan}
-    return {"probe_entropy_retention": series_window_retention(run.records, "val/probe_entropy")}
+    return {"probe_entropy_retention": window_retention(h, RETENTION_WINDOW)}
 
 
 # the k of the held-out pass@k facts read from coverage.json (val_pass_at_<k>_final / _warm): 256,

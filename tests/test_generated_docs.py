@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -190,3 +191,28 @@ def test_a_copy_of_a_claims_json_stays_with_the_recorded_measurement(tmp_path):
     assert docs_tables.current_sources(root)["sweep-clip-cov"] == "docs/results/regime/sweep_followup_claims.json"
     assert "| `sweep-clip-cov`:" not in other
     assert "(the same values, shown with `docs/results/regime/sweep_followup_claims.json`)" in other
+
+
+def _ignored(paths: list[str], root: Path) -> list[str]:
+    """The ones of ``paths`` (relative to ``root``) that git's ignore rules would leave out of a commit."""
+
+    res = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(paths),
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert res.returncode in (0, 1), res.stderr  # 0: some ignored, 1: none
+    return res.stdout.split()
+
+
+def test_no_result_file_the_docs_read_is_git_ignored():
+    # a design run's folder named runs/ once matched the ignore rule for scratch runs: its tables printed
+    # here and failed on a clean clone
+    files = [str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*") if p.is_file()]
+    assert len(files) > 50
+    assert _ignored(files, ROOT) == []
+    assert _ignored(["runs/x/metrics.jsonl", "docs/results/a/runs/r-s0/metrics.jsonl"], ROOT) == [
+        "runs/x/metrics.jsonl"
+    ]

@@ -89,3 +89,37 @@ def test_law_fit_draws_no_ceiling_when_the_fit_is_not_informative(tmp_path, save
     assert "not informative" in ax.get_title() and "no ceiling" in ax.get_title()
     assert not any(t.startswith("ceiling") for t in labels(ax))
     assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+
+
+def _heldout_run(probe: list[float], trunc: list[float], with_probe: bool = True) -> list[dict]:
+    recs = []
+    for i, (h, t) in enumerate(zip(probe, trunc, strict=True)):
+        rec = {"step": 10 * i, "val/entropy": 2 * h, "val/response_len": 10.0 + i, "val/truncated_frac": t}
+        if with_probe:
+            rec["val/probe_entropy"] = h
+        recs.append(rec)
+    return recs
+
+
+def test_heldout_band_draws_the_seed_mean_of_probe_entropy_length_and_truncation(tmp_path, saved):
+    groups = {
+        "grpo": [_heldout_run([0.4, 0.3, 0.2], [0.1, 0.0, 0.0]), _heldout_run([0.4, 0.2, 0.1], [0.1, 0.1, 0.0])],
+        "kl_cov": [_heldout_run([0.4, 0.4, 0.3], [0.0, 0.0, 0.0])],
+    }
+    written = plots.write_band_plots(groups, tmp_path)
+    assert tmp_path / "heldout_band.png" in written and (tmp_path / "heldout_band.png").stat().st_size > 0
+    probe, sampled, length, trunc = saved["heldout_band.png"].axes
+    assert probe.get_ylabel().startswith("probe entropy") and trunc.get_ylabel() == "truncated fraction"
+    assert labels(probe) == ["grpo (n=2)", "kl_cov (n=1)"]
+    x, y = probe.get_lines()[0].get_data()  # the mean over grpo's two seeds at each evaluation
+    np.testing.assert_allclose(x, [0, 10, 20])
+    np.testing.assert_allclose(y, [0.4, 0.25, 0.15])
+    np.testing.assert_allclose(sampled.get_lines()[0].get_data()[1], [0.8, 0.5, 0.3])
+    np.testing.assert_allclose(length.get_lines()[1].get_data()[1], [10, 11, 12])
+    np.testing.assert_allclose(trunc.get_lines()[0].get_data()[1], [0.1, 0.05, 0.0])
+
+
+def test_no_heldout_band_without_a_probe(tmp_path, saved):
+    groups = {"grpo": [_heldout_run([0.4, 0.3], [0.1, 0.0], with_probe=False)]}
+    plots.write_band_plots(groups, tmp_path)
+    assert "heldout_band.png" not in saved and not (tmp_path / "heldout_band.png").exists()

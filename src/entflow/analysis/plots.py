@@ -47,6 +47,7 @@ PLOT_NAMES = (
     "entropy_vs_acc.png",
     "entropy_band.png",
     "val_acc_band.png",
+    "heldout_band.png",
     "positional_entropy.png",
 )
 
@@ -216,7 +217,8 @@ class _RunPlots:
 
 def write_band_plots(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: str | os.PathLike) -> list[Path]:
     """``entropy_band.png`` and ``val_acc_band.png``: per method the mean over seeds with a shaded
-    95 % t-interval band (the entropy curve is EMA-smoothed per seed first, β = 0.6)."""
+    95 % t-interval band (the entropy curve is EMA-smoothed per seed first, β = 0.6); and, for runs
+    that logged the fixed-text probe, ``heldout_band.png`` (:data:`HELDOUT_PANELS`)."""
     plot_dir = Path(plot_dir)
     plot_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -227,7 +229,31 @@ def write_band_plots(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: st
         fig = _figure((7, 4))
         if _band_panel(fig.subplots(), groups, key, ylabel):
             written.append(_save(fig, plot_dir / name))
+    if (heldout := _heldout_bands(groups, plot_dir)) is not None:
+        written.append(heldout)
     return written
+
+
+# the held-out evaluation's curves that tell entropy from length (a real run's periodic validation):
+# the fixed-text probe's entropy, the sampled responses' entropy, their length and truncated share
+HELDOUT_PANELS = (
+    ("val/probe_entropy", "probe entropy (nats, fixed text)"),
+    ("val/entropy", "sampled entropy (nats)"),
+    ("val/response_len", "response length (tokens)"),
+    ("val/truncated_frac", "truncated fraction"),
+)
+
+
+def _heldout_bands(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: Path) -> Path | None:
+    """``heldout_band.png``: one panel per :data:`HELDOUT_PANELS` key that every run of some group
+    logged (mean over seeds ± 95 % t band); None when the runs logged no probe entropy."""
+    if not any(all(series(r, "val/probe_entropy")[0].size for r in runs) for runs in groups.values()):
+        return None
+    fig = _figure((11, 7))
+    for ax, (key, ylabel) in zip(fig.subplots(2, 2).ravel(), HELDOUT_PANELS, strict=True):
+        if not _band_panel(ax, groups, key, ylabel):
+            ax.set_axis_off()
+    return _save(fig, plot_dir / "heldout_band.png")
 
 
 def _band_panel(ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str, ylabel: str) -> bool:

@@ -219,13 +219,15 @@ def caption(rel: str, root: Path) -> str:
     return f"Measured {m['date']}{m['source']} on {m['machine']}. Command: `{m['command']}`. Data: `{rel}`."
 
 
-def claim_rows(c: dict, file_seeds: list[int]) -> list[str]:
+def claim_rows(c: dict, file_seeds: list[int], superseded: bool = False) -> list[str]:
     seeds = c.get("preregistered_seeds") or file_seeds
     seed_cell = seeds_text(seeds) + ("" if c.get("seeds_as_registered", True) else " (not the registered seeds)")
     values = ", ".join(num(v) for v in c.get("values") or []) or "—"
     reason = f" ({cell(c['reason'])})" if c.get("reason") else ""
     if c.get("verdict_holm") is not None:  # a claim in a family: its Holm-corrected verdict too
         reason += f"; Holm-corrected in its family: {c['verdict_holm']}"
+    if superseded:  # the registry's reason is printed once, under the table
+        reason += "; *superseded* (below the table)"
     rows = [
         f"| `{c['id']}`: {cell(c.get('claim', ''))} | {cell(c.get('measured', ''))} | {values} | "
         f"{interval_text(c)} | {criterion_text(c)} | **{c['verdict']}**{reason} | {seed_cell} |"
@@ -251,11 +253,18 @@ def print_claims(rel: str, root: Path) -> str:
     claims = data["claims"]
     shown = [c for c in claims if current.get(c["id"]) == rel]
     out = [caption(rel, root), ""]
+    superseded = {c["id"]: c["superseded"] for c in registry(root) if c.get("superseded")}
     if shown:
         out += HEADER
         for c in shown:
-            out += claim_rows(c, data.get("seeds", []))
+            out += claim_rows(c, data.get("seeds", []), superseded=c["id"] in superseded)
         out.append("")
+    why: dict[str, list[str]] = {}
+    for c in shown:
+        if c["id"] in superseded:
+            why.setdefault(superseded[c["id"]], []).append(f"`{c['id']}`")
+    for text, ids in why.items():
+        out += [f"Superseded ({', '.join(ids)}; the registry's `superseded`): {text}.", ""]
     elsewhere: dict[str, list[str]] = {}
     for c in claims:
         if current.get(c["id"]) in (None, rel):

@@ -216,3 +216,18 @@ def test_no_result_file_the_docs_read_is_git_ignored():
     assert _ignored(["runs/x/metrics.jsonl", "docs/results/a/runs/r-s0/metrics.jsonl"], ROOT) == [
         "runs/x/metrics.jsonl"
     ]
+
+
+def test_a_superseded_claim_is_marked_in_its_row_and_its_reason_printed_once(tmp_path):
+    rows = _rows_by_claim(docs_tables.print_claims("docs/results/real-claims/claims.json", ROOT))
+    assert len(rows) == 6 and all("*superseded*" in r[0] for r in rows.values())
+    root = _copy_tree(tmp_path, ())
+    reg = yaml.safe_load((root / REGISTRY.relative_to(ROOT)).read_text())
+    for c in reg["claims"]:
+        if c["id"] == "real-collapse":
+            del c["superseded"]  # the registry alone decides: without the key the row is unmarked
+    (root / REGISTRY.relative_to(ROOT)).write_text(yaml.safe_dump(reg, allow_unicode=True))
+    text = docs_tables.print_claims("docs/results/real-claims/claims.json", root)
+    rows = _rows_by_claim(text)
+    assert "*superseded*" not in rows["real-collapse"][0] and "*superseded*" in rows["real-grpo-learns"][0]
+    assert text.count("the registry's `superseded`") == 1 and "`real-collapse`;" not in text

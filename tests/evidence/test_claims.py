@@ -130,6 +130,8 @@ def _mutations():
         (put("statement", ""), "statement"),
         (put("family", "two words"), "family"),
         (put("family", 3), "family"),
+        (put("superseded", " "), "superseded"),
+        (put("superseded", True), "superseded"),
     ]
 
 
@@ -408,3 +410,13 @@ def test_an_any_of_claim_cannot_join_a_family(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_claims(_write(tmp_path, [entry]), known_facts=FACTS)
     assert e.value.key == f"claims[{entry['id']}].family"
+
+
+def test_the_v1_real_claims_are_superseded_and_say_why():
+    superseded = {c.id: c.superseded for c in CLAIMS if c.superseded}
+    assert sorted(superseded) == sorted(
+        ["real-grpo-learns", "real-collapse", "real-grpo-coverage"]
+        + ["real-clipcov-entropy", "real-klcov-entropy", "real-clipcov-passk"]
+    )
+    assert all("real-v2" in why and "learning to stop" in why for why in superseded.values())
+    assert not any(c.superseded for c in CLAIMS if c.id.startswith("real-v2-"))

@@ -120,7 +120,7 @@ KINDS = ("greater", "less", "threshold", "no_worse")
 DIRECTIONS = ("higher", "lower")
 _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
-_OPTIONAL = {"note", "pending", "setting", "family"}
+_OPTIONAL = {"note", "pending", "setting", "family", "superseded"}
 DEFAULT_SETTING = "demo"
 
 
@@ -320,6 +320,7 @@ class Claim:
     pending: str | None = None
     setting: str = DEFAULT_SETTING
     family: str | None = None
+    superseded: str | None = None  # why its verdict no longer stands and what replaced it
 
     def key(self, run: str) -> str:
         """The run's key in reproduce's facts and run folders (:func:`run_key` in its setting)."""
@@ -583,6 +584,10 @@ def _parse_claim(
     if setting not in (known_settings or {DEFAULT_SETTING}):
         raise bad("setting", f"expected one of {sorted(known_settings or {DEFAULT_SETTING})}, got {setting!r}")
 
+    superseded = entry.get("superseded")
+    if superseded is not None and (not isinstance(superseded, str) or not superseded.strip()):
+        raise bad("superseded", f"expected the reason and what replaced the claim, got {superseded!r}")
+
     family = entry.get("family")
     if family is not None and (not isinstance(family, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", family)):
         raise bad("family", f"expected a name of letters, digits, '-', '_', '.', got {family!r}")
@@ -606,4 +611,5 @@ def _parse_claim(
         pending=pending,
         setting=setting,
         family=family,
+        superseded=superseded,
     )

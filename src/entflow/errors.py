@@ -64,6 +64,7 @@ class ConfigError(EntflowError, ValueError):
 
     def __init__(self, key: str, message: str):
         self.key = key
+        self.message = message
         super().__init__(f"config key {key!r}: {message}")
 
 

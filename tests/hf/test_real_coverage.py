@@ -150,3 +150,22 @@ def test_a_fixed_coverage_seed_shares_the_starting_coverage_across_run_seeds(tmp
     assert a["warm"] == b["warm"]
     run("c", seed=1)  # no coverage_seed: its start is sampled with its own seed, evaluated anew
     assert calls == [0, 0, 1, 1, 1]
+
+
+def test_a_coverage_size_beyond_the_held_out_set_fails_before_any_model_loads(tmp_path, monkeypatch, parity):
+    import entflow.hf.models as models
+    from entflow.errors import ConfigError
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before the held-out sizes were checked")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    held_out = {"max_terms": 2, "max_digits": 1, "held_out": [{"name": "judge", "seed": 7, "size": 6}]}
+    values = _values("smollm2", tmp_path / "runs", task_params={**held_out, "eval_split": "judge"}, coverage_size=9)
+    with pytest.raises(ConfigError) as e:
+        real_setup(build_config(values, cls=RealTrainConfig))
+    assert e.value.key == "coverage_size" and "holds 6" in str(e.value) and "coverage_size=9" in str(e.value)
+    values["val_size"] = 7  # the periodic evaluation alone too large: named as before
+    with pytest.raises(ConfigError) as e:
+        real_setup(build_config(values | {"coverage_size": None}, cls=RealTrainConfig))
+    assert e.value.key == "val_size"

@@ -316,9 +316,25 @@ def _coverage(model: Any, tokenizer: Any, task: Any, cfg: RealTrainConfig) -> di
     return out
 
 
+def _load_held_out(cfg: RealTrainConfig) -> Any:
+    """``cfg.task``'s data with the held-out problems both evaluations read: the periodic
+    ``val_size`` and the start/end ``coverage_size``. A set smaller than ``coverage_size`` is a
+    ConfigError naming ``coverage_size``."""
+    from entflow.errors import ConfigError
+    from entflow.hf.data import load_data
+
+    need = max(cfg.val_size, cfg.coverage_size or 0)
+    try:
+        return load_data(cfg.task, allow_hub=cfg.allow_hub, val_size=need, **cfg.task_params)
+    except ConfigError as e:
+        if e.key != "val_size" or need == cfg.val_size:
+            raise
+        raise ConfigError("coverage_size", f"{e.message} (coverage_size={need} > val_size={cfg.val_size})") from e
+
+
 def real_setup(cfg: RealTrainConfig) -> RunSetup:
     """The model and tokenizer of ``cfg.model`` and a :class:`~entflow.hf.data.ChatTask` for ``cfg.task``."""
-    from entflow.hf.data import ChatTask, load_data
+    from entflow.hf.data import ChatTask
     from entflow.hf.models import load_model, resolve_model
     from entflow.trainer.loop import RunSetup
     from entflow.trainer.rundir import cache_folder_of
@@ -326,12 +342,10 @@ def real_setup(cfg: RealTrainConfig) -> RunSetup:
     def load() -> tuple[Any, Any]:
         return load_model(cfg.model, dtype=cfg.dtype, allow_hub=cfg.allow_hub)
 
+    data = _load_held_out(cfg)  # before the model: a held-out set too small fails in seconds
     model, tokenizer = load()
     if cfg.lora_rank > 0:
         model = add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
-    data = load_data(
-        cfg.task, allow_hub=cfg.allow_hub, val_size=max(cfg.val_size, cfg.coverage_size or 0), **cfg.task_params
-    )
     task = ChatTask(
         data,
         tokenizer,

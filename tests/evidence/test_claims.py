@@ -414,9 +414,7 @@ def test_an_any_of_claim_cannot_join_a_family(tmp_path):
 
 def test_the_v1_real_claims_are_superseded_and_say_why():
     superseded = {c.id: c.superseded for c in CLAIMS if c.superseded}
-    assert sorted(superseded) == sorted(
-        ["real-grpo-learns", "real-collapse", "real-grpo-coverage"]
-        + ["real-clipcov-entropy", "real-klcov-entropy", "real-clipcov-passk"]
-    )
+    v1 = ("grpo-learns", "collapse", "grpo-coverage", "clipcov-entropy", "klcov-entropy", "clipcov-passk")
+    assert sorted(superseded) == sorted(f"real-{c}" for c in v1)
     assert all("real-v2" in why and "learning to stop" in why for why in superseded.values())
     assert not any(c.superseded for c in CLAIMS if c.id.startswith("real-v2-"))

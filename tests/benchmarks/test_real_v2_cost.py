@@ -1,0 +1,53 @@
+"""benchmarks/real_v2_cost.py: step and evaluation times from a hand-made timing.jsonl (a resume
+in the middle), and the budget verdict of a run, of a slow run and of a resumed run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import real_v2_cost as rc  # noqa: E402  (benchmarks/real_v2_cost.py)
+
+
+def _timing(elapsed: list[float], evals: dict[int, float]) -> list[dict]:
+    return [
+        {"step": i + 1, "time/elapsed_s": e} | ({"time/eval_s": evals[i + 1]} if i + 1 in evals else {})
+        for i, e in enumerate(elapsed)
+    ]
+
+
+def test_step_times_leave_out_evaluation_steps_and_the_step_after_a_resume():
+    # steps 2, 3 take 10 and 12 s; step 4 evaluates (30 s of it); step 5 restarts the clock (resume); step 6 11 s
+    plain, evals, resumed = rc.step_times(_timing([50, 60, 72, 115, 8, 19], {4: 30.0}))
+    assert plain == [10, 12, 11] and evals == [30.0] and resumed
+    assert rc.step_times(_timing([5, 15], {}))[2] is False
+
+
+def _write(root: Path, runs: dict[str, tuple[float, list[float], str]]) -> None:
+    meta = {"machine": "a test machine", "runs": {}}
+    for name, (wall, elapsed, note) in runs.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _timing(elapsed, {3: 20.0})))
+        meta["runs"][name] = {"start": "2026-11-28T06:00:00+00:00", "wall_s": wall} | ({"note": note} if note else {})
+    (root / "run_times.json").write_text(json.dumps(meta))
+
+
+def test_the_budget_verdict(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "a-s0": (24 * 60, [30, 48, 90, 108], ""),
+            "b-s0": (30 * 60, [30, 48, 90, 108], ""),
+            "c-s0": (20 * 60, [30, 48, 5, 23], ""),
+            "d-s0": (20 * 60, [30, 48, 90, 108], "shared the machine"),
+        },
+    )
+    rows = {r.split(" | ")[0].lstrip("| "): r for r in rc.cost_table(tmp_path).splitlines() if r.startswith("| ")}
+    assert rows["a-s0"] == "| a-s0 | 06:00:00 | 24.0 | 18.0 | 20.0 | yes |"
+    assert rows["b-s0"].endswith("| no (1.20× the budget) |")
+    assert rows["c-s0"].endswith("| not a measurement: resumed after an interruption |")
+    assert rows["d-s0"].endswith("| not a measurement: shared the machine |")

@@ -48,8 +48,9 @@ def cost_table(root: Path) -> str:
         f"Measured on {meta['machine']}. Wall time: the run folder's `config.yaml` written → its final "
         "`coverage.json` written.",
         "",
-        "| run | start (UTC) | wall (min) | median step (s) | evaluation (s, mean) | within 25 min |",
-        "|---|---|---:|---:|---:|---|",
+        "| run | start (UTC) | wall (min) | start + steps + periodic evaluations (min) | final checkpoint + "
+        "judge-set evaluation (min) | median step (s) | periodic evaluation (s, mean) | within 25 min |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, rec in meta["runs"].items():
         timing = [json.loads(x) for x in (root / name / "timing.jsonl").read_text().splitlines() if x.strip()]
@@ -61,8 +62,10 @@ def cost_table(root: Path) -> str:
             verdict = "not a measurement: " + "; ".join(why)
         else:
             verdict = "yes" if wall <= BUDGET_MIN else f"no ({wall / BUDGET_MIN:.2f}× the budget)"
+        train = timing[-1]["time/elapsed_s"] / 60  # since the run's start, as its config.yaml
+        split = "– | –" if resumed else f"{train:.1f} | {wall - train:.1f}"
         lines.append(
-            f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {_fmt(statistics.median, plain)} "
+            f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {split} | {_fmt(statistics.median, plain)} "
             f"| {_fmt(statistics.mean, evals)} | {verdict} |"
         )
     return "\n".join(lines) + "\n"

@@ -47,7 +47,8 @@ def test_the_budget_verdict(tmp_path):
         },
     )
     rows = {r.split(" | ")[0].lstrip("| "): r for r in rc.cost_table(tmp_path).splitlines() if r.startswith("| ")}
-    assert rows["a-s0"] == "| a-s0 | 06:00:00 | 24.0 | 18.0 | 20.0 | yes |"
+    # 108 s of 24 min since the start by the last step: 1.8 min, the rest (22.2) after it
+    assert rows["a-s0"] == "| a-s0 | 06:00:00 | 24.0 | 1.8 | 22.2 | 18.0 | 20.0 | yes |"
     assert rows["b-s0"].endswith("| no (1.20× the budget) |")
-    assert rows["c-s0"].endswith("| not a measurement: resumed after an interruption |")
+    assert rows["c-s0"].endswith("| – | – | 18.0 | – | not a measurement: resumed after an interruption |")
     assert rows["d-s0"].endswith("| not a measurement: shared the machine |")

@@ -117,7 +117,13 @@ def test_coverage_on_more_problems_than_validation_with_greedy_answers(tmp_path,
     for p in problems:
         ids = tok(p.prompt, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
-            out = parts.model.generate(**ids, do_sample=False, max_new_tokens=6, pad_token_id=tok.pad_token_id)
+            out = parts.model.generate(  # the ids and mask only: older tokenizers add token_type_ids
+                input_ids=ids["input_ids"],
+                attention_mask=ids["attention_mask"],
+                do_sample=False,
+                max_new_tokens=6,
+                pad_token_id=tok.pad_token_id,
+            )
         text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         expected.append(int(parity_reward([text])[0] > 0))
     assert warm["greedy_correct"] == expected

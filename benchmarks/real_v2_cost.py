@@ -5,7 +5,7 @@ median training step and the mean periodic evaluation.
 
     .venv/bin/python benchmarks/real_v2_cost.py docs/results/real-v2
 
-The budget is 25 minutes a run on 2 cores (issue: "one run takes ≤ 25 min"). A run that was
+The budget is 25 minutes a run on 2 cores. A run that was
 interrupted and resumed (its ``time/elapsed_s`` restarts) or shared the machine has no wall time
 that measures a run, and the table says so instead of judging it.
 """

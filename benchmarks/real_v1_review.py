@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from docs_tables import interval_text  # benchmarks/docs_tables.py: the docs' number formats
+from docs_tables import num as _num
 from entflow.analysis.runs import load_metrics, series
 from entflow.analysis.stats import t_interval
 from entflow.evidence.claims import holm, holm_verdict, one_sided_p
@@ -35,13 +37,9 @@ from entflow.evidence.reproduce import registry
 SEEDS = range(5)
 
 
-def _num(v: float) -> str:
-    return f"{v:+.3f}".replace("-", "\u2212")
-
-
 def _ci(values: list[float]) -> str:
     mean, half, _ = t_interval(values)
-    return f"{_num(mean)} [{_num(mean - half)}, {_num(mean + half)}]"
+    return interval_text({"mean": mean, "half": half})
 
 
 def _at(recs: list[dict], key: str, step: int) -> float:

@@ -159,3 +159,26 @@ def test_probe_prompts_beyond_val_size_is_refused(tiny, tmp_path, capsys, parity
                *_run_overrides(tmp_path, probe_prompts=4)])  # fmt: skip
     assert rc != 0 and "probe_prompts" in capsys.readouterr().err
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
+
+
+def test_a_real_run_measures_the_probe_by_default_without_changing_its_training(tiny, tmp_path, capsys, parity):
+    """With no ``probe_prompts`` key the probe has ``val_size`` pairs (config.yaml says so), and it
+    changes nothing the run trains on: every other metric equals that of the same run with the
+    probe off (``probe_prompts=0``)."""
+    from entflow.cli.main import main
+
+    path, _, _ = tiny
+    runs = {}
+    for name, extra in (("on", {}), ("off", {"probe_prompts": 0})):
+        args = [f"{k}={v}" for k, v in extra.items()]
+        overrides = [a for a in _run_overrides(tmp_path) if not a.startswith("probe_prompts=")] + args
+        rc = main(["train", "--model", str(path), "--data", "basic_arithmetic", "--name", name, *overrides])
+        assert rc == 0, capsys.readouterr().err
+        runs[name] = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    assert "probe_prompts: 3" in (tmp_path / "on" / "config.yaml").read_text()  # val_size = 3
+    assert len(Probe.load(tmp_path / "on" / "probe.jsonl").prompt_ids) == 3
+    assert not (tmp_path / "off" / "probe.jsonl").exists()
+    assert all("val/probe_entropy" in r for r in runs["on"]) and not any("val/probe_entropy" in r for r in runs["off"])
+    assert any(r["batch/degenerate_group_frac"] < 1 for r in runs["off"][1:])  # the updates had a signal
+    for on, off in zip(runs["on"], runs["off"], strict=True):
+        assert {k: v for k, v in on.items() if not k.startswith("val/probe_")} == off

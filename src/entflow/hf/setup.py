@@ -13,7 +13,7 @@ steps and the last) is :func:`entflow.hf.evaluate.evaluate_task` on ``val_size``
 with ``eval_k`` samples at the training temperature, logged as ``val/acc`` (avg@k),
 ``val/pass@k``, ``val/maj@k``, ``val/acc_greedy``, ``val/entropy``, ``val/response_len`` and
 ``val/unparseable_frac`` and ``val/truncated_frac`` (the share of sampled responses that hit
-``max_new_tokens`` without an eos). With ``probe_prompts`` > 0 (or a ``probe_file``) every
+``max_new_tokens`` without an eos). Unless ``probe_prompts`` is 0 (its default is ``val_size``) every
 validation also logs ``val/probe_entropy``: the policy's teacher-forced mean token entropy on a
 fixed set of prompt + response pairs (:mod:`entflow.hf.probe`), sampled once from the starting
 policy on the first ``probe_prompts`` held-out problems at step 0, saved as the run's
@@ -110,11 +110,11 @@ class RealTrainConfig(TrainConfig):
         None, "the adapters' scale is alpha / r; null: alpha = 2r", allowed="> 0 or null"
     )
     # the fixed-text probe (entflow.hf.probe): an entropy measured on the same tokens at every evaluation
-    probe_prompts: int = setting(
-        0,
+    probe_prompts: int | None = setting(
+        None,
         "held-out problems of the fixed-text probe (val/probe_entropy), one response each sampled once "
-        "from the starting policy; 0: no probe",
-        allowed=">= 0 and <= val_size",
+        "from the starting policy; null: val_size; 0: no probe",
+        allowed=">= 0 and <= val_size, or null",
     )
     probe_seed: int = setting(0, "seed of the probe's one sampling (the same probe for every run seed)")
     probe_file: str | None = setting(
@@ -183,6 +183,8 @@ class RealTrainConfig(TrainConfig):
             "coverage_size",
             f"must be null or >= val_size = {self.val_size}",
         )
+        if self.probe_prompts is None:
+            self.probe_prompts = self.val_size  # config.yaml names the probe size actually used
         need(0 <= self.probe_prompts <= self.val_size, "probe_prompts", f"must be in [0, val_size={self.val_size}]")
         if self.probe_file is not None:
             from entflow.hf.probe import Probe

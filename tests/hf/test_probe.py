@@ -16,7 +16,7 @@ from entflow.errors import ConfigError
 from entflow.hf.evaluate import _truncated
 from entflow.hf.models import load_model
 from entflow.hf.probe import Probe, probe_entropy, sample_probe
-from support.real_tiny import save_tiny_model
+from support.real_tiny import save_tiny_model, tiny_run_overrides
 
 
 @pytest.fixture(scope="module")
@@ -106,24 +106,8 @@ def test_truncated_means_all_tokens_used_and_no_final_eos():
 
 
 def _run_overrides(out: Path, **extra) -> list[str]:
-    base = {
-        "out_dir": str(out),
-        "steps": 2,
-        "prompts_per_step": 2,
-        "group_size": 2,
-        "mini_batches": 1,
-        "max_new_tokens": 5,
-        "val_size": 3,
-        "eval_k": 2,
-        "eval_every": 1,
-        "lr": 1e-2,
-        "reward": "parity",
-        "progress": False,
-        "task_params": "{max_terms: 2, max_digits: 1}",
-        "probe_prompts": 2,
-        "probe_seed": 3,
-    } | extra
-    return [f"{k}={v}" for k, v in base.items()]
+    keys = {"group_size": 2, "mini_batches": 1, "max_new_tokens": 5, "probe_prompts": 2, "probe_seed": 3}
+    return tiny_run_overrides(out, **(keys | extra))
 
 
 def test_real_run_logs_probe_entropy_on_its_stored_tokens(tiny, tmp_path, capsys, parity):

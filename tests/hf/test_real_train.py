@@ -12,7 +12,7 @@ import pytest
 from entflow.errors import ConfigError, UnknownMethodError
 from entflow.hf.setup import RealTrainConfig, train_real
 from entflow.trainer.config import build_config
-from support.real_tiny import save_tiny_model
+from support.real_tiny import save_tiny_model, tiny_run_overrides
 
 
 @pytest.fixture(scope="module")
@@ -21,22 +21,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 def _overrides(out: Path, **extra) -> list[str]:
-    base = {
-        "out_dir": str(out),
-        "steps": 2,
-        "prompts_per_step": 2,
-        "group_size": 4,
-        "mini_batches": 2,
-        "max_new_tokens": 6,
-        "val_size": 3,
-        "eval_k": 2,
-        "eval_every": 1,
-        "lr": 1e-2,
-        "reward": "parity",
-        "progress": False,
-        "task_params": "{max_terms: 2, max_digits: 1}",
-    } | extra
-    return [f"{k}={v}" for k, v in base.items()]
+    return tiny_run_overrides(out, **({"group_size": 4, "mini_batches": 2, "max_new_tokens": 6} | extra))
 
 
 def _lines(run: Path) -> list[dict]:

@@ -14,7 +14,7 @@ import torch
 import entflow as ef
 from entflow.errors import ConfigError, ParameterError
 from entflow.lab.config import LabConfig
-from support.field_peers import AGGS, ATOL, RTOL, field_batch, ours, trinity_loss, with_advantages
+from support.field_peers import AGGS, ATOL, RTOL, aggregate_rows, field_batch, ours, trinity_loss, with_advantages
 from support.peers import trinity
 
 
@@ -37,10 +37,7 @@ def hand_topr(b: ef.TokenBatch, agg: str, level: str) -> tuple[torch.Tensor, tor
             alpha = 1.0 if A[i, t] >= 0 else min(math.exp(rho), 1.0)  # arXiv 2503.14286: the taper
             terms.append(-alpha * A[i, t] * logp[i, t])
         rows.append(terms)
-    if agg == "token-mean":
-        loss = sum(sum(r) for r in rows) / sum(len(r) for r in rows)
-    else:
-        loss = sum(sum(r) / len(r) for r in rows) / len(rows)
+    loss = aggregate_rows(rows, agg)
     (g,) = torch.autograd.grad(loss, logp)
     return loss.detach(), g
 

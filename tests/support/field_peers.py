@@ -70,3 +70,27 @@ def trinity_ppo(agg: str, dual_clip: float = 3.0) -> Any:
     """Trinity-RFT's ``PPOPolicyLossFn`` (clip 0.2; its dual clip c is always on, default 3)."""
     mod = trinity("algorithm.policy_loss_fn.ppo_policy_loss")
     return mod.PPOPolicyLossFn(clip_range=0.2, clip_ratio_c=dual_clip, loss_agg_mode=agg)
+
+
+def aggregate_rows(rows: list[list[Any]], agg: str) -> Any:
+    """A hand loss from per-token terms, one list per response (empty responses left out):
+    ``token-mean`` Σ_i Σ_t ℓ_it / Σ_i T_i; ``seq-mean-token-mean`` the mean over responses of
+    Σ_t ℓ_it / T_i."""
+    rows = [r for r in rows if r]
+    if agg == "token-mean":
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    return sum(sum(r) / len(r) for r in rows) / len(rows)
+
+
+def assert_bad_parameter_is_named(method: str, param: str, bad: Any) -> None:
+    """``param=bad`` is a ParameterError naming ``param`` from ``ef.get_method`` and a ConfigError
+    naming it through a run's config (``method_params``)."""
+    import pytest
+
+    from entflow.errors import ConfigError, ParameterError
+    from entflow.lab.config import LabConfig
+
+    with pytest.raises(ParameterError, match=param):
+        ef.get_method(method, **{param: bad})
+    with pytest.raises(ConfigError, match=param):
+        LabConfig(method=method, method_params={param: bad}).validate()

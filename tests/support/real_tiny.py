@@ -52,3 +52,23 @@ def parity_reward(completions, **kwargs) -> list[float]:
     """A reward that is deterministic and varied on a random model (so groups have a signal and
     pass@k is neither 0 nor 1): 1 if the response has an even number of characters."""
     return [float(len(c) % 2 == 0) for c in completions]
+
+
+def tiny_run_overrides(out: Path, **keys) -> list[str]:
+    """``key=value`` overrides of a two-step ``entflow train --model`` run on the tiny model: two
+    prompts a step, 3 held-out problems evaluated every step with 2 samples, ``lr`` 1e-2 (so one
+    step moves the policy), the ``parity`` reward (the ``parity`` fixture registers it) on one-digit
+    sums; ``keys`` add to or replace these."""
+    base = {
+        "out_dir": str(out),
+        "steps": 2,
+        "prompts_per_step": 2,
+        "val_size": 3,
+        "eval_k": 2,
+        "eval_every": 1,
+        "lr": 1e-2,
+        "reward": "parity",
+        "progress": False,
+        "task_params": "{max_terms: 2, max_digits: 1}",
+    } | keys
+    return [f"{k}={v}" for k, v in base.items()]

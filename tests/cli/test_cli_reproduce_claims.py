@@ -144,3 +144,28 @@ def test_seeds_override_the_registered_seeds_of_any_set_of_claims(tmp_path, reco
     assert [r["id"] for r in data["claims"]] == ["exploration-klcov", "sweep-clip-cov"]
     assert all(r["seeds_as_registered"] is False for r in data["claims"])
     assert sorted(recorder) == sorted((g, s) for g in {g for g, _ in recorder} for s in (1, 2, 3))
+
+
+@pytest.mark.parametrize("seeds", [[5], [5, 6]])
+def test_fewer_than_three_seeds_train_and_show_values_without_a_verdict(tmp_path, recorder, capsys, monkeypatch, seeds):
+    """One or two seeds (say a seed run on another machine): the runs train, the claim's per-seed
+    values are written, and the verdict is "not judged" (a verdict needs 3 seeds); in a family the
+    row gets no p-value, so it counts as p = 1 in Holm's correction."""
+    from entflow.evidence import reproduce as rep
+
+    facts = rep.run_facts  # the recorder's fake facts, plus the probe retention real-v2-collapse reads
+    monkeypatch.setattr(rep, "run_facts", lambda d, s: facts(d, s) | {"probe_entropy_retention": 0.5})
+    args = ["reproduce", "--claims", "003-clipcov-entropy,real-v2-collapse", "--seeds", ",".join(map(str, seeds))]
+    assert main([*args, "--no-audit", f"out_dir={tmp_path}"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"{len(seeds)} seed(s)" in out and "at least 3" in out
+    # the demo's clip_cov and grpo, and real_v2's grpo (its group is named grpo too), on these seeds only
+    assert sorted(recorder) == sorted([("clip_cov", s) for s in seeds] + [("grpo", s) for s in seeds] * 2)
+    rows = {r["id"]: r for r in json.loads((tmp_path / "reproduce" / "claims.json").read_text())["claims"]}
+    row = rows["003-clipcov-entropy"]
+    assert row["verdict"] == "not judged" and "at least 3" in row["reason"]
+    assert row["n"] == len(seeds)
+    assert row["values"] == pytest.approx([0.5 * (1 + SHIFT.get(s, 0.0)) - 0.3 for s in seeds], rel=1e-12)
+    fam = rows["real-v2-collapse"]
+    assert fam["verdict"] == fam["verdict_holm"] == "not judged" and fam["values"] == [0.5] * len(seeds)
+    assert fam["p_value"] is None or math.isnan(fam["p_value"])

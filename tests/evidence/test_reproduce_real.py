@@ -154,7 +154,7 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
     assert warm[0] == warm[1]
 
     rows = {r["id"]: r for r in res["claims"]}
-    assert {r["verdict"] for r in rows.values()} <= {"reproduced", "not reproduced", "inconclusive"}
+    assert {r["verdict"] for r in rows.values()} == {"not judged"}  # two seeds: values, no verdict
     for cid in ("learns", "pass32", "retention"):
         assert rows[cid]["n"] == 2 and all(math.isfinite(v) for v in rows[cid]["values"]), cid
     # each claim's value is its facts' arithmetic, read back from the run directories

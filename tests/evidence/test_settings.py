@@ -141,7 +141,7 @@ def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch
     assert res["settings"]["rec"]["kind"] == "recorded" and res["runs"] == ["rec/grpo"]
     row = res["claims"][0]
     # mean 0.25; half-width t(0.975, 1 df) · s/√n with s = 0.1/√2 (two values 0.1 apart), n = 2:
-    # 12.706 · 0.05, an interval that spans the threshold 0.5
+    # 12.706 · 0.05; two seeds are too few for a verdict (MIN_SEEDS = 3), so the row is "not judged"
     half = stats.t.ppf(0.975, 1) * (0.1 / math.sqrt(2)) / math.sqrt(2)
     assert row["values"] == [0.2, 0.3] and row["mean"] == pytest.approx(0.25)
-    assert row["half"] == pytest.approx(half) and row["verdict"] == "inconclusive"
+    assert row["half"] == pytest.approx(half) and row["verdict"] == "not judged"

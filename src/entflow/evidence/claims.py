@@ -31,6 +31,8 @@ __all__ = [
     "DESIGN_SEEDS",
     "HOLM_ALPHA",
     "METRICS",
+    "MIN_SEEDS",
+    "NOT_JUDGED",
     "RUNS",
     "Claim",
     "Registry",
@@ -51,6 +53,10 @@ __all__ = [
 
 # seeds used to design the regime (docs/regime.md): never part of a verdict
 DESIGN_SEEDS = frozenset({100, 101, 102})
+# a claim's verdict needs at least this many seeds with a value; with fewer its runs still train and
+# its per-seed values are reported, with the verdict NOT_JUDGED
+MIN_SEEDS = 3
+NOT_JUDGED = "not judged"
 
 # run name -> (method, params, extra config keys): each run's paper setting on top of the lab's
 RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -245,8 +251,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 def holm_verdict(verdict: str, holm_p: float, alpha: float = HOLM_ALPHA) -> str:
     """A claim's verdict after the family's correction: ``reproduced`` stays only if its Holm
-    p-value is at most ``alpha`` (else ``inconclusive``); ``not reproduced``, ``inconclusive`` and
-    ``not run`` are unchanged (the correction guards against claiming too much, never upgrades)."""
+    p-value is at most ``alpha`` (else ``inconclusive``); ``not reproduced``, ``inconclusive``,
+    ``not run`` and ``not judged`` are unchanged (the correction guards against claiming too much, never upgrades)."""
     if verdict != "reproduced":
         return verdict
     return "reproduced" if math.isfinite(holm_p) and holm_p <= alpha else "inconclusive"

@@ -38,6 +38,8 @@ from entflow.analysis.runs import load_config
 from entflow.evidence.claims import (
     DEFAULT_SETTING,
     HOLM_ALPHA,
+    MIN_SEEDS,
+    NOT_JUDGED,
     RUNS,
     Claim,
     Registry,
@@ -144,7 +146,8 @@ def evaluate_claims(
 
     ``facts`` is ``{run key: {seed: {fact: value}}}`` (:meth:`Claim.key`: ``grpo`` in the demo
     setting, ``regime/grpo`` in the regime). A claim that is ``pending``, or needs a run absent
-    from ``facts``, gets verdict ``not run`` with its ``reason`` and no number. An
+    from ``facts``, gets verdict ``not run`` with its ``reason`` and no number; one with values on
+    fewer than ``MIN_SEEDS`` seeds gets them, its interval and the verdict ``not judged``. An
     ``any_of`` claim is judged on each of its m paired differences at level 1 − 0.05/m
     (Bonferroni); its row reports the one with the highest lower bound, and the verdict is
     ``reproduced`` if one is on the claimed side, ``not reproduced`` if all are on the other."""
@@ -165,6 +168,10 @@ def evaluate_claims(
         else:
             vals = [_seed_value(lambda f, c=c: c.value(f), own, c.runs, s) for s in seeds]
             row.update(_interval_row(vals, c))
+        if row["n"] < MIN_SEEDS:  # values, but too few seeds for an interval worth a verdict
+            row.update(
+                verdict=NOT_JUDGED, reason=f"{row['n']} seed(s) with a value; a verdict needs at least {MIN_SEEDS}"
+            )
         rows.append(row)
     return rows
 
@@ -240,7 +247,8 @@ def add_family_corrections(rows: list[dict[str, Any]], claims: Sequence[Claim] |
         ps = []
         for m in members:
             r, c = judged.get(m), by_id[m]
-            p = one_sided_p(r["values"], c.rule, c.bound) if r is not None and r["verdict"] != "not run" else math.nan
+            judged_row = r is not None and r["verdict"] not in ("not run", NOT_JUDGED)
+            p = one_sided_p(r["values"], c.rule, c.bound) if judged_row else math.nan
             ps.append(p)
         for m, p, adj in zip(members, ps, holm(ps), strict=True):
             if (r := judged.get(m)) is not None:

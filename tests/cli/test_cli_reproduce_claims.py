@@ -159,6 +159,8 @@ def test_fewer_than_three_seeds_train_and_show_values_without_a_verdict(tmp_path
     assert main([*args, "--no-audit", f"out_dir={tmp_path}"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"{len(seeds)} seed(s)" in out and "at least 3" in out
+    line = next(x for x in out.splitlines() if "Clip-Cov" in x and "entropy" in x)
+    assert "±" not in line and "not judged" in line  # the table shows no interval for it
     # the demo's clip_cov and grpo, and real_v2's grpo (its group is named grpo too), on these seeds only
     assert sorted(recorder) == sorted([("clip_cov", s) for s in seeds] + [("grpo", s) for s in seeds] * 2)
     rows = {r["id"]: r for r in json.loads((tmp_path / "reproduce" / "claims.json").read_text())["claims"]}

@@ -291,6 +291,8 @@ def claims_markdown(rows: list[dict[str, Any]]) -> str:
         crit = _RULE.get(r["kind"]) or ("≥ " if r["kind"] == "at_least" else "≤ ") + f"{r['threshold']:g}"
         if r["verdict"] == "not run":
             val = f"— ({r['reason']})"
+        elif r["verdict"] == NOT_JUDGED:  # the values, but no interval worth reading
+            val = f"{r['mean']:+.3f} ({r['reason']})"
         elif r["n"] > 1:
             val = f"{r['mean']:+.3f} ± {r['half']:.3f} ({r['n']})"
         else:

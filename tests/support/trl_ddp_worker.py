@@ -75,6 +75,11 @@ def main() -> None:
         },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
+    # Tear gloo down before the interpreter exits: left alive, its threads can abort a rank at exit
+    # ("terminate called without an active exception"), failing a run whose results were written.
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

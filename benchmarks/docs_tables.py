@@ -17,6 +17,8 @@ docs/benchmarks.md name):
     --print pending        the registered claims that no committed claims JSON gives a verdict
     --print audit FILE     the clean estimator audit stored in a claims JSON
     --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
+    --print headline       the README's results: the current verdict of each HEADLINE claim, with any
+                           independent rerun that docs/results/history.json records
     --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
 
 Claims JSONs are found by name: every ``docs/results/**/*claims*.json``. A claim that several files
@@ -58,10 +60,11 @@ def render(command: str, root: Path = ROOT) -> str:
 
 
 def stale_blocks(docs: Path, root: Path = ROOT, write: bool = False) -> list[str]:
-    """``file: command`` of every printed block under ``docs`` whose text differs from its command's
-    output (rewritten in place with ``write``)."""
+    """``file: command`` of every printed block under ``docs`` (and in the README beside it) whose text
+    differs from its command's output (rewritten in place with ``write``)."""
     stale = []
-    for path in sorted(docs.glob("*.md")):
+    readme = docs.parent / "README.md"
+    for path in sorted(docs.glob("*.md")) + ([readme] if readme.is_file() else []):
         text = path.read_text()
 
         def swap(m: re.Match, path: Path = path) -> str:
@@ -308,6 +311,54 @@ def prose_only_figures(root: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+# The claims the README quotes: whether GRPO narrows coverage, and the controls that lift it.
+HEADLINE = ("yue-coverage", "exploration-klcov", "sweep-clip-cov", "passk-training")
+
+
+def independent_reruns(root: Path) -> dict[str, dict]:
+    """Claim id → the summary of a rerun outside this repository (history.json entries with ``reruns``:
+    ``mean``, ``ci_low``, ``ci_high``, ``n``, ``verdict`` and optionally ``positive``, the seeds above 0)."""
+    path = root / "docs/results/history.json"
+    if not path.is_file():
+        return {}
+    out: dict[str, dict] = {}
+    for e in _load(path).get("entries", []):
+        out.update(e.get("reruns") or {})
+    return out
+
+
+def print_headline(root: Path) -> str:
+    """The README's results table: each :data:`HEADLINE` claim's current verdict (its newest committed
+    claims JSON) and, where history.json records one, an independent rerun on further seeds."""
+    current = current_sources(root)
+    reruns = independent_reruns(root)
+    out = [
+        "| claim | measured | seeds | mean [95 % CI] | verdict | independent rerun, further seeds |",
+        "|---|---|---|---|---|---|",
+    ]
+    sources = []
+    for cid in HEADLINE:
+        if cid not in current:
+            out.append(f"| `{cid}` | | | — | no committed verdict | |")
+            continue
+        rel = current[cid]
+        data = _load(root / rel)
+        c = next(x for x in data["claims"] if x["id"] == cid)
+        seeds = c.get("preregistered_seeds") or data.get("seeds", [])
+        rerun = "—"
+        if (r := reruns.get(cid)) is not None:
+            positive = f", positive on {r['positive']} of {r['n']}" if r.get("positive") is not None else ""
+            rerun = f"{interval_text(r)} on {r['n']} seeds{positive}: {r['verdict']}"
+        out.append(
+            f"| `{cid}`: {cell(c.get('claim', ''))} | {cell(c.get('measured', ''))} | {seeds_text(seeds)} | "
+            f"{interval_text(c)} | **{c['verdict']}** | {rerun} |"
+        )
+        sources.append(rel)
+    files = ", ".join(f"`{rel}`" for rel in dict.fromkeys(sources))
+    out += ["", f"Data: {files}; independent reruns: `docs/results/history.json`."]
+    return "\n".join(out) + "\n"
+
+
 def print_other(root: Path) -> str:
     """Every claims JSON that provenance.json does not name (one dropped in later), in full."""
     named = set(provenance(root)["claims"])
@@ -464,11 +515,12 @@ def main() -> None:
             "pending": lambda: print_pending(ROOT),
             "audit": lambda: print_audit(rest[0], ROOT),
             "coverage": lambda: print_coverage(rest[0], ROOT),
+            "headline": lambda: print_headline(ROOT),
             "bench": lambda: print_bench(rest[0], ROOT),
         }
         if what not in printers or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1):
             ap.error(
-                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, bench KEY;"
+                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, headline, bench KEY;"
                 f" got {args.print}"
             )
         sys.stdout.write(printers[what]())

@@ -231,3 +231,42 @@ def test_a_superseded_claim_is_marked_in_its_row_and_its_reason_printed_once(tmp
     rows = _rows_by_claim(text)
     assert "*superseded*" not in rows["real-collapse"][0] and "*superseded*" in rows["real-grpo-learns"][0]
     assert text.count("the registry's `superseded`") == 1 and "`real-collapse`;" not in text
+
+
+def test_the_readmes_results_are_printed_from_the_current_verdicts():
+    readme = (ROOT / "README.md").read_text()
+    results = readme[readme.index("## Results\n") : readme.index("\n## ", readme.index("## Results\n") + 1)]
+    page = ROOT / "README.md"
+    lines = readme.splitlines()
+    first = readme[: readme.index("## Results\n")].count("\n") + 1
+    last = first + results.count("\n")
+    assert [n for n in docs_tables.table_lines_outside_blocks(page) if first <= n <= last] == []
+    assert "Printed by `python benchmarks/docs_tables.py --print headline`:" in results
+    current = docs_tables.current_sources(ROOT)
+    for cid in docs_tables.HEADLINE:
+        row = next(line for line in lines[first - 1 : last] if line.startswith(f"| `{cid}`"))
+        claim = next(c for c in json.loads((ROOT / current[cid]).read_text())["claims"] if c["id"] == cid)
+        assert f"{_signed(claim['mean'])} [{_signed(claim['ci_low'])}, {_signed(claim['ci_high'])}]" in row, row
+        assert f"**{claim['verdict']}**" in row, row
+
+
+def test_the_headline_follows_a_newer_verdict_and_the_recorded_rerun(tmp_path):
+    root = _copy_tree(tmp_path, ())
+    history = json.loads((root / "docs/results/history.json").read_text())
+    rerun = next(e for e in history["entries"] if e.get("reruns"))
+    rerun["reruns"]["sweep-clip-cov"].update(mean=0.2, ci_low=0.1, ci_high=0.3, positive=7)
+    (root / "docs/results/history.json").write_text(json.dumps(history))
+    old = json.loads((root / "docs/results/regime/sweep_followup_claims.json").read_text())
+    newer = dict(next(c for c in old["claims"] if c["id"] == "sweep-clip-cov"))
+    newer.update(values=[-0.1, 0.0, 0.1, -0.05, 0.05], mean=0.0, ci_low=-0.098, ci_high=0.098, verdict="inconclusive")
+    claims = {
+        "date": "2099-01-01",
+        "machine": "a test machine",
+        "command": "entflow reproduce --test",
+        "claims": [newer],
+    }
+    (root / "docs/results/regime/sweep_rerun_claims.json").write_text(json.dumps(claims))
+    row = next(r for r in docs_tables.print_headline(root).splitlines() if r.startswith("| `sweep-clip-cov`"))
+    assert "| +0.000 [−0.098, +0.098] | **inconclusive** |" in row
+    assert "+0.200 [+0.100, +0.300] on 8 seeds, positive on 7 of 8: reproduced" in row
+    assert "`docs/results/regime/sweep_rerun_claims.json`" in docs_tables.print_headline(root)

@@ -1,6 +1,8 @@
 """Time of ``entflow analyze PATH --json`` on 10,000 logged steps, per log format (issue 22: ≤ 5 s).
 
-    .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3] [--logs DIR] [--baseline-src DIR]
+    .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3] [--logs DIR] [--baseline-src DIR] \
+        [--out FILE]
+    .venv/bin/python benchmarks/analyze_logs.py --table FILE    # print a saved result's tables (docs/analyze.md)
 
 Writes one log per format with the real writers of tests/support/log_writers.py (TensorBoard through
 ``SummaryWriter`` with TRL's tag names, verl's ``Tracking`` file logger and TensorBoard, TRL's
@@ -18,13 +20,16 @@ load average before and after the rounds is printed. ``--logs DIR`` keeps the lo
 when already written there) for ``python -X importtime -m entflow.cli.main analyze DIR/...``.
 ``--baseline-src DIR`` (another checkout's ``src``, e.g. ``git archive COMMIT src | tar -x -C /tmp/base``)
 runs every command a second time on that source, interleaved with this one (which goes first
-alternates by round), and prints the medians side by side with their ratios.
+alternates by round), and prints the medians side by side with their ratios. ``--out FILE`` saves
+every measurement (each call's wall and CPU time, with the date, machine and command) as JSON;
+``--table FILE`` prints the tables of such a file again, which is how docs/analyze.md shows them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import resource
@@ -36,19 +41,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support.log_writers import (  # noqa: E402
-    write_entflow_run,
-    write_mlflow_csv,
-    write_tensorboard,
-    write_trainer_state,
-    write_verl,
-    write_wandb_csv,
-)
 
 
 def build_logs(root: Path, n: int) -> dict[str, Path]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.log_writers import (
+        write_entflow_run,
+        write_mlflow_csv,
+        write_tensorboard,
+        write_trainer_state,
+        write_verl,
+        write_wandb_csv,
+    )
+
     logs = {
         "trl-state": write_trainer_state(
             root / "trl" / "checkpoint-1" / "trainer_state.json", n, extra=20
@@ -71,11 +76,18 @@ _COMMAND = "from entflow.cli.main import main; sys.argv[0] = 'entflow'; sys.exit
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--table", type=Path, default=None, help="print the tables of a saved result and exit")
+    ap.add_argument("--out", type=Path, default=None, help="save every measurement as JSON")
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--logs", type=Path, default=None, help="keep the logs in this folder (reused if present)")
     ap.add_argument("--baseline-src", type=Path, default=None, help="also time the commands on this src folder")
     a = ap.parse_args()
+    if a.table is not None:
+        if not a.table.is_file():
+            ap.error(f"--table: no such file: {a.table}")
+        print(render(json.loads(a.table.read_text())), end="")
+        return
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     sources = {"this": env}
     if a.baseline_src is not None:
@@ -144,40 +156,93 @@ def main() -> None:
             k: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
             for k, p in logs.items()
         }
-    print(
-        f"\n{time.strftime('%Y-%m-%d')}  {platform.node()}  {platform.processor() or platform.machine()}  "
-        f"{os.cpu_count()} CPUs  python {platform.python_version()}"
-    )
-    print(f"entflow analyze PATH --json, {a.steps} steps, {a.rounds} interleaved rounds (fresh process each)")
-    print(f"load average (1, 5, 15 min) before {_load(load_before)}, after {_load(load_after)}\n")
-    print(
+    result = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}",
+        "command": "python benchmarks/analyze_logs.py " + " ".join(sys.argv[1:]),
+        "steps": a.steps,
+        "rounds": a.rounds,
+        "load_average_before": list(load_before),
+        "load_average_after": list(load_after),
+        "baseline_src": str(a.baseline_src) if a.baseline_src is not None else None,
+        "formats": {
+            name: {
+                "size_bytes": sizes.get(name),
+                "read_s": parts[name][0] if name in parts else None,
+                "analysis_s": parts[name][1] if name in parts else None,
+                "plots_s": parts[name][2] if name in parts else None,
+                **{
+                    src: {
+                        "wall_s": wall[name, src],
+                        "cpu_s": cpu[name, src],
+                        "torch": sorted(torch_imported[name, src]),
+                    }
+                    for src in sources
+                },
+            }
+            for name in [*names, floor]
+        },
+    }
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(render(result), end="")
+
+
+def render(result: dict) -> str:
+    """The tables of one saved run: per format the size, wall median and range, CPU median, whether torch
+    was imported and the in-process medians of its parts; then, with a baseline, both sides' medians."""
+    med = statistics.median
+    fmt = result["formats"]
+    names = list(fmt)
+    lines = [
+        f"Measured {result['date']} on {result['machine']}, load average (1, 5, 15 min) "
+        f"{_load(result['load_average_before'])} before and {_load(result['load_average_after'])} after. "
+        f"Command: `{result['command']}`. `entflow analyze PATH --json` on {result['steps']} logged steps, "
+        f"{result['rounds']} interleaved rounds, a fresh process each.",
+        "",
         "| format | size | wall median (s) | min–max (s) | CPU median (s) | torch imported | read (s) "
-        "| analysis (s) | plots (s) |"
-    )
-    print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
+        "| analysis (s) | plots (s) |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for name in names:
-        size, w = sizes[name], wall[name, "this"]
-        print(
-            f"| {name} | {size / 2**20:.1f} MiB | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | "
-            f"{statistics.median(cpu[name, 'this']):.2f} | {'/'.join(sorted(torch_imported[name, 'this']))} | "
-            f"{parts[name][0]:.2f} | {parts[name][1]:.3f} | {parts[name][2]:.2f} |"
+        f, this = fmt[name], fmt[name]["this"]
+        w = this["wall_s"]
+        size = f"{f['size_bytes'] / 2**20:.1f} MiB" if f.get("size_bytes") is not None else ""
+        parts = (
+            f"{f['read_s']:.2f} | {f['analysis_s']:.3f} | {f['plots_s']:.2f}"
+            if f.get("read_s") is not None
+            else " | | "
         )
-    w = wall[floor, "this"]
-    c = statistics.median(cpu[floor, "this"])
-    t = "/".join(sorted(torch_imported[floor, "this"]))
-    print(f"| {floor} | | {statistics.median(w):.2f} | {min(w):.2f}–{max(w):.2f} | {c:.2f} | {t} | | | |")
-    if "baseline" in sources:
-        print(f"\nside by side with the baseline source {a.baseline_src} (medians; ratio = baseline / this)\n")
-        print(
-            "| format | wall this (s) | wall baseline (s) | wall ratio | CPU this (s) | CPU baseline (s) | CPU ratio "
-            "| baseline imported torch |"
+        lines.append(
+            f"| {name} | {size} | {med(w):.2f} | {min(w):.2f}–{max(w):.2f} | {med(this['cpu_s']):.2f} | "
+            f"{_yes_no(this['torch'])} | {parts} |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        for name in [*names, floor]:
-            wt, wb = statistics.median(wall[name, "this"]), statistics.median(wall[name, "baseline"])
-            ct, cb = statistics.median(cpu[name, "this"]), statistics.median(cpu[name, "baseline"])
-            tb = "/".join(sorted(torch_imported[name, "baseline"]))
-            print(f"| {name} | {wt:.2f} | {wb:.2f} | {wb / wt:.1f}× | {ct:.2f} | {cb:.2f} | {cb / ct:.1f}× | {tb} |")
+    if result.get("baseline_src"):
+        lines += [
+            "",
+            f"Side by side with the baseline source {result['baseline_src']} (medians of the same rounds; "
+            "ratio = baseline / this):",
+            "",
+            "| format | wall this (s) | wall baseline (s) | ratio | CPU this (s) | CPU baseline (s) | ratio "
+            "| baseline imported torch |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for name in names:
+            this, base = fmt[name]["this"], fmt[name]["baseline"]
+            wt, wb = med(this["wall_s"]), med(base["wall_s"])
+            ct, cb = med(this["cpu_s"]), med(base["cpu_s"])
+            lines.append(
+                f"| {name} | {wt:.2f} | {wb:.2f} | {wb / wt:.1f}× | {ct:.2f} | {cb:.2f} | {cb / ct:.1f}× | "
+                f"{_yes_no(base['torch'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _yes_no(flags: list[str]) -> str:
+    """The child's ``torch True/False`` report(s) as ``yes`` / ``no`` (``yes/no`` if the rounds differed)."""
+    return "/".join({"True": "yes", "False": "no"}.get(f, f) for f in flags)
 
 
 def _load(avg: tuple[float, float, float]) -> str:

@@ -102,6 +102,13 @@ def num(v: Any, digits: int = 3) -> str:
     return f"{v:+.{digits}f}".replace("-", "\u2212")
 
 
+def plain(v: Any, digits: int = 3) -> str:
+    """``0.123`` (no sign unless negative, then a true minus sign); ``—`` for a missing or non-finite value."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:.{digits}f}".replace("-", "\u2212")
+
+
 def cell(text: str) -> str:
     """A table cell: pipes escaped, newlines folded."""
     return str(text).replace("|", "\\|").replace("\n", " ")

@@ -19,12 +19,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from docs_tables import plain as _f  # benchmarks/docs_tables.py: the docs' number formats
 from entflow.analysis.law import entropy_retention
 from entflow.analysis.runs import load_metrics, series
-
-
-def _f(v: float, digits: int = 3) -> str:
-    return "—" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
 
 
 def _settings_label(s: dict[str, Any]) -> str:

@@ -18,6 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from docs_tables import num as _signed  # benchmarks/docs_tables.py: the docs' number formats
+from docs_tables import plain as _n
+
 SPLITS = ("val", "hard")
 PASSK = (1, 4, 16, 64, 256)
 LONG_ROWS = (
@@ -49,14 +52,6 @@ FLOW_COLUMNS = (
 
 def _load(path: Path) -> Any:
     return json.loads(path.read_text())
-
-
-def _n(v: float, digits: int = 3) -> str:
-    return f"{v:.{digits}f}".replace("-", "\u2212")
-
-
-def _signed(v: float, digits: int = 3) -> str:
-    return f"{v:+.{digits}f}".replace("-", "\u2212")
 
 
 def _labelled(pairs: list[str]) -> list[tuple[str, Path]]:

@@ -17,6 +17,7 @@ docs/benchmarks.md name):
     --print pending        the registered claims that no committed claims JSON gives a verdict
     --print audit FILE     the clean estimator audit stored in a claims JSON
     --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
+    --print report DIR...  what `entflow run` / `entflow analyze` write to summary.md for these run directories
     --print headline       the README's results: the current verdict of each HEADLINE claim, with any
                            independent rerun that docs/results/history.json records
     --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
@@ -366,6 +367,17 @@ def print_headline(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def print_report(run_dirs: list[str], root: Path) -> str:
+    """The report's tables (``summary.md`` of ``entflow run`` and ``entflow analyze``) for committed run
+    directories: the package's own summary, so the page shows what a user's report shows."""
+    from entflow.analysis.report import summarize_run, summary_markdown
+
+    for d in run_dirs:
+        if not (root / d / "metrics.jsonl").is_file():
+            raise FileNotFoundError(f"--print report: {d} holds no metrics.jsonl")
+    return summary_markdown([summarize_run(root / d) for d in run_dirs]).rstrip("\n") + "\n"
+
+
 def print_other(root: Path) -> str:
     """Every claims JSON that provenance.json does not name (one dropped in later), in full."""
     named = set(provenance(root)["claims"])
@@ -523,11 +535,17 @@ def main() -> None:
             "audit": lambda: print_audit(rest[0], ROOT),
             "coverage": lambda: print_coverage(rest[0], ROOT),
             "headline": lambda: print_headline(ROOT),
+            "report": lambda: print_report(rest, ROOT),
             "bench": lambda: print_bench(rest[0], ROOT),
         }
-        if what not in printers or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1):
+        if (
+            what not in printers
+            or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1)
+            or (what == "report" and not rest)
+        ):
             ap.error(
-                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, headline, bench KEY;"
+                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR..., headline,"
+                " bench KEY;"
                 f" got {args.print}"
             )
         sys.stdout.write(printers[what]())

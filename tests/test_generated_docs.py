@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,3 +313,15 @@ def test_a_typed_measurement_table_is_found(tmp_path):
     assert typed_numeric_tables(page) == ["| run | value |"]
     page.write_text("| name | formula |\n|---|---|\n| a | 0.125 |\n")  # too few decimals: not flagged
     assert typed_numeric_tables(page) == []
+
+
+def test_print_report_is_the_reports_own_summary(tmp_path):
+    from entflow.analysis.report import summarize_run, summary_markdown
+    from support.run_dirs import make_run
+
+    runs = [make_run(tmp_path, "grpo-s3", "grpo"), make_run(tmp_path, "kl_cov-s3", "kl_cov", offset=0.5)]
+    printed = docs_tables.print_report([r.name for r in runs], tmp_path)
+    assert printed == summary_markdown([summarize_run(r) for r in runs]).rstrip("\n") + "\n"
+    assert "kl_cov" in printed and "grpo" in printed
+    with pytest.raises(FileNotFoundError, match="nope"):
+        docs_tables.print_report(["nope"], tmp_path)

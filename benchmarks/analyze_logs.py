@@ -1,4 +1,4 @@
-"""Time of ``entflow analyze PATH --json`` on 10,000 logged steps, per log format (issue 22: ≤ 5 s).
+"""Time of ``entflow analyze PATH --json`` on 10,000 logged steps, per log format (target: ≤ 5 s).
 
     .venv/bin/python benchmarks/analyze_logs.py [--steps 10000] [--rounds 3] [--logs DIR] [--baseline-src DIR] \
         [--out FILE]

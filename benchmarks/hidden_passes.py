@@ -1,4 +1,4 @@
-"""Benchmark: the passes that issue 24 phase 2 moved from full logits to hidden states.
+"""Benchmark: the passes computed from hidden states instead of full logits.
 
 A Qwen2.5-0.5B-shaped model cut to one decoder layer (D = 896, V = 151,936, tied embeddings,
 float32, random weights built in-process: no hub), a batch of ``--batch`` sequences of

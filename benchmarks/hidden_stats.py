@@ -1,4 +1,4 @@
-"""Benchmark: per-token statistics straight from hidden states (issue 24) vs materialised logits.
+"""Benchmark: per-token statistics straight from hidden states vs materialised logits.
 
 Shape: ``rows`` hidden states ``[rows, D]`` and an output projection ``[V, D]`` (float32, no bias),
 default 1,024 rows × V = 151,936 at D = 896 and D = 3,584. Variants:

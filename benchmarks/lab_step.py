@@ -9,7 +9,7 @@ Trains ``--steps`` steps of GRPO with the default lab config from the cached war
 - rollout: ``generate`` of prompts_per_step × group_size responses (KV cache, keeping its
   per-step logits) + decoding + scoring;
 - reward: the old statistics (log-probs, entropy, Σπ², Σπ² log π) from ``generate``'s logits
-  (no second forward since issue 12), a reference model's forward if any, and ``compute_advantages``;
+  (no second forward), a reference model's forward if any, and ``compute_advantages``;
 - update: ``ppo_epochs × mini_batches`` forward + ``policy_loss`` + backward + optimizer step;
 - audit: the extra forward that measures the true entropy change, and the five correlations;
 - eval: held-out validation (only on evaluation steps; reported separately).

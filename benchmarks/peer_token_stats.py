@@ -182,7 +182,7 @@ def main() -> None:
         mem = med[("entflow2", "fwd_bwd")][1] / med[("trl", "fwd_bwd")][1]
         ok = r2f <= 0.8 and r2b <= 0.8 and mem <= 1.0 and r4f <= 1.0 and r4b <= 1.0
         print(
-            f"\nacceptance (issue 12): logp+entropy fwd {r2f:.2f}× and fwd+bwd {r2b:.2f}× TRL (≤ 0.8), "
+            f"\ntargets: logp+entropy fwd {r2f:.2f}× and fwd+bwd {r2b:.2f}× TRL (≤ 0.8), "
             f"memory {mem:.2f}× TRL (≤ 1), four stats fwd {r4f:.2f}× / fwd+bwd {r4b:.2f}× TRL's two (≤ 1): "
             f"{'PASS' if ok else 'FAIL'}"
         )

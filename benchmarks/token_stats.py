@@ -1,5 +1,5 @@
 """Benchmark: ``ef.token_stats`` at its default (automatic) chunk size vs a naive full-softmax
-computation (docs/design.md §3; issue 7 acceptance 4: memory at the default ≤ 1/8 of naive).
+computation (docs/design.md §3; target: memory at the default ≤ 1/8 of naive).
 
 Both compute the same four per-token statistics (logp, entropy, Σπ², Σπ² log π) of
 ``[tokens, vocab]`` float32 logits. Every measurement runs in a fresh subprocess, so memory is

@@ -68,11 +68,14 @@ def test_no_working_notes_in_committed_results(path):
 
 def test_no_tracker_references_in_the_code():
     """Comments and docstrings cite papers, equations and docs/ sections, never the tracker; the
-    docstrings are the site's API reference."""
+    docstrings are the site's API reference. The same for the tests, benchmarks and experiments a user
+    reads in a clone (this file's own examples of notes aside)."""
     tracker = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
+    code = [*SOURCES, *(p for d in ("tests", "benchmarks", "experiments") for p in sorted((ROOT / d).rglob("*.py")))]
     found = [
         f"{p.relative_to(ROOT)}:{n}"
-        for p in SOURCES
+        for p in code
+        if p != Path(__file__).resolve()
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if tracker.search(line)
     ]

@@ -174,7 +174,7 @@ def test_policy_loss_through_chunked_token_stats(gen):
 
 
 # --------------------------------------------------------------------------------------------
-# Only what is asked (stats=), memory-safe defaults, −inf logits, validate=False (issues 7, 12)
+# Only what is asked (stats=), memory-safe defaults, −inf logits, validate=False
 # --------------------------------------------------------------------------------------------
 
 ALL = ef.TokenStats._fields

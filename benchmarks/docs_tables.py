@@ -17,6 +17,8 @@ docs/benchmarks.md name):
     --print pending        the registered claims that no committed claims JSON gives a verdict
     --print audit FILE     the clean estimator audit stored in a claims JSON
     --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
+    --print rerun OLD NEW  each claim that two claims JSONs both judge: the earlier and the rerun's mean,
+                           interval and verdict, with the verdicts that changed counted
     --print report DIR...  what `entflow run` / `entflow analyze` write to summary.md for these run directories
     --print headline       the README's results: the current verdict of each HEADLINE claim, with any
                            independent rerun that docs/results/history.json records
@@ -367,6 +369,36 @@ def print_headline(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def print_rerun(old_rel: str, new_rel: str, root: Path) -> str:
+    """A rerun against the measurement it repeats: every claim both files judge, side by side, and how
+    many verdicts changed (a rerun on another CPU differs in its numbers; the verdicts should hold)."""
+    old = {c["id"]: c for c in _load(root / old_rel)["claims"] if c.get("verdict") != NOT_RUN}
+    new = [c for c in _load(root / new_rel)["claims"] if c.get("verdict") != NOT_RUN and c["id"] in old]
+    out = [
+        f"Earlier: {caption(old_rel, root)}",
+        "",
+        f"Rerun: {caption(new_rel, root)}",
+        "",
+        "| claim | earlier: mean [95 % CI] | earlier verdict | rerun: mean [95 % CI] | rerun verdict |",
+        "|---|---|---|---|---|",
+    ]
+    changed = []
+    for c in new:
+        o = old[c["id"]]
+        mark = "" if c["verdict"] == o["verdict"] else " (changed)"
+        if mark:
+            changed.append(c["id"])
+        out.append(
+            f"| `{c['id']}` | {interval_text(o)} | {o['verdict']} | {interval_text(c)} | **{c['verdict']}**{mark} |"
+        )
+    out += [
+        "",
+        f"{len(new)} claims judged by both; {len(changed)} of their verdicts changed"
+        + (f": {', '.join(changed)}." if changed else "."),
+    ]
+    return "\n".join(out) + "\n"
+
+
 def print_report(run_dirs: list[str], root: Path) -> str:
     """The report's tables (``summary.md`` of ``entflow run`` and ``entflow analyze``) for committed run
     directories: the package's own summary, so the page shows what a user's report shows."""
@@ -536,16 +568,18 @@ def main() -> None:
             "coverage": lambda: print_coverage(rest[0], ROOT),
             "headline": lambda: print_headline(ROOT),
             "report": lambda: print_report(rest, ROOT),
+            "rerun": lambda: print_rerun(rest[0], rest[1], ROOT),
             "bench": lambda: print_bench(rest[0], ROOT),
         }
         if (
             what not in printers
             or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1)
             or (what == "report" and not rest)
+            or (what == "rerun" and len(rest) != 2)
         ):
             ap.error(
-                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR..., headline,"
-                " bench KEY;"
+                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
+                " rerun OLD NEW, headline, bench KEY;"
                 f" got {args.print}"
             )
         sys.stdout.write(printers[what]())

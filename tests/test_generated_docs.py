@@ -325,3 +325,32 @@ def test_print_report_is_the_reports_own_summary(tmp_path):
     assert "kl_cov" in printed and "grpo" in printed
     with pytest.raises(FileNotFoundError, match="nope"):
         docs_tables.print_report(["nope"], tmp_path)
+
+
+def test_print_rerun_counts_the_changed_verdicts(tmp_path):
+    def claim(cid, mean, verdict):
+        return {"id": cid, "mean": mean, "ci_low": mean - 0.1, "ci_high": mean + 0.1, "verdict": verdict}
+
+    (tmp_path / "docs/results").mkdir(parents=True)
+    meta = {"machine": "m", "command": "c"}
+    old = {**meta, "date": "2099-01-01", "claims": [claim("a", 0.2, "reproduced"), claim("b", 0.0, "inconclusive")]}
+    new = {**meta, "date": "2099-02-01", "claims": [claim("a", 0.15, "reproduced"), claim("b", 0.3, "reproduced")]}
+    new["claims"].append({"id": "c", "verdict": "not run"})
+    (tmp_path / "docs/results/old_claims.json").write_text(json.dumps(old))
+    (tmp_path / "docs/results/new_claims.json").write_text(json.dumps(new))
+    out = docs_tables.print_rerun("docs/results/old_claims.json", "docs/results/new_claims.json", tmp_path)
+    assert "| `a` | +0.200 [+0.100, +0.300] | reproduced | +0.150 [+0.050, +0.250] | **reproduced** |" in out
+    assert (
+        "| `b` | +0.000 [−0.100, +0.100] | inconclusive | +0.300 [+0.200, +0.400] | **reproduced** (changed) |" in out
+    )
+    assert "| `c` |" not in out and out.rstrip().endswith("2 claims judged by both; 1 of their verdicts changed: b.")
+
+
+def test_print_rerun_agrees_with_the_history_of_the_5_seed_run():
+    # history.json records, in words, which verdicts changed from 0.1.0's 3-seed run to the 5-seed run
+    out = docs_tables.print_rerun("docs/results/reproduce-claims.json", FULL, ROOT)
+    history = json.loads((ROOT / "docs/results/history.json").read_text())
+    note = next(e["superseded_by"] for e in history["entries"] if e.get("data") == "docs/results/reproduce-claims.json")
+    changed = out.rstrip().rsplit(": ", 1)[1].rstrip(".").split(", ")
+    assert "three verdicts changed" in note and len(changed) == 3
+    assert all(cid in note for cid in changed), (changed, note)

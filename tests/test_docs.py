@@ -21,11 +21,11 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 SOURCES = sorted((ROOT / "src" / "entflow").rglob("*.py"))
 
 # A working note: a reference to the tracker, an unfinished mark, an HTML comment (a placeholder
-# left in the rendered page), or who was on the machine. "Open an issue" (no number) is fine.
+# left in the rendered page), or who was on the machine and when ("this session"). "Open an issue" (no number) is fine.
 WORKING_NOTE = re.compile(
     r"\bissues? ?#?\d+|\bissue's\b|\bthe issue\b|\bin progress\b|\bTODO\b|\bFIXME\b|\bXXX\b"
     r"|<!--"
-    r"|\bengineers?\b",
+    r"|\bengineers?\b|\b(?:this|previous|next|last) session\b",
     re.IGNORECASE,
 )
 
@@ -91,6 +91,8 @@ def test_the_working_note_pattern_catches_notes():
         "TODO: x",
         "<!-- The TRL section goes here. -->",
         "shared with four other engineers",
+        "on this session's 2-core machine",
+        "started in the previous session",
     ):
         assert WORKING_NOTE.search(note), note
     for fine in ("Open an issue with:", "plain progress lines", "issued", "todos"):

@@ -22,6 +22,9 @@ docs/benchmarks.md name):
     --print report DIR...  what `entflow run` / `entflow analyze` write to summary.md for these run directories
     --print headline       the README's results: the current verdict of each HEADLINE claim, with any
                            independent rerun that docs/results/history.json records
+    --print family NAME    the README's results of a pre-registered family (claims.yaml's ``family``): only the
+                           members whose Holm-corrected verdict is "reproduced", with their intervals and
+                           raw and Holm p; the other members are named with their verdicts
     --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
 
 Claims JSONs are found by name: every ``docs/results/**/*claims*.json``. A claim that several files
@@ -369,6 +372,50 @@ def print_headline(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def print_family(name: str, root: Path) -> str:
+    """The README's table of one claim family: each member whose current verdict (:func:`current_sources`)
+    is "reproduced" after the family's Holm correction, with its interval, one-sided p and Holm p. The
+    other members get no numbers here, only their verdicts (their figures are in docs/reproduction.md):
+    the README quotes only what reproduced."""
+    current = current_sources(root)
+    members: list[tuple[str, dict]] = []
+    for cid, rel in current.items():
+        data = _load(root / rel)
+        c = next(x for x in data["claims"] if x["id"] == cid)
+        if c.get("family") == name:
+            members.append((rel, {"seeds": data.get("seeds", []), **c}))
+    if not members:
+        return f"No verdict of the claim family `{name}` is committed yet.\n"
+    size = max(c.get("family_size", len(members)) for _, c in members)
+    kept = [(rel, c) for rel, c in members if c.get("verdict_holm") == "reproduced"]
+    out = [
+        f"| claim | measured | seeds | mean [95 % CI] | p (one-sided) | Holm p ({size} claims) | verdict (Holm) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, c in kept:
+        seeds = c.get("preregistered_seeds") or c["seeds"]
+        out.append(
+            f"| `{c['id']}`: {cell(c.get('claim', ''))} | {cell(c.get('measured', ''))} | {seeds_text(seeds)} | "
+            f"{interval_text(c)} | {c['p_value']:.4f} | {c['holm_p']:.4f} | **{c['verdict_holm']}** |"
+        )
+    if not kept:
+        out.append("| (none) | | | | | | |")
+    others = [(rel, c) for rel, c in members if c.get("verdict_holm") != "reproduced"]
+    out.append("")
+    out.append(f"{len(kept)} of the family's {size} registered claims reproduced after the Holm correction.")
+    if others:
+        listed = "; ".join(
+            f"`{c['id']}` {c.get('verdict_holm') or c['verdict']} (raw: {c['verdict']})" for _, c in others
+        )
+        out.append(f"Not quoted here: {listed}.")
+    if len(members) < size:
+        missing = size - len(members)
+        out.append(f"{missing} registered member{'s have' if missing > 1 else ' has'} no committed verdict.")
+    files = ", ".join(f"`{rel}`" for rel in dict.fromkeys(rel for rel, _ in members))
+    out += ["", f"Data: {files}."]
+    return "\n".join(out) + "\n"
+
+
 def print_rerun(old_rel: str, new_rel: str, root: Path) -> str:
     """A rerun against the measurement it repeats: every claim both files judge, side by side, and how
     many verdicts changed (a rerun on another CPU differs in its numbers; the verdicts should hold)."""
@@ -567,19 +614,20 @@ def main() -> None:
             "audit": lambda: print_audit(rest[0], ROOT),
             "coverage": lambda: print_coverage(rest[0], ROOT),
             "headline": lambda: print_headline(ROOT),
+            "family": lambda: print_family(rest[0], ROOT),
             "report": lambda: print_report(rest, ROOT),
             "rerun": lambda: print_rerun(rest[0], rest[1], ROOT),
             "bench": lambda: print_bench(rest[0], ROOT),
         }
         if (
             what not in printers
-            or (what in ("claims", "audit", "coverage", "bench") and len(rest) != 1)
+            or (what in ("claims", "audit", "coverage", "bench", "family") and len(rest) != 1)
             or (what == "report" and not rest)
             or (what == "rerun" and len(rest) != 2)
         ):
             ap.error(
                 "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
-                " rerun OLD NEW, headline, bench KEY;"
+                " rerun OLD NEW, headline, family NAME, bench KEY;"
                 f" got {args.print}"
             )
         sys.stdout.write(printers[what]())

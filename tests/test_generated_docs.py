@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from entflow.evidence.claims import holm
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -354,3 +356,49 @@ def test_print_rerun_agrees_with_the_history_of_the_5_seed_run():
     changed = out.rstrip().rsplit(": ", 1)[1].rstrip(".").split(", ")
     assert "three verdicts changed" in note and len(changed) == 3
     assert all(cid in note for cid in changed), (changed, note)
+
+
+def _family_row(cid: str, values: list[float], verdict: str, p: float, holm_p: float, verdict_holm: str) -> dict:
+    n = len(values)
+    mean = sum(values) / n
+    return {
+        "id": cid,
+        "claim": f"claim {cid}",
+        "measured": "a difference",
+        "values": values,
+        "mean": mean,
+        "ci_low": mean - 0.01,
+        "ci_high": mean + 0.01,
+        "verdict": verdict,
+        "family": "test-fam",
+        "family_size": 4,
+        "p_value": p,
+        "holm_p": holm_p,
+        "verdict_holm": verdict_holm,
+        "preregistered_seeds": list(range(n)),
+    }
+
+
+def test_the_family_table_quotes_only_what_reproduced_after_holm(tmp_path):
+    root = _copy_tree(tmp_path, ())
+    assert docs_tables.print_family("test-fam", root) == "No verdict of the claim family `test-fam` is committed yet.\n"
+    # Holm by hand over 4 registered members (the 4th has no row, so it counts p = 1):
+    # p = 0.001, 0.03, 0.4, 1 → sorted × (4, 3, 2, 1), running max → 0.004, 0.09, 0.8, 1.
+    assert holm([0.001, 0.03, 0.4, math.nan]) == pytest.approx([0.004, 0.09, 0.8, 1.0], abs=1e-12)
+    rows = [
+        _family_row("fam-a", [0.5, 0.6, 0.7], "reproduced", 0.001, 0.004, "reproduced"),
+        _family_row("fam-b", [0.25, 0.35, 0.45], "reproduced", 0.03, 0.09, "inconclusive"),
+        _family_row("fam-c", [-0.125, 0.0, 0.125], "inconclusive", 0.4, 0.8, "inconclusive"),
+    ]
+    meta = {"date": "2099-01-01", "machine": "a test machine", "command": "entflow reproduce --test"}
+    (root / "docs/results/fam_claims.json").write_text(json.dumps({**meta, "seeds": [0, 1, 2], "claims": rows}))
+    table = docs_tables.print_family("test-fam", root)
+    quoted = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(quoted) == 1 and quoted[0].startswith("| `fam-a`: claim fam-a |"), table
+    assert "| 0–2 | +0.600 [+0.590, +0.610] | 0.0010 | 0.0040 | **reproduced** |" in quoted[0]
+    assert "| Holm p (4 claims) |" in table
+    assert "1 of the family's 4 registered claims reproduced after the Holm correction." in table
+    assert "`fam-b` inconclusive (raw: reproduced); `fam-c` inconclusive (raw: inconclusive)" in table
+    assert "+0.350" not in table and "0.0900" not in table  # no figure of a claim that did not reproduce
+    assert "1 registered member has no committed verdict." in table
+    assert "Data: `docs/results/fam_claims.json`." in table

@@ -281,6 +281,10 @@ def print_claims(rel: str, root: Path) -> str:
             why.setdefault(superseded[c["id"]], []).append(f"`{c['id']}`")
     for text, ids in why.items():
         out += [f"Superseded ({', '.join(ids)}; the registry's `superseded`): {text}.", ""]
+    if any("verdict_holm" in c for c in shown):  # a pre-registered family: raw and Holm-corrected verdicts
+        from entflow.evidence.reproduce import families_markdown
+
+        out += [families_markdown(shown, heading="").strip("\n"), ""]
     elsewhere: dict[str, list[str]] = {}
     for c in claims:
         if current.get(c["id"]) in (None, rel):

@@ -402,3 +402,6 @@ def test_the_family_table_quotes_only_what_reproduced_after_holm(tmp_path):
     assert "+0.350" not in table and "0.0900" not in table  # no figure of a claim that did not reproduce
     assert "1 registered member has no committed verdict." in table
     assert "Data: `docs/results/fam_claims.json`." in table
+    claims_table = docs_tables.print_claims("docs/results/fam_claims.json", root)
+    assert "Claim families (Holm–Bonferroni, one-sided α = 0.025)" in claims_table
+    assert "| test-fam (4) | fam-b | 0.0300 | 0.0900 | reproduced | **inconclusive** |" in claims_table

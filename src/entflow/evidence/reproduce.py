@@ -257,14 +257,15 @@ def add_family_corrections(rows: list[dict[str, Any]], claims: Sequence[Claim] |
     return rows
 
 
-def families_markdown(rows: list[dict[str, Any]]) -> str:
+def families_markdown(rows: list[dict[str, Any]], heading: str = "\n### ") -> str:
     """The rows of claims in a family as a markdown table: raw and Holm-corrected verdicts
-    (empty when no row has a family)."""
+    (empty when no row has a family). ``heading`` opens the title line (a markdown heading by
+    default; ``""`` for a plain line)."""
     fam = [r for r in rows if "verdict_holm" in r]
     if not fam:
         return ""
     lines = [
-        f"\n### Claim families (Holm–Bonferroni, one-sided α = {HOLM_ALPHA:g})\n",
+        f"{heading}Claim families (Holm–Bonferroni, one-sided α = {HOLM_ALPHA:g})\n",
         "| family | claim | p (one-sided) | Holm p | verdict | verdict (Holm) |",
         "|---|---|---:|---:|---|---|",
     ]

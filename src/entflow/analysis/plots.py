@@ -250,14 +250,18 @@ def _heldout_bands(groups: dict[str, list[list[dict[str, Any]]]], plot_dir: Path
     if not any(all(series(r, "val/probe_entropy")[0].size for r in runs) for runs in groups.values()):
         return None
     fig = _figure((11, 7))
+    fig.suptitle("Held-out evaluation: mean over seeds ± 95 % t-interval")
     for ax, (key, ylabel) in zip(fig.subplots(2, 2).ravel(), HELDOUT_PANELS, strict=True):
-        if not _band_panel(ax, groups, key, ylabel):
+        if not _band_panel(ax, groups, key, ylabel, title=ylabel):
             ax.set_axis_off()
     return _save(fig, plot_dir / "heldout_band.png")
 
 
-def _band_panel(ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str, ylabel: str) -> bool:
-    """Per group the mean of ``key`` over its runs and the shaded 95 % t band; False if none drawn."""
+def _band_panel(
+    ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str, ylabel: str, title: str | None = None
+) -> bool:
+    """Per group the mean of ``key`` over its runs and the shaded 95 % t band; False if none drawn.
+    ``title`` defaults to "YLABEL: mean over seeds ± 95 % t-interval"."""
     colors = _color_cycle()
     drawn = False
     for i, (label, runs) in enumerate(groups.items()):
@@ -275,7 +279,7 @@ def _band_panel(ax: Any, groups: dict[str, list[list[dict[str, Any]]]], key: str
         ax.fill_between(x, m - hh, m + hh, color=c, alpha=0.2)
         drawn = True
     if drawn:
-        _decorate(ax, "step", ylabel, f"{ylabel}: mean over seeds ± 95 % t-interval", legend=7)
+        _decorate(ax, "step", ylabel, title or f"{ylabel}: mean over seeds ± 95 % t-interval", legend=7)
     return drawn
 
 

@@ -12,7 +12,9 @@ nothing of it is kept here.
 
     python tests/support/trl_suite.py TRL_CHECKOUT WORKDIR [pytest args...]
 
-prints the counts of A and B and every test whose outcome differs. Vision models (the ``zen-image``
+prints the counts of A and B and every test whose outcome differs, and writes them to
+``WORKDIR/trl_suite.json`` (with the date, machine, command, versions and TRL's commit) for
+``benchmarks/trl_suite_table.py`` to print. Vision models (the ``zen-image``
 sets), models with remote code and GPU-only kernels have no stand-in; those tests fail or skip on
 both sides alike.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import importlib
+import json
 import os
 import re
 import shutil
@@ -219,6 +222,59 @@ def outcomes(log: str) -> dict[str, str]:
     return found
 
 
+def counts(log: str) -> dict[str, int]:
+    """pytest's final summary line (``111 passed, 33 failed, 31 skipped in 1200.5s``) as counts."""
+    last = log.strip().splitlines()[-1] if log.strip() else ""
+    found = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", last)}
+    if "error" in found:
+        found["errors"] = found.pop("error")
+    return found
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the architecture."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
+    """The run as data: counts and per-test outcomes of both sides, and where and with what they ran."""
+    import datetime
+    import platform
+
+    import transformers
+    import trl
+
+    def git(*args: str, cwd: Path) -> str:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+    repo = Path(__file__).resolve().parents[2]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs, one core per side (OMP_NUM_THREADS=1)",
+        "command": "python tests/support/trl_suite.py TRL_CHECKOUT WORKDIR" + "".join(f" {a}" for a in argv[2:]),
+        "versions": {
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
+        "trl_commit": git("rev-parse", "HEAD", cwd=trl_checkout),
+        "entflow_commit": git("rev-parse", "--short", "HEAD", cwd=repo),
+        "sides": {
+            side: {"trainer": trainer, "counts": counts(logs[side]), "outcomes": outcomes(logs[side])}
+            for side, trainer in (("A", "trl.GRPOTrainer"), ("B", "EntflowGRPOTrainer"))
+        },
+    }
+
+
 def main(argv: list[str]) -> int:
     trl_checkout, work, extra = Path(argv[0]), Path(argv[1]), argv[2:]
     work.mkdir(parents=True, exist_ok=True)
@@ -240,6 +296,9 @@ def main(argv: list[str]) -> int:
     differ = sorted(t for t in a_out.keys() | b_out.keys() if a_out.get(t) != b_out.get(t))
     for t in differ:
         print(f"{a_out.get(t, 'SKIPPED')} with trl.GRPOTrainer, {b_out.get(t, 'SKIPPED')} with EntflowGRPOTrainer: {t}")
+    result = work / "trl_suite.json"
+    result.write_text(json.dumps(record(trl_checkout, argv, logs), indent=1) + "\n")
+    print(f"wrote {result}")
     return 1 if any(a_out.get(t) == "PASSED" for t in differ) else 0
 
 

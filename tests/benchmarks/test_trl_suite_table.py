@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -72,3 +74,13 @@ def test_the_same_outcomes_say_so(tmp_path):
     table = tt.suite_table(_record(tmp_path, LOG_A))
     assert "Every test has the same outcome on both sides." in table
     assert "| B, `EntflowGRPOTrainer` | 2 | 2 | 1 |" in table
+
+
+def test_the_record_holds_both_sides_and_where_they_ran(tmp_path):
+    pytest.importorskip("trl")
+    rec = trl_suite.record(tmp_path, [str(tmp_path), "work", "-k", "beta"], {"A": LOG_A, "B": LOG_B})
+    assert rec["command"] == "python tests/support/trl_suite.py TRL_CHECKOUT WORKDIR -k beta"
+    assert rec["trl_commit"] == "unknown"  # tmp_path is no git checkout
+    assert rec["sides"]["B"]["counts"] == {"passed": 1, "failed": 2, "skipped": 1, "errors": 1}
+    assert rec["sides"]["B"]["outcomes"]["TestGRPO::test_beta"] == "FAILED"
+    assert {"date", "machine", "versions", "entflow_commit"} <= rec.keys()

@@ -231,19 +231,6 @@ def counts(log: str) -> dict[str, int]:
     return found
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else the architecture."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
     """The run as data: counts and per-test outcomes of both sides, and where and with what they ran."""
     import datetime
@@ -252,6 +239,8 @@ def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
     import transformers
     import trl
 
+    from entflow.evidence.records import cpu_model
+
     def git(*args: str, cwd: Path) -> str:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
         return out.stdout.strip() if out.returncode == 0 else "unknown"
@@ -259,7 +248,7 @@ def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
     repo = Path(__file__).resolve().parents[2]
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs, one core per side (OMP_NUM_THREADS=1)",
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, one core per side (OMP_NUM_THREADS=1)",
         "command": "python tests/support/trl_suite.py TRL_CHECKOUT WORKDIR" + "".join(f" {a}" for a in argv[2:]),
         "versions": {
             "trl": trl.__version__,

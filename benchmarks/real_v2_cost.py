@@ -1,7 +1,8 @@
 """What one registered real-v2 run costs on this machine, from its committed files: the wall time
 from the run's start to its final judge-set evaluation (``docs/results/real-v2/run_times.json``,
 taken from the run folder's file times when it was published) and, from its ``timing.jsonl``, the
-median training step and the mean periodic evaluation.
+median training step (and its two largest parts, the rollout and the update) and the mean periodic
+evaluation.
 
     .venv/bin/python benchmarks/real_v2_cost.py docs/results/real-v2
 
@@ -49,8 +50,9 @@ def cost_table(root: Path) -> str:
         "`coverage.json` written.",
         "",
         "| run | start (UTC) | wall (min) | start + steps + periodic evaluations (min) | final checkpoint + "
-        "judge-set evaluation (min) | median step (s) | periodic evaluation (s, mean) | within 25 min |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "judge-set evaluation (min) | median step (s) | of which rollout, update (s, median) | periodic evaluation "
+        "(s, mean) | within 25 min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, rec in meta["runs"].items():
         timing = [json.loads(x) for x in (root / name / "timing.jsonl").read_text().splitlines() if x.strip()]
@@ -64,8 +66,11 @@ def cost_table(root: Path) -> str:
             verdict = "yes" if wall <= BUDGET_MIN else f"no ({wall / BUDGET_MIN:.2f}× the budget)"
         train = timing[-1]["time/elapsed_s"] / 60  # since the run's start, as its config.yaml
         split = "– | –" if resumed else f"{train:.1f} | {wall - train:.1f}"
+        parts = ", ".join(
+            _fmt(statistics.median, [r[k] for r in timing if k in r]) for k in ("time/rollout_s", "time/update_s")
+        )
         lines.append(
-            f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {split} | {_fmt(statistics.median, plain)} "
+            f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {split} | {_fmt(statistics.median, plain)} | {parts} "
             f"| {_fmt(statistics.mean, evals)} | {verdict} |"
         )
     return "\n".join(lines) + "\n"

@@ -13,9 +13,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_v2_cost as rc  # noqa: E402  (benchmarks/real_v2_cost.py)
 
 
-def _timing(elapsed: list[float], evals: dict[int, float]) -> list[dict]:
+def _timing(elapsed: list[float], evals: dict[int, float], parts: bool = False) -> list[dict]:
+    """Steps 1…n; with ``parts``, step i's rollout takes i s and its update 2·i s."""
     return [
-        {"step": i + 1, "time/elapsed_s": e} | ({"time/eval_s": evals[i + 1]} if i + 1 in evals else {})
+        {"step": i + 1, "time/elapsed_s": e}
+        | ({"time/eval_s": evals[i + 1]} if i + 1 in evals else {})
+        | ({"time/rollout_s": float(i + 1), "time/update_s": 2.0 * (i + 1)} if parts else {})
         for i, e in enumerate(elapsed)
     ]
 
@@ -31,7 +34,8 @@ def _write(root: Path, runs: dict[str, tuple[float, list[float], str]]) -> None:
     meta = {"machine": "a test machine", "runs": {}}
     for name, (wall, elapsed, note) in runs.items():
         (root / name).mkdir(parents=True)
-        (root / name / "timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _timing(elapsed, {3: 20.0})))
+        timing = _timing(elapsed, {3: 20.0}, parts=name == "a-s0")
+        (root / name / "timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timing))
         meta["runs"][name] = {"start": "2026-11-28T06:00:00+00:00", "wall_s": wall} | ({"note": note} if note else {})
     (root / "run_times.json").write_text(json.dumps(meta))
 
@@ -47,8 +51,10 @@ def test_the_budget_verdict(tmp_path):
         },
     )
     rows = {r.split(" | ")[0].lstrip("| "): r for r in rc.cost_table(tmp_path).splitlines() if r.startswith("| ")}
-    # 108 s of 24 min since the start by the last step: 1.8 min, the rest (22.2) after it
-    assert rows["a-s0"] == "| a-s0 | 06:00:00 | 24.0 | 1.8 | 22.2 | 18.0 | 20.0 | yes |"
+    # 108 s of 24 min since the start by the last step: 1.8 min, the rest (22.2) after it;
+    # rollouts of 1, 2, 3, 4 s (median 2.5) and updates of 2, 4, 6, 8 s (median 5.0)
+    assert rows["a-s0"] == "| a-s0 | 06:00:00 | 24.0 | 1.8 | 22.2 | 18.0 | 2.5, 5.0 | 20.0 | yes |"
+    assert "| 18.0 | –, – | 20.0 |" in rows["b-s0"]
     assert rows["b-s0"].endswith("| no (1.20× the budget) |")
-    assert rows["c-s0"].endswith("| – | – | 18.0 | – | not a measurement: resumed after an interruption |")
+    assert rows["c-s0"].endswith("| – | – | 18.0 | –, – | – | not a measurement: resumed after an interruption |")
     assert rows["d-s0"].endswith("| not a measurement: shared the machine |")

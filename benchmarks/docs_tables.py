@@ -255,6 +255,8 @@ def claim_rows(c: dict, file_seeds: list[int], superseded: bool = False) -> list
     return rows
 
 
+# what `entflow reproduce` writes into each row of a claim in a family (evidence.reproduce.add_family_corrections)
+FAMILY_KEYS = ("family", "family_size", "p_value", "holm_p", "verdict_holm")
 HEADER = [
     "| claim | measured | per seed | mean [95 % CI] | criterion | verdict | seeds |",
     "|---|---|---|---|---|---|---|",
@@ -281,10 +283,11 @@ def print_claims(rel: str, root: Path) -> str:
             why.setdefault(superseded[c["id"]], []).append(f"`{c['id']}`")
     for text, ids in why.items():
         out += [f"Superseded ({', '.join(ids)}; the registry's `superseded`): {text}.", ""]
-    if any("verdict_holm" in c for c in shown):  # a pre-registered family: raw and Holm-corrected verdicts
+    family = [c for c in shown if all(k in c for k in FAMILY_KEYS)]
+    if family:  # a pre-registered family: raw and Holm-corrected verdicts
         from entflow.evidence.reproduce import families_markdown
 
-        out += [families_markdown(shown, heading="").strip("\n"), ""]
+        out += [families_markdown(family, heading="").strip("\n"), ""]
     elsewhere: dict[str, list[str]] = {}
     for c in claims:
         if current.get(c["id"]) in (None, rel):

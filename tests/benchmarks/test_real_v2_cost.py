@@ -57,4 +57,16 @@ def test_the_budget_verdict(tmp_path):
     assert "| 18.0 | –, – | 20.0 |" in rows["b-s0"]
     assert rows["b-s0"].endswith("| no (1.20× the budget) |")
     assert rows["c-s0"].endswith("| – | – | 18.0 | –, – | – | not a measurement: resumed after an interruption |")
-    assert rows["d-s0"].endswith("| not a measurement: shared the machine |")
+    # shared and within the budget: the other jobs can only have slowed it, so a run alone meets it too
+    assert rows["d-s0"].endswith("| yes, though shared (shared the machine) |")
+
+
+def test_a_shared_run_says_no_only_if_it_misses_by_more_than_the_other_jobs():
+    assert rc.budget_verdict(30.0, False, "a copy", 20.0) == (
+        "no (1.20× the budget; over it even without the other jobs' 20 s: a copy)"
+    )
+    # 25.2 min with 20 s of other jobs: 24.87 min alone is possible, so it says nothing
+    assert rc.budget_verdict(25.2, False, "a copy", 20.0) == "not a measurement: a copy"
+    assert rc.budget_verdict(30.0, False, "tests beside it", None) == "not a measurement: tests beside it"
+    assert rc.budget_verdict(20.0, True, "", None) == "not a measurement: resumed after an interruption"
+    assert rc.budget_verdict(25.0, False, "", None) == "yes"

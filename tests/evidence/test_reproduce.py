@@ -140,6 +140,24 @@ def test_audit_and_reproduce_end_to_end(tmp_path, micro_policy, monkeypatch):
     audit_md = (tmp_path / "rep" / "audit.md").read_text()
     assert "warm start" in audit_md and "GRPO-trained policy" in audit_md
 
+    # the same reproduce again with the run folders gone (a later session, another machine): each
+    # run's record under rep/facts matches its config, so nothing trains and every verdict is the same
+    import shutil
+
+    from entflow.evidence.reproduce import _setting_configs, recorded_facts
+
+    for run in runs:
+        for seed in (0, 1):
+            shutil.rmtree(tmp_path / "rep" / f"{run}-s{seed}")
+    again = reproduce({"demo": base}, ["steps=2"], [0, 1], tmp_path / "rep", jobs=1, runs=runs)
+    assert not any((tmp_path / "rep" / f"{run}-s{seed}").exists() for run in runs for seed in (0, 1))
+    assert json.dumps(again["claims"]) == json.dumps(out["claims"])
+    # a record is taken only for the config that wrote it: another step count trains again
+    same = _setting_configs("demo", base, runs, ["steps=2"], [0, 1], tmp_path / "rep")
+    other = _setting_configs("demo", base, runs, ["steps=3"], [0, 1], tmp_path / "rep")
+    assert len(recorded_facts(tmp_path / "rep" / "facts" / "demo", same)) == 6
+    assert recorded_facts(tmp_path / "rep" / "facts" / "demo", other) == {}
+
 
 def test_tabular_head_entropy_change_matches_a_hand_computed_update():
     """The tabular-head truth equals an explicit per-state update, computed without autograd:

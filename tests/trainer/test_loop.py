@@ -397,3 +397,30 @@ def test_validation_steps_log_diagnostics_and_whole_groups(tmp_path, micro_polic
     assert len(at[1]) == 2  # one response per logged prompt off validation steps
     assert len(at[2]) == 2 * 4 and sorted({r["group"] for r in at[2]}) == [0, 1]  # whole groups of G = 4
     assert all(len({r["prompt"] for r in at[2] if r["group"] == g}) == 1 for g in (0, 1))
+
+
+def test_a_finished_run_without_checkpoints_resumes_as_it_is(tmp_path, micro_policy):
+    """A finished run's committed files (logs and config, no checkpoints) are judged as they are:
+    a resume trains nothing and leaves them byte for byte; a changed config is still refused; and
+    without its last step the run is not finished, so the resume trains (the fault the check guards)."""
+    import shutil
+
+    run_dir = train_lab(micro_config(tmp_path, micro_policy, name="f", steps=3))
+    shutil.rmtree(run_dir / "checkpoints")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    seen: list[int] = []
+    again = train_lab(micro_config(tmp_path, micro_policy, name="f", steps=3), resume=True, on_step=seen.append)
+    assert again == run_dir and seen == []
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    assert not (run_dir / "checkpoints").exists()
+    with pytest.raises(ConfigError) as e:
+        train_lab(micro_config(tmp_path, micro_policy, name="f", steps=3, lr=1e-2), resume=True)
+    assert e.value.key == "lr"
+    # the last step's record missing: not finished, so the resume trains it again (from step 0)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "metrics.jsonl").write_text("".join(lines[:-1]))
+    train_lab(
+        micro_config(tmp_path, micro_policy, name="f", steps=3), resume=True, on_step=lambda r: seen.append(r["step"])
+    )
+    assert seen == [3] and (run_dir / "checkpoints" / "last.pt").exists()
+    assert (run_dir / "metrics.jsonl").read_text() == before["metrics.jsonl"].decode()

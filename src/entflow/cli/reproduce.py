@@ -42,7 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default=None, help="only these runs (comma-separated; claims needing others: not run)")
     p.add_argument("--no-audit", action="store_true", help="skip the clean estimator audit")
-    p.add_argument("--fresh", action="store_true", help="retrain runs that already exist (default: resume them)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="retrain runs that already exist (default: resume them, and take a run whose facts record in "
+        "runs/NAME/facts matches its config from the record instead of training it)",
+    )
     p.add_argument("--config", help="a base config for the demo setting's claims instead of the built-in demo.yaml")
     p.add_argument(
         "--verify",

@@ -38,6 +38,7 @@ __all__ = [
     "environment",
     "export_facts",
     "facts_record",
+    "fresh_config_hash",
     "load_run_facts",
     "read_facts_set",
     "read_json",
@@ -61,6 +62,18 @@ def config_hash(config: dict[str, Any]) -> str:
     kept = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fresh_config_hash(cfg: Any) -> str:
+    """The :func:`config_hash` a fresh run of ``cfg`` (a trainer config) records: the hash of the
+    ``config.yaml`` it writes, with ``schedule_steps`` anchored on ``steps`` and no progress bar (as
+    ``entflow reproduce`` trains). Lets a run be matched to its record before it is trained."""
+    import dataclasses
+
+    import yaml
+
+    run = dataclasses.replace(cfg, schedule_steps=cfg.schedule_steps or cfg.steps, progress=False)
+    return config_hash(yaml.safe_load(yaml.safe_dump(run.to_dict(), sort_keys=False)))
 
 
 def cpu_model() -> str:

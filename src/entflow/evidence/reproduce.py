@@ -54,7 +54,14 @@ from entflow.evidence.claims import (
     split_key,
 )
 from entflow.evidence.facts import COVERAGE_FACTS, FACTS, run_facts
-from entflow.evidence.records import FACTS_FILE, facts_record, record_name, write_record
+from entflow.evidence.records import (
+    FACTS_FILE,
+    facts_record,
+    fresh_config_hash,
+    read_record,
+    record_name,
+    write_record,
+)
 from entflow.evidence.settings import kind_overrides
 from entflow.files import write_json
 
@@ -368,18 +375,25 @@ def reproduce(
         trained[setting] = {"config": settings[setting].config, "steps": configs[0].steps, "folder": str(where)}
         if runner.name != "lab":
             trained[setting]["kind"] = runner.name
+        # a run whose record under out/facts matches its config was finished before (perhaps on a
+        # machine whose run folders are gone): its facts come from the record, and it is not trained
+        recorded = recorded_facts(out / "facts" / setting, configs) if resume else {}
+        todo = [c for c in configs if (c.group, c.seed) not in recorded]
         # resumed runs continue; without resume existing runs are replaced
-        dirs = runner.train(configs, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume)
-        for cfg, d in zip(configs, dirs, strict=True):
+        dirs = runner.train(todo, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume)
+        for cfg, d in zip(todo, dirs, strict=True):
             got = run_facts(d, summarize_run(d))
-            facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = got
+            recorded[cfg.group, cfg.seed] = got
             # the run's compact record: in its folder, and gathered under out/facts to commit
             rec = facts_record(setting, cfg.group, cfg.seed, got, load_config(d))
             if Path(d).is_dir():  # (a trainer replaced in a test may return no folder)
                 write_record(Path(d) / FACTS_FILE, rec)
             write_record(out / "facts" / setting / record_name(cfg.group, cfg.seed), rec)
-        write_report(dirs, where)
-        if setting == DEFAULT_SETTING:
+        for cfg in configs:
+            facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = recorded[cfg.group, cfg.seed]
+        if dirs:
+            write_report(dirs, where)
+        if setting == DEFAULT_SETTING and len(todo) == len(configs):  # the audit reads the trained policies
             demo_runs = list(zip(configs, dirs, strict=True))
     rows = add_family_corrections(evaluate_claims(facts, seeds, selected, not_run=elsewhere))
     result: dict[str, Any] = {
@@ -420,6 +434,19 @@ def reproduce(
     (out / "claims.md").write_text(md)
     write_json(out / "claims.json", result, default=str)
     return result
+
+
+def recorded_facts(folder: Path, configs: Sequence[Any]) -> dict[tuple[str, int], dict[str, float]]:
+    """The facts of each of ``configs`` whose record ``folder/<run>-s<seed>.json`` exists and holds
+    the hash a fresh run of that config records (:func:`~entflow.evidence.records.fresh_config_hash`),
+    by (run, seed). A record of another config (a changed preset or override) is left out, so its
+    run trains again."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for cfg in configs:
+        path = folder / record_name(cfg.group, cfg.seed)
+        if path.is_file() and (rec := read_record(path))["config_sha256"] == fresh_config_hash(cfg):
+            out[cfg.group, cfg.seed] = rec["facts"]
+    return out
 
 
 def _setting_configs(

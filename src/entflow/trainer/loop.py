@@ -17,6 +17,10 @@ checkpoint is the size of its trainable weights plus two AdamW moments (1.6 GB f
 84 GB for a fully fine-tuned 7B model, a few MB for a LoRA adapter), so real runs checkpoint
 by time (``entflow.hf.setup.RealTrainConfig``). Frozen parameters (a LoRA adapter's base) are
 never written: they come back from the policy the run starts from.
+
+A finished run copied without its checkpoints (the per-run files committed under docs/results)
+resumes as it is (:func:`finished_without_checkpoint`): nothing is trained, so ``entflow reproduce``
+over such folders judges the committed runs themselves.
 """
 
 from __future__ import annotations
@@ -109,6 +113,8 @@ def train(
     torch.set_num_threads(cfg.threads)
     with quiet_transformers():
         cfg = dataclasses.replace(cfg, schedule_steps=_anchored_schedule_steps(cfg, cfg.run_dir, resume))
+        if resume and finished_without_checkpoint(cfg):
+            return cfg.run_dir  # its logs are all there is, and all a report or a claim reads
         prepare_run_dir(cfg.run_dir, resume, overwrite)
         parts = setup(cfg)
         state = _start_state(parts, cfg, resume, method)
@@ -299,6 +305,31 @@ def _progress_info(record: dict[str, Any]) -> str:
 def checkpoint_path(run_dir: Path) -> Path:
     """The checkpoint a run resumes from."""
     return run_dir / "checkpoints" / "last.pt"
+
+
+def finished_without_checkpoint(cfg: TrainConfig) -> bool:
+    """Whether ``cfg.run_dir`` holds this config's run, finished (``metrics.jsonl`` records step
+    ``cfg.steps`` and, with ``coverage_n`` > 0, ``coverage.json`` its final evaluation there) but
+    without the checkpoint a resume starts from: a finished run's committed files (such as
+    ``docs/results/real-v2/<run>``), which a resume judges as they are instead of training again.
+    A config that differs from the run's raises :class:`ConfigError`, as any resume does."""
+    import json
+
+    run_dir = cfg.run_dir
+    if checkpoint_path(run_dir).exists() or not (run_dir / "config.yaml").exists():
+        return False
+    if cfg.steps not in {int(r["step"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r}:
+        return False
+    if cfg.coverage_n > 0:
+        path = run_dir / "coverage.json"
+        final = (json.loads(path.read_text()).get("final") or {}) if path.exists() else {}
+        if final.get("step") != cfg.steps:
+            return False
+    resolved = cfg.to_dict()
+    if resolved.get("policy_path") is None:  # the setup's default policy, resolved when the run was trained
+        resolved.pop("policy_path", None)
+    _check_resumable(run_dir, resolved, type(cfg)().to_dict() if _defaults_buildable(cfg) else None)
+    return True
 
 
 def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:

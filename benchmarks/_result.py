@@ -1,0 +1,67 @@
+"""The result file the benchmarks share: ``--out FILE`` writes the raw measurements with the date,
+machine and command that produced them, and ``--from-json FILE`` prints the same table from it, so a
+table in docs/benchmarks.md is regenerated from committed data (``benchmarks/docs_tables.py``).
+
+A result file is one JSON object: ``date`` (UTC, ISO 8601), ``machine`` (CPU model, cores, torch
+and its threads, the 1-minute load average when written), ``command`` (the argv that ran),
+``benchmark`` (the script's name) and ``results`` (whatever the script measured, raw: per-round
+times, not only medians), plus any extra keys the script adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from entflow.evidence.records import cpu_model
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--from-json``, the two options every benchmark that publishes a table takes."""
+    ap.add_argument("--out", default=None, help="also write the raw result as JSON (date, machine, command)")
+    ap.add_argument("--from-json", nargs="+", default=None, help="print the table of saved results; run nothing")
+
+
+def machine() -> str:
+    """The machine a measurement names: CPU model, CPU count, torch version and threads, load."""
+    import torch
+
+    return (
+        f"{cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
+        f"{torch.get_num_threads()} thread(s), 1-min load average {os.getloadavg()[0]:.2f} when written"
+    )
+
+
+def write(path: str | Path, results: Any, **extra: Any) -> dict:
+    """Write ``results`` with this run's date, machine and command to ``path``; returns the record."""
+    record = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": "python " + " ".join(sys.argv),
+        "benchmark": Path(sys.argv[0]).stem,
+        **extra,
+        "results": results,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def read(path: str | Path) -> dict:
+    """A saved result; a file without ``results`` is refused, naming it."""
+    record = json.loads(Path(path).read_text())
+    if not isinstance(record, dict) or "results" not in record:
+        raise ValueError(f"{path}: not a benchmark result file (no 'results' key)")
+    return record
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: the header, the alignment row (text left, the rest right), the rows."""
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    lines = [header, align, *rows]
+    return "\n".join("| " + " | ".join(str(c) for c in line) + " |" for line in lines)

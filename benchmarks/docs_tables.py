@@ -562,44 +562,56 @@ def print_coverage(rel: str, root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-# a benchmark key's prefix -> the script whose ``--from-json`` prints its table
+# a benchmark key's prefix -> the script whose ``--from-json`` prints its table, for result files
+# written before the benchmarks shared ``_result.py`` (which names its script as ``benchmark``)
 BENCH_SCRIPTS = {"real-step": "benchmarks/real_step.py", "method-overhead": "benchmarks/method_overhead.py"}
+
+
+def bench_script(key: str, first: dict) -> str:
+    """The script that prints benchmark ``key``'s table: the one its result file names, else by prefix."""
+    if isinstance(first.get("benchmark"), str):
+        return f"benchmarks/{first['benchmark']}.py"
+    script = next((s for prefix, s in BENCH_SCRIPTS.items() if key.startswith(prefix)), None)
+    if script is None:
+        raise KeyError(f"benchmark {key!r} has no printer")
+    return script
 
 
 def print_bench(key: str, root: Path) -> str:
     """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
-    benchmark's own ``--from-json`` prints (its Markdown rows, and the prose between two tables)."""
+    benchmark's own ``--from-json`` prints (its Markdown rows, and the prose between two tables).
+    The caption's date, machine and command are provenance.json's, else the first file's own."""
     benches = provenance(root)["benchmarks"]
     if key not in benches:
         raise KeyError(f"no benchmark {key!r} in {PROVENANCE}; known: {sorted(benches)}")
     b = benches[key]
     files = [root / f for f in b["files"]]
-    script = next((s for prefix, s in BENCH_SCRIPTS.items() if key.startswith(prefix)), None)
-    if script is not None:
-        res = subprocess.run(
-            [sys.executable, script, "--from-json", *map(str, files)],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            timeout=300,
-        )
-        if res.returncode:
-            raise RuntimeError(f"{script} --from-json exited {res.returncode}: {res.stderr[-2000:]}")
-        table: list[str] = []  # its Markdown rows; prose between two tables is kept, set apart
-        between: list[str] = []
-        for line in res.stdout.splitlines():
-            if line.startswith("|"):
-                if table and between:
-                    table += ["", *between, ""]
-                between = []
-                table.append(line)
-            elif table and line.strip():
-                between.append(line.strip())
-    else:
-        raise KeyError(f"benchmark {key!r} has no printer")
+    first = _load(files[0])
+    res = subprocess.run(
+        [sys.executable, bench_script(key, first), "--from-json", *map(str, files)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+    )
+    if res.returncode:
+        raise RuntimeError(f"{bench_script(key, first)} --from-json exited {res.returncode}: {res.stderr[-2000:]}")
+    table: list[str] = []  # its Markdown rows; prose between two tables is kept, set apart
+    between: list[str] = []
+    for line in res.stdout.splitlines():
+        if line.startswith("|"):
+            if table and between:
+                table += ["", *between, ""]
+            between = []
+            table.append(line)
+        elif table and line.strip():
+            between.append(line.strip())
+    meta = {k: b.get(k) or first.get(k) for k in ("date", "machine", "command")}
+    if not all(meta.values()):
+        raise KeyError(f"benchmark {key!r}: no {[k for k, v in meta.items() if not v]} in {PROVENANCE} or its file")
     note = f" ({b['note']})" if b.get("note") else ""
     head = (
-        f"Measured {b['date']} on {b['machine']}. Command: `{b['command']}`. "
+        f"Measured {meta['date']} on {meta['machine']}. Command: `{meta['command']}`. "
         f"Data{note}: {', '.join(f'`{f}`' for f in b['files'])}."
     )
     return "\n".join([head, "", *table]) + "\n"

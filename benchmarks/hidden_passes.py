@@ -21,12 +21,22 @@ short sequence; variants interleaved, order rotated each repetition; medians of 
 
     python benchmarks/hidden_passes.py                 # 3 runs
     python benchmarks/hidden_passes.py --runs 1 --completion 16   # smoke run
+    python benchmarks/hidden_passes.py --runs 3 --out r.json       # + the raw result
+    python benchmarks/hidden_passes.py --from-json r.json          # its table; runs nothing
+
+``--out FILE`` writes (``benchmarks/_result.py``) ``date``, ``machine``, ``command``, ``benchmark``
+and ``results``: ``batch``, ``prompt``, ``completion``, ``vocab``, ``threads``, ``runs``,
+``variants`` (in order), ``seconds`` (the whole run), ``day`` (local date), ``processor``, ``cpus``,
+``torch`` and ``transformers`` (versions) and ``measurements`` (per variant, every repetition's
+worker record ``{variant, time_s, cpu_s, peak_extra_mib}``). ``--from-json FILE...`` prints each
+file's settings line and Markdown table exactly as the live run printed them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -36,6 +46,7 @@ import subprocess
 import sys
 import time
 
+import _result  # benchmarks/_result.py
 from _schedule import interleaved  # benchmarks/_schedule.py
 
 MIB = 1024 * 1024
@@ -147,28 +158,40 @@ def run(variant: str, args: argparse.Namespace) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float) -> None:
-    import torch
-    import transformers
-
+def report(results: dict) -> str:
+    """The settings line and the table (medians; each hidden variant's ratios to its logits
+    counterpart) of one result (what ``--out`` writes as ``results``)."""
+    runs = results["measurements"]
     med = {v: {k: statistics.median(r[k] for r in rs) for k in ("time_s", "cpu_s", "peak_extra_mib")}
-           for v, rs in results.items()}  # fmt: skip
-    rows = args.batch * args.completion
-    logits_mib = rows * args.vocab * 4 / MIB
-    print(f"\n{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"{args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}; "
-          f"{args.runs} runs, {wall:.0f} s. Batch {args.batch} × ({args.prompt} + {args.completion}) = "
-          f"{rows} scored tokens, V = {args.vocab}, D = 896 "
-          f"(the [rows, V] float32 logits: {logits_mib:.0f} MiB).\n")  # fmt: skip
-    print("| variant | median wall (s) | median CPU (s) | peak extra MiB "
-          "| × logits wall | × logits CPU | × logits peak |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for v in VARIANTS:
-        ref = med[v.replace("hidden", "logits")]
-        m = med[v]
-        mem_ratio = m["peak_extra_mib"] / max(ref["peak_extra_mib"], 1e-9)
-        print(f"| {v} | {m['time_s']:.2f} | {m['cpu_s']:.2f} | {m['peak_extra_mib']:.0f} | "
-              f"{m['time_s'] / ref['time_s']:.2f} | {m['cpu_s'] / ref['cpu_s']:.2f} | {mem_ratio:.2f} |")  # fmt: skip
+           for v, rs in runs.items()}  # fmt: skip
+    batch, prompt, completion, vocab = (results[k] for k in ("batch", "prompt", "completion", "vocab"))
+    rows = batch * completion
+    logits_mib = rows * vocab * 4 / MIB
+    lines = [
+        f"{results['day']}, {results['processor']}, {results['cpus']} cores, {results['threads']} threads, "
+        f"torch {results['torch']}, transformers {results['transformers']}; {results['runs']} runs, "
+        f"{results['seconds']:.0f} s. Batch {batch} × ({prompt} + {completion}) = {rows} scored tokens, "
+        f"V = {vocab}, D = 896 (the [rows, V] float32 logits: {logits_mib:.0f} MiB).",
+        "",
+    ]
+    header = ["variant", "median wall (s)", "median CPU (s)", "peak extra MiB", "× logits wall", "× logits CPU",
+              "× logits peak"]  # fmt: skip
+    table = []
+    for v in results["variants"]:
+        m, ref = med[v], med.get(v.replace("hidden", "logits"))
+        if ref is None:  # its logits counterpart was not measured
+            ratios = ["—"] * 3
+        else:
+            mem_ratio = m["peak_extra_mib"] / max(ref["peak_extra_mib"], 1e-9)
+            ratios = [f"{m['time_s'] / ref['time_s']:.2f}", f"{m['cpu_s'] / ref['cpu_s']:.2f}", f"{mem_ratio:.2f}"]
+        table.append([v, f"{m['time_s']:.2f}", f"{m['cpu_s']:.2f}", f"{m['peak_extra_mib']:.0f}", *ratios])
+    lines.append(_result.markdown_table(header, table))
+    return "\n".join(lines)
+
+
+def print_saved(paths: list[str]) -> None:
+    """``--from-json``: the report of each saved result, measuring nothing."""
+    print("\n\n".join(report(_result.read(p)["results"]) for p in paths))
 
 
 def main() -> None:
@@ -181,19 +204,45 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    _result.add_arguments(ap)
     args = ap.parse_args()
+    if args.from_json:
+        print_saved(args.from_json)
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
     variants = args.variants.split(",")
-    results: dict[str, list[dict]] = {v: [] for v in variants}
+    measurements: dict[str, list[dict]] = {v: [] for v in variants}
     start = time.time()
     for rep, order in interleaved(variants, args.runs):
         for v in order:
             r = run(v, args)
-            results[v].append(r)
+            measurements[v].append(r)
             print(f"run {rep + 1}/{args.runs} {v:14s} {r['time_s']:7.2f} s {r['peak_extra_mib']:7.0f} MiB", flush=True)
-    report(results, args, time.time() - start)
+
+    import torch
+
+    results = {
+        "batch": args.batch,
+        "prompt": args.prompt,
+        "completion": args.completion,
+        "vocab": args.vocab,
+        "threads": args.threads,
+        "runs": args.runs,
+        "variants": variants,
+        "seconds": time.time() - start,
+        "day": time.strftime("%Y-%m-%d"),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": importlib.metadata.version("transformers"),
+        "measurements": measurements,
+    }
+    print()
+    print(report(results))
+    if args.out:
+        _result.write(args.out, results)
 
 
 if __name__ == "__main__":

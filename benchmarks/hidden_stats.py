@@ -32,6 +32,20 @@ threads), which is less sensitive to other processes sharing the cores.
 
 ``--tile-sweep``: forward + backward of ``hidden4`` at each ``chunk_vocab`` listed (default
 ``chunk_rows``), interleaved in one process (inputs allocated once; time only), medians of ``--runs``.
+
+    python benchmarks/hidden_stats.py --dims 896 --runs 3 --out r.json   # + the raw result
+    python benchmarks/hidden_stats.py --from-json r.json                 # its tables; runs nothing
+
+``--out FILE`` writes (``benchmarks/_result.py``) ``date``, ``machine``, ``command``, ``benchmark``
+and ``results`` (rewritten after each dimension): ``kind`` ("variants", or "tile_sweep" with
+``--tile-sweep``), ``rows``, ``vocab``, ``threads``, ``runs``, ``seed`` and ``dims`` (keyed by D as a
+string). For "variants" also ``variants``, ``modes`` (in order), ``platform``, ``cpus``, and per D
+``seconds``, ``load_average`` (1, 5, 15 min, at its end) and ``measurements`` (``[mode][variant]``:
+every repetition's worker record, ``{variant, mode, time_s, cpu_s, peak_extra_mib, logp_sum,
+entropy_sum}``, + ``grad_h_abs_sum``, ``grad_w_abs_sum``, ``grads_mib`` in ``fwd_bwd``). For
+"tile_sweep" also ``chunk_vocab`` (in order), and per D ``times`` (per ``chunk_vocab`` as a string,
+every repetition's seconds). ``--from-json FILE...`` prints each file's tables (with the settings,
+agreement and target lines of the variants) exactly as the live run printed them.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ import subprocess
 import sys
 import time
 
+import _result  # benchmarks/_result.py
 from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
 from _schedule import interleaved  # benchmarks/_schedule.py
 
@@ -149,26 +164,35 @@ def run(variant: str, mode: str, dim: int, args: argparse.Namespace) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def report(dim: int, pairs, results, args, seconds: float) -> None:
-    load = os.getloadavg()
-    print(
-        f"\nD={dim}: rows={args.rows}, V={args.vocab}, float32, {args.threads} threads, median of {args.runs} "
-        f"fresh processes, {seconds:.0f} s; {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}\n"
-    )
+def report(results: dict, dim: int) -> str:
+    """One dimension's settings line, table (medians, min–max, ratios to logits_ts and trl2, working
+    memory), agreement lines and targets, from a result of the variants (what ``--out`` writes as
+    ``results``; ``dim`` one of its ``dims``)."""
+    variants, modes = results["variants"], results["modes"]
+    pairs = [(v, m) for m in modes for v in variants]
+    d = results["dims"][str(dim)]
+    runs = {(v, m): d["measurements"][m][v] for v, m in pairs}
+    load = d["load_average"]
+    lines = [
+        f"D={dim}: rows={results['rows']}, V={results['vocab']}, float32, {results['threads']} threads, "
+        f"median of {results['runs']} fresh processes, {d['seconds']:.0f} s; {results['platform']}, "
+        f"{results['cpus']} CPUs, load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}",
+        "",
+    ]
     med = {}
-    for p, rs in results.items():
+    for p, rs in runs.items():
         t = statistics.median(r["time_s"] for r in rs)
         m = statistics.median(r["peak_extra_mib"] for r in rs)
         work = statistics.median(r["peak_extra_mib"] - r.get("grads_mib", 0.0) for r in rs)
         cpu = statistics.median(r["cpu_s"] for r in rs)
         med[p] = (t, m, work, cpu)
-    print("| variant | mode | median time (s) | min–max (s) | × logits_ts time | × trl2 time | CPU s | × logits_ts CPU "
-          "| × trl2 CPU | peak extra MiB | working MiB | × logits_ts peak | × logits_ts working |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    header = ["variant", "mode", "median time (s)", "min–max (s)", "× logits_ts time", "× trl2 time", "CPU s",
+              "× logits_ts CPU", "× trl2 CPU", "peak extra MiB", "working MiB", "× logits_ts peak",
+              "× logits_ts working"]  # fmt: skip
+    table = []
     for v, m in pairs:
         t, mem, work, cpu = med[(v, m)]
-        ts = [r["time_s"] for r in results[(v, m)]]
+        ts = [r["time_s"] for r in runs[(v, m)]]
         base, trl = med.get(("logits_ts", m)), med.get(("trl2", m))
         rt = f"{t / base[0]:.2f}" if base else "—"
         rtrl = f"{t / trl[0]:.2f}" if trl else "—"
@@ -176,17 +200,18 @@ def report(dim: int, pairs, results, args, seconds: float) -> None:
         rw = f"{work / base[2]:.3f}" if base and base[2] > 0 else "—"
         rc = f"{cpu / base[3]:.2f}" if base else "—"
         rctrl = f"{cpu / trl[3]:.2f}" if trl else "—"
-        print(f"| {v} | {m} | {t:.2f} | {min(ts):.2f}–{max(ts):.2f} | {rt} | {rtrl} | {cpu:.1f} | {rc} | {rctrl} "
-              f"| {mem:.0f} | {work:.0f} | {rm} | {rw} |")  # fmt: skip
-    for m in {m for _, m in pairs}:
-        for v in {v for v, mm in pairs if mm == m}:
+        table.append([v, m, f"{t:.2f}", f"{min(ts):.2f}–{max(ts):.2f}", rt, rtrl, f"{cpu:.1f}", rc, rctrl,
+                      f"{mem:.0f}", f"{work:.0f}", rm, rw])  # fmt: skip
+    lines.append(_result.markdown_table(header, table))
+    for m in modes:
+        for v in variants:
             # the gradients of four statistics compare with logits_ts, those of two with naive
             other = {"hidden4": "logits_ts", "logits_ts": "hidden4"}.get(v, "naive")
-            ref = results.get((other, m)) or results[pairs[0]]
-            a, b = results[(v, m)][0], ref[0]
+            ref = runs.get((other, m)) or runs[next(p for p in pairs if p[1] == m)]
+            a, b = runs[(v, m)][0], ref[0]
             keys = ["logp_sum", "entropy_sum"] + (["grad_h_abs_sum", "grad_w_abs_sum"] if m == "fwd_bwd" else [])
-            d = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in keys)
-            print(f"{m} {v}: relative difference of Σlogp, ΣH (and Σ|∇h|, Σ|∇W|) to {b['variant']}: {d:.1e}")
+            rel = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in keys)
+            lines.append(f"{m} {v}: relative difference of Σlogp, ΣH (and Σ|∇h|, Σ|∇W|) to {b['variant']}: {rel:.1e}")
     need = [(v, "fwd_bwd") for v in ("hidden2", "hidden4", "logits_ts", "trl2")]
     if all(p in med for p in need):
         h2, h4, ts, trl = (med[p] for p in need)
@@ -201,12 +226,37 @@ def report(dim: int, pairs, results, args, seconds: float) -> None:
             ("CPU time hidden2 / trl2 ≤ 1.0", h2[3] / trl[3], 1.0),
             ("CPU time hidden4 / trl2 ≤ 1.2", h4[3] / trl[3], 1.2),
         ]
-        print(f"\ntargets (forward+backward, D={dim}):")
-        for name, val, lim in checks:
-            print(f"- {name}: {val:.3f} → {'met' if val <= lim else 'NOT met'}")
+        lines.append(f"\ntargets (forward+backward, D={dim}):")
+        lines += [f"- {name}: {val:.3f} → {'met' if val <= lim else 'NOT met'}" for name, val, lim in checks]
+    return "\n".join(lines)
 
 
-def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> None:
+def tile_table(results: dict, dim: int) -> str:
+    """One dimension's table of a tile sweep (what ``--tile-sweep --out`` writes as ``results``):
+    median and min–max forward + backward seconds at each ``chunk_vocab``."""
+    times = results["dims"][str(dim)]["times"]
+    header = [f"chunk_vocab (D={dim}, {results['rows']} rows, V={results['vocab']})", "median fwd+bwd (s)",
+              "min–max (s)"]  # fmt: skip
+    rows = []
+    for c in results["chunk_vocab"]:
+        ts = times[str(c)]
+        rows.append([str(c), f"{statistics.median(ts):.2f}", f"{min(ts):.2f}–{max(ts):.2f}"])
+    return _result.markdown_table(header, rows)
+
+
+def tables(results: dict) -> str:
+    """Every dimension's report (or tile-sweep table) of one result, as the live run printed them."""
+    printer = tile_table if results["kind"] == "tile_sweep" else report
+    return "\n\n".join(printer(results, int(dim)) for dim in results["dims"])
+
+
+def print_saved(paths: list[str]) -> None:
+    """``--from-json``: the tables of each saved result, measuring nothing."""
+    print("\n\n".join(tables(_result.read(p)["results"]) for p in paths))
+
+
+def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> dict[str, list[float]]:
+    """Seconds of each repetition at each ``chunk_vocab`` (keys: ``str(chunk_vocab)``)."""
     import torch
 
     from entflow.core.hidden_stats import token_stats_from_hidden
@@ -225,10 +275,7 @@ def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> None:
             sum(o.sum() for o in out).backward()
             times[c].append(time.perf_counter() - t0)
             print(f"D={dim} chunk_vocab={c}: {times[c][-1]:.2f} s", flush=True)
-    print(f"\n| chunk_vocab (D={dim}, {args.rows} rows, V={args.vocab}) | median fwd+bwd (s) | min–max (s) |")
-    print("|---:|---:|---:|")
-    for c in cols:
-        print(f"| {c} | {statistics.median(times[c]):.2f} | {min(times[c]):.2f}–{max(times[c]):.2f} |")
+    return {str(c): t for c, t in times.items()}
 
 
 def main() -> None:
@@ -243,27 +290,49 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--tile-sweep", default=None, help="comma-separated chunk_vocab values to time (hidden4)")
     ap.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
+    _result.add_arguments(ap)
     args = ap.parse_args()
+    if args.from_json:
+        print_saved(args.from_json)
+        return
+    settings = {"rows": args.rows, "vocab": args.vocab, "threads": args.threads, "runs": args.runs, "seed": args.seed}
     if args.tile_sweep:
+        cols = [int(c) for c in args.tile_sweep.split(",")]
+        results = {"kind": "tile_sweep", **settings, "chunk_vocab": cols, "dims": {}}
         for dim in (int(d) for d in args.dims.split(",")):
-            tile_sweep(dim, [int(c) for c in args.tile_sweep.split(",")], args)
+            results["dims"][str(dim)] = {"times": tile_sweep(dim, cols, args)}
+            print()
+            print(tile_table(results, dim))
+            if args.out:  # after every dimension, so a later one that fails keeps the earlier
+                _result.write(args.out, results)
         return
     if args.worker:
         v, m, d = args.worker
         print(json.dumps(worker(v, m, args.rows, args.vocab, int(d), args.threads, args.seed)))
         return
 
-    pairs = [(v, m) for m in args.modes.split(",") for v in args.variants.split(",")]
+    variants, modes = args.variants.split(","), args.modes.split(",")
+    pairs = [(v, m) for m in modes for v in variants]
+    results = {"kind": "variants", **settings, "variants": variants, "modes": modes}
+    results |= {"platform": platform.machine(), "cpus": os.cpu_count(), "dims": {}}
     for dim in (int(d) for d in args.dims.split(",")):
-        results: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
+        measurements: dict[str, dict[str, list[dict]]] = {m: {v: [] for v in variants} for m in modes}
         start = time.time()
         for rep, order in interleaved(pairs, args.runs):
             for v, m in order:
                 r = run(v, m, dim, args)
-                results[(v, m)].append(r)
+                measurements[m][v].append(r)
                 print(f"D={dim} run {rep + 1}/{args.runs} {v:9s} {m:8s} {r['time_s']:8.2f} s "
                       f"{r['peak_extra_mib']:8.0f} MiB", flush=True)  # fmt: skip
-        report(dim, pairs, results, args, time.time() - start)
+        results["dims"][str(dim)] = {
+            "seconds": time.time() - start,
+            "load_average": list(os.getloadavg()),
+            "measurements": measurements,
+        }
+        print()
+        print(report(results, dim))
+        if args.out:  # after every dimension, so a later one that fails keeps the earlier
+            _result.write(args.out, results)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,16 @@ rotated every repetition; the median of ``--runs`` is reported, with ratios to T
 
     python benchmarks/peer_token_stats.py                 # 1,024 rows × V = 151,936, 2 threads, 3 runs
     python benchmarks/peer_token_stats.py --rows 64 --runs 1   # smoke run
+    python benchmarks/peer_token_stats.py --rows 1024 --runs 3 --out r.json   # + the raw result
+    python benchmarks/peer_token_stats.py --from-json r.json   # the report of a saved result; runs nothing
+
+``--out FILE`` writes (``benchmarks/_result.py``) ``date``, ``machine``, ``command``, ``benchmark``
+and ``results``: ``rows``, ``vocab``, ``threads``, ``clock``, ``runs``, ``seed``, ``variants`` and
+``modes`` (in order), ``seconds`` (the whole run), ``platform``, ``cpus``, ``load_average`` (1, 5,
+15 min, at the end) and ``measurements`` (``[mode][variant]``: every repetition's worker record,
+``{variant, mode, time_s, peak_extra_mib, logp_sum, entropy_sum}``, + ``grad_abs_sum`` in
+``fwd_bwd``). ``--from-json FILE...`` prints each file's report (the settings line, the Markdown
+table, the agreement lines and the targets) exactly as the live run printed it.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import subprocess
 import sys
 import time
 
+import _result  # benchmarks/_result.py
 from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
 from _schedule import interleaved  # benchmarks/_schedule.py
 
@@ -119,6 +130,58 @@ def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def report(results: dict) -> str:
+    """The settings line, the table (medians, min–max, ratios to TRL), the agreement lines and the
+    targets of one result (what ``--out`` writes as ``results``)."""
+    variants, modes = results["variants"], results["modes"]
+    pairs = [(v, m) for m in modes for v in variants]
+    runs = {(v, m): results["measurements"][m][v] for v, m in pairs}
+    rows, vocab, load = results["rows"], results["vocab"], results["load_average"]
+    lines = [
+        f"rows={rows}, V={vocab}, float32 logits ({rows * vocab * 4 / MIB:.0f} MiB), "
+        f"{results['threads']} threads, {results['clock']} clock, median of {results['runs']} fresh processes, "
+        f"{results['seconds']:.0f} s; "
+        f"{results['platform']}, {results['cpus']} CPUs, "
+        f"load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}",
+        "",
+    ]
+    med = {p: (statistics.median(r["time_s"] for r in rs), statistics.median(r["peak_extra_mib"] for r in rs))
+           for p, rs in runs.items()}  # fmt: skip
+    header = ["variant", "mode", "median time (s)", "min–max (s)", "× TRL time", "peak extra MiB", "× TRL memory"]
+    table = []
+    for v, m in pairs:
+        t, mem = med[(v, m)]
+        ts = [r["time_s"] for r in runs[(v, m)]]
+        trl = med.get(("trl", m))
+        rt = f"{t / trl[0]:.2f}" if trl else "—"
+        rm = f"{mem / trl[1]:.2f}" if trl and trl[1] > 0 else "—"
+        table.append([v, m, f"{t:.3f}", f"{min(ts):.3f}–{max(ts):.3f}", rt, f"{mem:.0f}", rm])
+    lines.append(_result.markdown_table(header, table))
+    # agreement: every variant computes the same logp and entropy
+    for m in modes:
+        ref = runs.get(("naive", m)) or runs[pairs[0]]
+        for v in variants:
+            a, b = runs[(v, m)][0], ref[0]
+            d = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in ("logp_sum", "entropy_sum"))
+            lines.append(f"{m} {v}: relative difference of Σlogp, ΣH to {ref[0]['variant']}: {d:.1e}")
+    if all(("trl", m) in med and (f"entflow{n}", m) in med for m in MODES for n in (2, 4)):
+        r2f, r2b = (med[("entflow2", m)][0] / med[("trl", m)][0] for m in MODES)
+        r4f, r4b = (med[("entflow4", m)][0] / med[("trl", m)][0] for m in MODES)
+        mem = med[("entflow2", "fwd_bwd")][1] / med[("trl", "fwd_bwd")][1]
+        ok = r2f <= 0.8 and r2b <= 0.8 and mem <= 1.0 and r4f <= 1.0 and r4b <= 1.0
+        lines.append(
+            f"\ntargets: logp+entropy fwd {r2f:.2f}× and fwd+bwd {r2b:.2f}× TRL (≤ 0.8), "
+            f"memory {mem:.2f}× TRL (≤ 1), four stats fwd {r4f:.2f}× / fwd+bwd {r4b:.2f}× TRL's two (≤ 1): "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
+    return "\n".join(lines)
+
+
+def print_saved(paths: list[str]) -> None:
+    """``--from-json``: the report of each saved result, measuring nothing."""
+    print("\n\n".join(report(_result.read(p)["results"]) for p in paths))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1024)
@@ -135,57 +198,45 @@ def main() -> None:
         help="cpu: process CPU time (use with --threads 1 on a loaded machine)",
     )
     ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
+    _result.add_arguments(ap)
     args = ap.parse_args()
+    if args.from_json:
+        print_saved(args.from_json)
+        return
     if args.worker:
         print(json.dumps(worker(*args.worker, args.rows, args.vocab, args.threads, args.seed, args.clock)))
         return
 
-    pairs = [(v, m) for m in args.modes.split(",") for v in args.variants.split(",")]
-    results: dict[tuple[str, str], list[dict]] = {p: [] for p in pairs}
+    variants, modes = args.variants.split(","), args.modes.split(",")
+    pairs = [(v, m) for m in modes for v in variants]
+    measurements: dict[str, dict[str, list[dict]]] = {m: {v: [] for v in variants} for m in modes}
     start = time.time()
     for rep, order in interleaved(pairs, args.runs):
         for v, m in order:
             r = run(v, m, args)
-            results[(v, m)].append(r)
+            measurements[m][v].append(r)
             line = f"{v:9s} {m:8s} {r['time_s']:8.3f} s {r['peak_extra_mib']:8.0f} MiB"
             print(f"run {rep + 1}/{args.runs} {line}", flush=True)
 
-    load = os.getloadavg()
-    print(
-        f"\nrows={args.rows}, V={args.vocab}, float32 logits ({args.rows * args.vocab * 4 / MIB:.0f} MiB), "
-        f"{args.threads} threads, {args.clock} clock, median of {args.runs} fresh processes, "
-        f"{time.time() - start:.0f} s; "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}\n"
-    )
-    med = {p: (statistics.median(r["time_s"] for r in rs), statistics.median(r["peak_extra_mib"] for r in rs))
-           for p, rs in results.items()}  # fmt: skip
-    print("| variant | mode | median time (s) | min–max (s) | × TRL time | peak extra MiB | × TRL memory |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for v, m in pairs:
-        t, mem = med[(v, m)]
-        ts = [r["time_s"] for r in results[(v, m)]]
-        trl = med.get(("trl", m))
-        rt = f"{t / trl[0]:.2f}" if trl else "—"
-        rm = f"{mem / trl[1]:.2f}" if trl and trl[1] > 0 else "—"
-        print(f"| {v} | {m} | {t:.3f} | {min(ts):.3f}–{max(ts):.3f} | {rt} | {mem:.0f} | {rm} |")
-    # agreement: every variant computes the same logp and entropy
-    for m in args.modes.split(","):
-        ref = results.get(("naive", m)) or results[pairs[0]]
-        for v in args.variants.split(","):
-            a, b = results[(v, m)][0], ref[0]
-            d = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in ("logp_sum", "entropy_sum"))
-            print(f"{m} {v}: relative difference of Σlogp, ΣH to {ref[0]['variant']}: {d:.1e}")
-    if all(("trl", m) in med and (f"entflow{n}", m) in med for m in MODES for n in (2, 4)):
-        r2f, r2b = (med[("entflow2", m)][0] / med[("trl", m)][0] for m in MODES)
-        r4f, r4b = (med[("entflow4", m)][0] / med[("trl", m)][0] for m in MODES)
-        mem = med[("entflow2", "fwd_bwd")][1] / med[("trl", "fwd_bwd")][1]
-        ok = r2f <= 0.8 and r2b <= 0.8 and mem <= 1.0 and r4f <= 1.0 and r4b <= 1.0
-        print(
-            f"\ntargets: logp+entropy fwd {r2f:.2f}× and fwd+bwd {r2b:.2f}× TRL (≤ 0.8), "
-            f"memory {mem:.2f}× TRL (≤ 1), four stats fwd {r4f:.2f}× / fwd+bwd {r4b:.2f}× TRL's two (≤ 1): "
-            f"{'PASS' if ok else 'FAIL'}"
-        )
+    results = {
+        "rows": args.rows,
+        "vocab": args.vocab,
+        "threads": args.threads,
+        "clock": args.clock,
+        "runs": args.runs,
+        "seed": args.seed,
+        "variants": variants,
+        "modes": modes,
+        "seconds": time.time() - start,
+        "platform": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "measurements": measurements,
+    }
+    print()
+    print(report(results))
+    if args.out:
+        _result.write(args.out, results)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,16 @@ Variants: ``naive`` (forward), ``chunked`` (forward), ``chunked_fwd_bwd`` (forwa
 a random linear combination of the four outputs; its figure includes the [tokens, vocab]
 gradient itself, which any backward must allocate). ``--naive-backward`` adds
 ``naive_fwd_bwd`` (needs several GiB more memory).
+
+    python benchmarks/token_stats.py --runs 3 --out r.json    # + the raw result (date, machine, command)
+    python benchmarks/token_stats.py --from-json r.json       # the report of a saved result; runs nothing
+
+``--out FILE`` writes (``benchmarks/_result.py``) ``date``, ``machine``, ``command``, ``benchmark``
+and ``results``: ``tokens``, ``vocab``, ``chunk`` ("auto" or the rows given), ``auto_chunk_rows``
+(``auto_chunk_size(vocab)``), ``runs``, ``seed``, ``torch_threads``, ``variants`` (in order) and
+``measurements`` (per variant, every repetition's ``{variant, time_s, peak_extra_mib, check}``,
+``check`` being the sum of all outputs). ``--from-json FILE...`` prints each file's report (the
+settings line, the Markdown table, the ratios and the verdict) exactly as the live run printed it.
 """
 
 from __future__ import annotations
@@ -27,8 +37,8 @@ import subprocess
 import sys
 import time
 
+import _result  # benchmarks/_result.py
 from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
-from entflow.core.token_stats import auto_chunk_size
 
 MIB = 1024 * 1024
 
@@ -100,6 +110,54 @@ def run_variant(variant: str, args: argparse.Namespace, seed: int) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def report(results: dict) -> str:
+    """The settings line, the table of medians and min–max, the chunked / naive ratios and the
+    acceptance verdict of one result (what ``--out`` writes as ``results``)."""
+    runs = results["measurements"]
+    variants = results["variants"]
+    fwd = [runs[v][0]["check"] for v in ("naive", "chunked")]
+    rel = abs(fwd[0] - fwd[1]) / max(abs(fwd[0]), 1e-12)
+    logits_mib = results["tokens"] * results["vocab"] * 4 / MIB
+    auto = f" (= {results['auto_chunk_rows']} rows)" if results["chunk"] == "auto" else ""
+    lines = [
+        f"tokens={results['tokens']}, vocab={results['vocab']}, float32, chunk_size={results['chunk']}{auto}, "
+        f"runs={results['runs']} (median; min–max), logits = {logits_mib:.0f} MiB; "
+        f"torch threads = {results['torch_threads']}",
+        "",
+    ]
+    header = [
+        "variant",
+        "median time (s)",
+        "time min–max (s)",
+        "median peak extra memory (MiB)",
+        "memory min–max (MiB)",
+    ]
+    rows = []
+    med = {}
+    for v in variants:
+        ts = [r["time_s"] for r in runs[v]]
+        ms = [r["peak_extra_mib"] for r in runs[v]]
+        med[v] = (statistics.median(ts), statistics.median(ms))
+        rows.append(
+            [v, f"{med[v][0]:.3f}", f"{min(ts):.3f}–{max(ts):.3f}", f"{med[v][1]:.0f}", f"{min(ms):.0f}–{max(ms):.0f}"]
+        )
+    lines += [_result.markdown_table(header, rows), ""]
+    t_ratio = med["chunked"][0] / med["naive"][0]
+    m_ratio = med["chunked"][1] / max(med["naive"][1], 1e-9)
+    ok = m_ratio <= 1 / 8 and t_ratio <= 1.2
+    lines += [
+        f"chunked / naive: time {t_ratio:.2f}×, peak extra memory {m_ratio:.3f}× (1/{1 / max(m_ratio, 1e-9):.1f})",
+        f"sum of all outputs, naive vs chunked: relative difference {rel:.2e}",
+        f"acceptance (memory ≤ 1/8 of naive at ≤ 1.2× naive time): {'PASS' if ok else 'FAIL'}",
+    ]
+    return "\n".join(lines)
+
+
+def print_saved(paths: list[str]) -> None:
+    """``--from-json``: the report of each saved result, measuring nothing."""
+    print("\n\n".join(report(_result.read(p)["results"]) for p in paths))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=2048)
@@ -110,55 +168,49 @@ def main() -> None:
     ap.add_argument("--no-backward", action="store_true", help="skip chunked forward+backward")
     ap.add_argument("--naive-backward", action="store_true", help="also naive forward+backward (memory-hungry)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    _result.add_arguments(ap)
     args = ap.parse_args()
 
+    if args.from_json:
+        print_saved(args.from_json)
+        return
     if args.worker:
         chunk = None if args.chunk == "auto" else int(args.chunk)
         print(json.dumps(worker(args.worker, args.tokens, args.vocab, chunk, args.seed)))
         return
+
+    import torch
+
+    from entflow.core.token_stats import auto_chunk_size
 
     variants = ["naive", "chunked"]
     if not args.no_backward:
         variants.append("chunked_fwd_bwd")
     if args.naive_backward:
         variants.append("naive_fwd_bwd")
-    results: dict[str, list[dict]] = {v: [] for v in variants}
+    measurements: dict[str, list[dict]] = {v: [] for v in variants}
     for rep in range(args.runs):
         order = variants if rep % 2 == 0 else variants[::-1]
         for v in order:
             r = run_variant(v, args, args.seed)
-            results[v].append(r)
+            measurements[v].append(r)
             print(f"run {rep + 1}/{args.runs} {v:16s} {r['time_s']:7.3f} s  {r['peak_extra_mib']:9.1f} MiB", flush=True)
 
-    checks = {v: results[v][0]["check"] for v in variants}
-    fwd = [checks[v] for v in ("naive", "chunked")]
-    rel = abs(fwd[0] - fwd[1]) / max(abs(fwd[0]), 1e-12)
-    logits_mib = args.tokens * args.vocab * 4 / MIB
+    results = {
+        "tokens": args.tokens,
+        "vocab": args.vocab,
+        "chunk": args.chunk,
+        "auto_chunk_rows": auto_chunk_size(args.vocab),
+        "runs": args.runs,
+        "seed": args.seed,
+        "torch_threads": torch.get_num_threads(),
+        "variants": variants,
+        "measurements": measurements,
+    }
     print()
-    print(
-        f"tokens={args.tokens}, vocab={args.vocab}, float32, chunk_size={args.chunk}"
-        f"{f' (= {auto_chunk_size(args.vocab)} rows)' if args.chunk == 'auto' else ''}, "
-        f"runs={args.runs} (median; min–max), logits = {logits_mib:.0f} MiB; "
-        f"torch threads = {__import__('torch').get_num_threads()}"
-    )
-    print()
-    print("| variant | median time (s) | time min–max (s) | median peak extra memory (MiB) | memory min–max (MiB) |")
-    print("|---|---:|---:|---:|---:|")
-    med = {}
-    for v in variants:
-        ts = [r["time_s"] for r in results[v]]
-        ms = [r["peak_extra_mib"] for r in results[v]]
-        med[v] = (statistics.median(ts), statistics.median(ms))
-        print(
-            f"| {v} | {med[v][0]:.3f} | {min(ts):.3f}–{max(ts):.3f} | {med[v][1]:.0f} | {min(ms):.0f}–{max(ms):.0f} |"
-        )
-    print()
-    t_ratio = med["chunked"][0] / med["naive"][0]
-    m_ratio = med["chunked"][1] / max(med["naive"][1], 1e-9)
-    print(f"chunked / naive: time {t_ratio:.2f}×, peak extra memory {m_ratio:.3f}× (1/{1 / max(m_ratio, 1e-9):.1f})")
-    print(f"sum of all outputs, naive vs chunked: relative difference {rel:.2e}")
-    ok = m_ratio <= 1 / 8 and t_ratio <= 1.2
-    print(f"acceptance (memory ≤ 1/8 of naive at ≤ 1.2× naive time): {'PASS' if ok else 'FAIL'}")
+    print(report(results))
+    if args.out:
+        _result.write(args.out, results)
 
 
 if __name__ == "__main__":

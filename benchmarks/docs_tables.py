@@ -577,6 +577,35 @@ def bench_script(key: str, first: dict) -> str:
     return script
 
 
+def tables_only(out: str) -> list[str]:
+    """An older printer's output as the page shows it: its Markdown rows, and the prose between two
+    tables set apart (what it prints before the first table and after the last is left out)."""
+    table: list[str] = []
+    between: list[str] = []
+    for line in out.splitlines():
+        if line.startswith("|"):
+            if table and between:
+                table += ["", *between, ""]
+            between = []
+            table.append(line)
+        elif table and line.strip():
+            between.append(line.strip())
+    return table
+
+
+def whole_output(out: str) -> list[str]:
+    """A ``_result.py`` printer's whole output as Markdown: tables and ``- `` lists as printed, every
+    other line its own paragraph (so the settings, ratios and verdict lines do not run together)."""
+    lines: list[str] = []
+    for line in out.strip("\n").splitlines():
+        block = line.startswith(("|", "- "))
+        if lines and lines[-1] and (not block or not lines[-1].startswith(("|", "- "))):
+            lines.append("")
+        if line.strip() or (lines and lines[-1]):
+            lines.append(line.rstrip())
+    return [ln for i, ln in enumerate(lines) if ln or (i and lines[i - 1])]
+
+
 def print_bench(key: str, root: Path) -> str:
     """Caption and table of a benchmark whose raw JSON provenance.json names: the table the
     benchmark's own ``--from-json`` prints (its Markdown rows, and the prose between two tables).
@@ -596,16 +625,7 @@ def print_bench(key: str, root: Path) -> str:
     )
     if res.returncode:
         raise RuntimeError(f"{bench_script(key, first)} --from-json exited {res.returncode}: {res.stderr[-2000:]}")
-    table: list[str] = []  # its Markdown rows; prose between two tables is kept, set apart
-    between: list[str] = []
-    for line in res.stdout.splitlines():
-        if line.startswith("|"):
-            if table and between:
-                table += ["", *between, ""]
-            between = []
-            table.append(line)
-        elif table and line.strip():
-            between.append(line.strip())
+    table = whole_output(res.stdout) if "benchmark" in first else tables_only(res.stdout)
     meta = {k: b.get(k) or first.get(k) for k in ("date", "machine", "command")}
     if not all(meta.values()):
         raise KeyError(f"benchmark {key!r}: no {[k for k, v in meta.items() if not v]} in {PROVENANCE} or its file")

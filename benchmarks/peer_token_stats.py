@@ -55,8 +55,9 @@ def _function(variant: str):
 
     if variant.startswith("entflow"):
         import entflow as ef
+        from entflow.core.stats_common import STAT_NAMES
 
-        stats = ("logp", "entropy") if variant == "entflow2" else ef.core.token_stats.STAT_NAMES
+        stats = ("logp", "entropy") if variant == "entflow2" else STAT_NAMES
 
         def f(x, ids):
             return tuple(o for o in ef.token_stats(x, ids, stats=stats) if o is not None)

@@ -132,3 +132,20 @@ def test_tiny_live_run_round_trips(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert live.endswith("\n\n" + printed)  # the progress lines, a blank line, then the same report
     assert printed == pt.report(saved) + "\n"
+
+
+TINY = ["--rows", "8", "--vocab", "64", "--threads", "1", "--seed", "0", "--clock", "cpu"]
+
+
+def test_every_entflow_worker_runs_in_a_fresh_process():
+    """The workers run as fresh processes, where only what they import themselves exists (a lazy
+    attribute that an in-process test had imported once hid a crash of ``entflow4``)."""
+    for variant in ("entflow2", "entflow4"):
+        res = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "peer_token_stats.py"), "--worker", variant, "fwd", *TINY],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr[-1500:]
+        assert f'"variant": "{variant}"' in res.stdout

@@ -21,8 +21,8 @@ def interleaved(variants: Sequence[T], runs: int) -> Iterator[tuple[int, list[T]
         yield rep, order[::-1] if rep % 2 else order
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds per call of each function over ``reps`` repetitions, each function once per
+def interleaved_times(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
+    """Seconds of each call of each function over ``reps`` repetitions, each function once per
     repetition in :func:`interleaved`'s order, after one warm-up call each."""
     for f in fns.values():
         f()
@@ -32,4 +32,9 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], reps: int) -> dict
             t0 = time.perf_counter()
             fns[k]()
             times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds per call of each function over :func:`interleaved_times`' repetitions."""
+    return {k: statistics.median(v) for k, v in interleaved_times(fns, reps).items()}

@@ -12,7 +12,11 @@ on a GPU the fast path also removes ~20 stream synchronisations per call (untest
 
 Usage::
 
-    python benchmarks/fast_path.py [--n 64] [--t 1024] [--rounds 20]
+    python benchmarks/fast_path.py [--n 64] [--t 1024] [--rounds 20] [--out r.json]
+    python benchmarks/fast_path.py --from-json r.json     # the table of a saved result
+
+``--out`` writes every round's CPU seconds per method and path (``benchmarks/_result.py``);
+``--from-json`` prints the table from such a file and runs nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +26,9 @@ import random
 import statistics
 import time
 
-import torch
+import _result  # benchmarks/_result.py
 
-import entflow as ef
-
+PATHS = ("fast", "none", "global")
 METHODS = [
     ("grpo", {}),
     ("steer", {}),
@@ -38,6 +41,10 @@ METHODS = [
 
 
 def make_steps(n: int, t: int) -> dict[str, object]:
+    import torch
+
+    import entflow as ef
+
     g = torch.Generator().manual_seed(0)
     base = -torch.rand(n, t, generator=g) * 3
     old_logp = base + 0.05 * torch.randn(n, t, generator=g)
@@ -74,32 +81,52 @@ def make_steps(n: int, t: int) -> dict[str, object]:
     return steps
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--t", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=20)
-    args = ap.parse_args()
+def measure(n: int, t: int, rounds: int) -> dict:
+    """Every round's process CPU seconds of each ``method/path`` step (two warm-up rounds dropped)."""
+    import torch
+
     torch.set_num_threads(1)
-    steps = make_steps(args.n, args.t)
+    steps = make_steps(n, t)
     times: dict[str, list[float]] = {k: [] for k in steps}
     rng = random.Random(0)
     names = list(steps)
-    for r in range(args.rounds + 2):
+    for r in range(rounds + 2):
         rng.shuffle(names)
         for k in names:
             t0 = time.process_time()
             steps[k]()
             if r >= 2:
                 times[k].append(time.process_time() - t0)
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"[{args.n}, {args.t}] float32, 1 thread, CPU time, median of {args.rounds} rounds")
-    print("| method | default ms | fast ms (× default) | none ms (× default) | global (2 micro-b.) ms (× default) |")
-    print("|---|---:|---:|---:|---:|")
-    for name, _ in METHODS:
+    return {"n": n, "t": t, "rounds": rounds, "threads": 1, "clock": "process CPU time", "seconds": times}
+
+
+def report(results: dict) -> str:
+    """The settings line and the table: each method's default-path ms and the other paths' (× default)."""
+    med = {k: statistics.median(v) * 1e3 for k, v in results["seconds"].items()}
+    head = f"[{results['n']}, {results['t']}] float32, 1 thread, CPU time, median of {results['rounds']} rounds"
+    rows = []
+    for name in dict.fromkeys(k.split("/")[0] for k in med):
         d = med[f"{name}/default"]
-        cells = [f"{med[f'{name}/{v}']:.1f} ({med[f'{name}/{v}'] / d:.2f})" for v in ("fast", "none", "global")]
-        print(f"| {name} | {d:.1f} | " + " | ".join(cells) + " |")
+        rows.append([name, f"{d:.1f}", *(f"{med[f'{name}/{v}']:.1f} ({med[f'{name}/{v}'] / d:.2f})" for v in PATHS)])
+    header = ["method", "default ms", "fast ms (× default)", "none ms (× default)"]
+    header.append("global (2 micro-b.) ms (× default)")
+    return head + "\n\n" + _result.markdown_table(header, rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--t", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=20)
+    _result.add_arguments(ap)
+    args = ap.parse_args()
+    if args.from_json:
+        print("\n\n".join(report(_result.read(f)["results"]) for f in args.from_json))
+        return
+    results = measure(args.n, args.t, args.rounds)
+    print(report(results))
+    if args.out:
+        _result.write(args.out, results)
 
 
 if __name__ == "__main__":

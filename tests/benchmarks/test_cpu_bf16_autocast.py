@@ -1,0 +1,40 @@
+"""benchmarks/cpu_bf16_autocast.py: the table from hand-made call times, and ``--from-json``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _result  # noqa: E402  (benchmarks/_result.py)
+import cpu_bf16_autocast as bf  # noqa: E402
+
+RESULTS = {
+    "torch": "2.13.0+cpu",
+    "cpu_capability": "AVX2",
+    "native_bf16": False,
+    "threads": 1,
+    "rows": 256,
+    "runs": 3,
+    "seconds": {"float32": [0.010, 0.012, 0.030], "bf16 autocast": [0.050, 0.024, 0.036]},
+}
+
+
+def test_report_by_hand():
+    """Medians 12 ms and 36 ms (not the means, 17.3 and 36.7): bf16 costs 3.00× float32."""
+    out = bf.report(RESULTS)
+    assert "native bfloat16: no" in out and "median of 3 interleaved calls" in out
+    assert "| float32 | 12.0 | 10.0–30.0 | 1.00 |" in out
+    assert "| bf16 autocast | 36.0 | 24.0–50.0 | 3.00 |" in out
+
+
+def test_from_json_prints_the_saved_table(tmp_path):
+    path = tmp_path / "r.json"
+    _result.write(path, RESULTS)
+    script = ROOT / "benchmarks" / "cpu_bf16_autocast.py"
+    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == bf.report(RESULTS) + "\n"

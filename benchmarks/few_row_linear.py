@@ -11,6 +11,9 @@ SmolLM2-135M's ``generate`` with and without :func:`few_row_linears`.
 3. ``entflow.trainer.rollout.generate`` of P = 4 prompts × G = 4 responses × 32 new tokens
    (``basic_arithmetic``, shared prompts): plain, with :func:`few_row_linears`, and with it on the
    LM head alone, interleaved, seconds per call.
+
+``--out r.json`` writes every call's seconds of the three parts (``benchmarks/_result.py``);
+``python benchmarks/few_row_linear.py --from-json r.json`` prints the tables from it and runs nothing.
 """
 
 from __future__ import annotations
@@ -19,32 +22,44 @@ import argparse
 import contextlib
 import functools
 import random
+import statistics
 
-import torch
-from torch.nn import functional
-
-from _schedule import interleaved_medians  # benchmarks/_schedule.py
-from entflow.trainer.few_row_linear import linear_few_rows
+import _result  # benchmarks/_result.py
 
 SMOL = {"q/o": (576, 576), "k/v": (192, 576), "gate/up": (1536, 576), "down": (576, 1536), "lm_head": (49152, 576)}
 LAB = {"lab mlp": (512, 128)}
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 264)
 
 
-def one_layer() -> None:
-    print("| weight | shape | rows | F.linear ms | (W @ xᵀ)ᵀ ms | ratio |\n|---|---|---:|---:|---:|---:|")
+def one_layer() -> list[dict]:
+    """Per weight shape and row count: every interleaved call's seconds of ``plain`` and ``few``."""
+    import torch
+    from torch.nn import functional
+
+    from _schedule import interleaved_times  # benchmarks/_schedule.py
+    from entflow.trainer.few_row_linear import linear_few_rows
+
+    out = []
     for name, (n, k) in {**SMOL, **LAB}.items():
         w = torch.randn(n, k)
         for m in ROWS:
             x = torch.randn(m, k)
             reps = 5 if n * m > 5_000_000 else 30
             plain, few = (lambda x=x, w=w: functional.linear(x, w)), (lambda x=x, w=w: linear_few_rows(x, w))
-            t = interleaved_medians({"plain": plain, "few": few}, reps)
-            ms = f"{t['plain'] * 1e3:.3f} | {t['few'] * 1e3:.3f}"
-            print(f"| {name} | {n}×{k} | {m} | {ms} | {t['few'] / t['plain']:.2f} |")
+            out.append(
+                {"weight": name, "shape": [n, k], "rows": m, **interleaved_times({"plain": plain, "few": few}, reps)}
+            )
+    return out
 
 
-def decoding_stack(rows: int = 16) -> None:
+def decoding_stack(rows: int = 16) -> dict:
+    """A decoding step's 30 × 7 weights on ``rows`` rows: every interleaved pass's seconds."""
+    import torch
+    from torch.nn import functional
+
+    from _schedule import interleaved_times  # benchmarks/_schedule.py
+    from entflow.trainer.few_row_linear import linear_few_rows
+
     shapes = [SMOL["q/o"], SMOL["k/v"], SMOL["k/v"], SMOL["q/o"], SMOL["gate/up"], SMOL["gate/up"], SMOL["down"]]
     layers = [[torch.randn(*s) for s in shapes] for _ in range(30)]
     xs = {576: torch.randn(rows, 576), 1536: torch.randn(rows, 1536)}
@@ -52,15 +67,15 @@ def decoding_stack(rows: int = 16) -> None:
     def stack(fn):
         return lambda: [fn(xs[w.shape[1]], w) for ws in layers for w in ws]
 
-    t = interleaved_medians({"plain": stack(functional.linear), "few": stack(linear_few_rows)}, 20)
-    print(
-        f"\n30 layers × 7 weights, {rows} rows (weights from memory): F.linear {t['plain'] * 1e3:.1f} ms, "
-        f"(W @ xᵀ)ᵀ {t['few'] * 1e3:.1f} ms, ratio {t['few'] / t['plain']:.2f}"
-    )
+    return {"rows": rows, **interleaved_times({"plain": stack(functional.linear), "few": stack(linear_few_rows)}, 20)}
 
 
-def smollm2_generate(reps: int) -> None:
+def smollm2_generate(reps: int) -> dict[str, list[float]]:
+    """SmolLM2-135M's ``generate`` under each arm: every interleaved call's seconds."""
+    import torch
+
     import entflow.trainer.rollout as rollout
+    from _schedule import interleaved_times  # benchmarks/_schedule.py
     from entflow.hf.setup import RealTrainConfig, real_setup
     from entflow.trainer.few_row_linear import few_row_linears
 
@@ -83,10 +98,36 @@ def smollm2_generate(reps: int) -> None:
         "few_row_linears": run(few_row_linears),
         "the LM head only": run(functools.partial(few_row_linears, min_weight=10**6)),
     }
-    t = interleaved_medians(arms, reps)
-    print(f"\nSmolLM2-135M generate, 4 prompts × 4 responses × 32 tokens, median of {reps} interleaved calls:")
-    for name, sec in t.items():
-        print(f"  {name}: {sec:.2f} s ({sec / t['F.linear']:.2f}×)")
+    return interleaved_times(arms, reps)
+
+
+def report(results: dict) -> str:
+    """The three parts' tables: ms per call and ratio per shape, the stack's line, generate's table."""
+    med = statistics.median
+    parts = [f"torch {results['torch']}, {results['threads']} threads"]
+    if results.get("one_layer"):
+        rows = [
+            [r["weight"], f"{r['shape'][0]}×{r['shape'][1]}", str(r["rows"]), f"{med(r['plain']) * 1e3:.3f}",
+             f"{med(r['few']) * 1e3:.3f}", f"{med(r['few']) / med(r['plain']):.2f}"]
+            for r in results["one_layer"]
+        ]  # fmt: skip
+        header = ["weight", "shape", "rows", "F.linear ms", "(W @ xᵀ)ᵀ ms", "ratio"]
+        parts.append(_result.markdown_table(header, rows))
+    if results.get("stack"):
+        st = results["stack"]
+        p, f = med(st["plain"]), med(st["few"])
+        parts.append(
+            f"30 layers × 7 weights, {st['rows']} rows (weights from memory): F.linear {p * 1e3:.1f} ms, "
+            f"(W @ xᵀ)ᵀ {f * 1e3:.1f} ms, ratio {f / p:.2f}"
+        )
+    if results.get("generate"):
+        gen = results["generate"]
+        base = med(gen["F.linear"])
+        reps = len(gen["F.linear"])
+        parts.append(f"SmolLM2-135M generate, 4 prompts × 4 responses × 32 tokens, median of {reps} interleaved calls:")
+        rows = [[name, f"{med(t):.2f}", f"{med(t) / base:.2f}"] for name, t in gen.items()]
+        parts.append(_result.markdown_table(["arm", "median s", "× F.linear"], rows))
+    return "\n\n".join(parts)
 
 
 def main() -> None:
@@ -95,14 +136,23 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=8, help="generate calls per arm")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--generate-only", action="store_true")
+    _result.add_arguments(ap)
     a = ap.parse_args()
+    if a.from_json:
+        print("\n\n".join(report(_result.read(f)["results"]) for f in a.from_json))
+        return
+    import torch
+
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {a.threads} threads\n")
+    results: dict = {"torch": torch.__version__, "threads": a.threads}
     if not a.generate_only:
-        one_layer()
-        decoding_stack()
+        results["one_layer"] = one_layer()
+        results["stack"] = decoding_stack()
     if not a.no_generate:
-        smollm2_generate(a.reps)
+        results["generate"] = smollm2_generate(a.reps)
+    print(report(results))
+    if a.out:
+        _result.write(a.out, results)
 
 
 if __name__ == "__main__":

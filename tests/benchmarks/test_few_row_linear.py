@@ -1,0 +1,46 @@
+"""benchmarks/few_row_linear.py: the three parts' tables from hand-made call times, and ``--from-json``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _result  # noqa: E402  (benchmarks/_result.py)
+import few_row_linear as fr  # noqa: E402
+
+RESULTS = {
+    "torch": "2.13.0+cpu",
+    "threads": 2,
+    "one_layer": [
+        {"weight": "q/o", "shape": [576, 576], "rows": 16, "plain": [0.002, 0.004, 0.1], "few": [0.001, 0.001, 0.003]}
+    ],
+    "stack": {"rows": 16, "plain": [0.020, 0.010, 0.030], "few": [0.005, 0.015, 0.010]},
+    "generate": {"F.linear": [2.0, 4.0, 3.0], "few_row_linears": [1.5, 1.0, 9.0], "the LM head only": [3.0, 3.0, 3.0]},
+}
+
+
+def test_report_by_hand():
+    """Medians, not means: one layer 4 ms vs 1 ms (0.25); the stack 20 vs 10 ms (0.50); generate 3 s, 1.5 s, 3 s."""
+    out = fr.report(RESULTS)
+    assert "| q/o | 576×576 | 16 | 4.000 | 1.000 | 0.25 |" in out
+    assert "F.linear 20.0 ms, (W @ xᵀ)ᵀ 10.0 ms, ratio 0.50" in out
+    assert "| few_row_linears | 1.50 | 0.50 |" in out and "| the LM head only | 3.00 | 1.00 |" in out
+    assert "median of 3 interleaved calls" in out
+
+
+def test_a_part_not_run_is_left_out():
+    out = fr.report({k: RESULTS[k] for k in ("torch", "threads", "generate")})
+    assert "576×576" not in out and "30 layers" not in out and "| F.linear | 3.00 | 1.00 |" in out
+
+
+def test_from_json_prints_the_saved_tables(tmp_path):
+    path = tmp_path / "r.json"
+    _result.write(path, RESULTS)
+    script = ROOT / "benchmarks" / "few_row_linear.py"
+    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == fr.report(RESULTS) + "\n"

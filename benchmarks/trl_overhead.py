@@ -15,6 +15,9 @@ One "step" is one optimizer step including generation (P·G completions with
 run interleaved: each round runs ``--steps`` optimizer steps of every variant, in a rotated order;
 the first step of each run (warm-up) is dropped. Reported: the median step time of each variant
 and its ratio to ``trl``, plus the median of the per-round ratios (robust to a shared machine).
+
+``--out r.json`` writes every timed step of every variant and round (``benchmarks/_result.py``);
+``python benchmarks/trl_overhead.py --from-json r.json`` prints the tables from it and trains nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+import _result  # benchmarks/_result.py
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
@@ -177,6 +181,88 @@ def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
     return {"wall": wall[1:], "cpu": cpu[1:]}
 
 
+def measure(a: argparse.Namespace) -> dict:
+    """Every timed step's seconds per variant, kind and round, and the fixed-batch loss timings."""
+    torch.set_num_threads(a.threads)
+    task, data, reward = countdown(4096, 0)
+    tmp_model = tempfile.TemporaryDirectory()
+    model_path = a.model or tmp_model.name
+    if a.model is None:  # the lab's policy architecture (~1.06 M parameters), freshly initialised
+        tok = build_tokenizer(task.alphabet)
+        build_policy(tok, PolicyConfig(), seed=0).save_pretrained(model_path)
+        tok.save_pretrained(model_path)
+    a.max_len = task.max_response_len
+    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))] + (["lab"] if a.grad_accum == 1 else [])
+    kinds = ("wall", "cpu", "loss_cpu", "gen_cpu")
+    rounds: dict[str, dict[str, list[list[float]]]] = {v: {k: [] for k in kinds} for v in variants}
+    with tempfile.TemporaryDirectory() as out:
+        for r in range(a.rounds):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            for v in order:
+                if v == "lab":
+                    res = lab_run(model_path, task, a, step0=r * a.steps)
+                else:
+                    res = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
+                for k, t in res.items():
+                    rounds[v][k].append(list(t))
+            print(
+                f"round {r + 1}/{a.rounds} (cpu s/step): "
+                + ", ".join(f"{v} {statistics.median(rounds[v]['cpu'][-1]):.3f}" for v in variants),
+                flush=True,
+            )
+    loss = {}
+    if a.loss_reps:
+        with tempfile.TemporaryDirectory() as out:
+            loss = loss_timings(model_path, data, reward, a, out)
+    settings = {k: getattr(a, k) for k in ("rounds", "steps", "prompts", "group", "threads", "grad_accum", "max_len")}
+    return {**settings, "machine": platform.machine(), "torch": torch.__version__, "rounds_s": rounds, "loss_s": loss}
+
+
+def report(results: dict) -> str:
+    """The step tables (CPU and wall, with per-round ratios), the replaced parts and the loss table."""
+    med = statistics.median
+    rounds = results["rounds_s"]
+    variants = list(rounds)
+    out = [
+        f"trl_overhead, {results['machine']}, torch {results['torch']}, threads={results['threads']}; "
+        f"P={results['prompts']} G={results['group']} max_len={results['max_len']} "
+        f"grad_accum={results['grad_accum']}; {results['rounds']} rounds × {results['steps'] - 1} timed steps"
+    ]
+    for kind, title in (("cpu", "CPU time per optimizer step"), ("wall", "wall time per optimizer step")):
+        every = {v: [x for rnd in rounds[v][kind] for x in rnd] for v in variants}
+        base = med(every["trl"])
+        rows = []
+        for v in variants:
+            t = every[v]
+            ratios = [med(x) / med(y) for x, y in zip(rounds[v][kind], rounds["trl"][kind], strict=True)]
+            rows.append(
+                [v, f"{med(t):.3f}", f"{min(t):.3f}–{max(t):.3f}", f"{med(t) / base:.3f}", f"{med(ratios):.3f}"]
+            )
+        header = ["variant", "median s", "min–max", "ratio to trl (medians)", "median of per-round ratios"]
+        out += [title, _result.markdown_table(header, rows)]
+    parts = [
+        [v, f"{med([x for r in rounds[v]['loss_cpu'] for x in r]):.4f}",
+         f"{med([x for r in rounds[v]['gen_cpu'] for x in r]):.4f}"]
+        for v in variants if v != "lab"
+    ]  # fmt: skip
+    out += [
+        "CPU s per step inside the parts entflow replaces (median over runs)",
+        _result.markdown_table(
+            ["variant", "forward + loss (`_compute_loss`)", "generation + scoring + advantages"], parts
+        ),
+    ]
+    if results["loss_s"]:
+        lt = results["loss_s"]
+        base = med(lt["trl"])
+        n = results["prompts"] * results["group"] // results["grad_accum"]
+        rows = [[v, f"{med(t):.4f}", f"{min(t):.4f}–{max(t):.4f}", f"{med(t) / base:.3f}"] for v, t in lt.items()]
+        out += [
+            f"forward + loss + backward on one fixed micro-batch of {n} completions, CPU s",
+            _result.markdown_table(["variant", "median s", "min–max", "ratio to trl"], rows),
+        ]
+    return "\n\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=6)
@@ -188,71 +274,15 @@ def main() -> None:
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (>1: no lab row)")
     ap.add_argument("--methods", default=",".join(METHODS), help="entflow methods to time, comma-separated")
     ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
+    _result.add_arguments(ap)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-
-    task, data, reward = countdown(4096, 0)
-    tmp_model = tempfile.TemporaryDirectory()
-    model_path = a.model or tmp_model.name
-    if a.model is None:  # the lab's policy architecture (~1.06 M parameters), freshly initialised
-        tok = build_tokenizer(task.alphabet)
-        build_policy(tok, PolicyConfig(), seed=0).save_pretrained(model_path)
-        tok.save_pretrained(model_path)
-    a.max_len = task.max_response_len
-    variants = ["trl", *(f"entflow:{m}" for m in a.methods.split(","))] + (["lab"] if a.grad_accum == 1 else [])
-    kinds = ("wall", "cpu", "loss_cpu", "gen_cpu")
-    times = {v: {k: [] for k in kinds} for v in variants}
-    per_round = {v: {k: [] for k in kinds} for v in variants}
-    with tempfile.TemporaryDirectory() as out:
-        for r in range(a.rounds):
-            order = variants[r % len(variants) :] + variants[: r % len(variants)]
-            for v in order:
-                if v == "lab":
-                    res = lab_run(model_path, task, a, step0=r * a.steps)
-                else:
-                    res = trl_run(v, model_path, data, reward, a, os.path.join(out, v.replace(":", "_")))
-                for k, t in res.items():
-                    times[v][k] += t
-                    per_round[v][k].append(statistics.median(t))
-            print(
-                f"round {r + 1}/{a.rounds} (cpu s/step): "
-                + ", ".join(f"{v} {per_round[v]['cpu'][-1]:.3f}" for v in variants),
-                flush=True,
-            )
-
-    print(
-        f"\n# trl_overhead — {platform.machine()}, torch {torch.__version__}, threads={a.threads}; "
-        f"P={a.prompts} G={a.group} max_len={a.max_len} grad_accum={a.grad_accum}; "
-        f"{a.rounds} rounds × {a.steps - 1} timed steps"
-    )
-    for kind, title in (("cpu", "CPU time per optimizer step"), ("wall", "wall time per optimizer step")):
-        base = statistics.median(times["trl"][kind])
-        print(f"\n{title}\n")
-        print("| variant | median s | min–max | ratio to trl (medians) | median of per-round ratios |")
-        print("|---|---:|---:|---:|---:|")
-        for v in variants:
-            t = times[v][kind]
-            rounds = [x / y for x, y in zip(per_round[v][kind], per_round["trl"][kind], strict=True)]
-            print(
-                f"| {v} | {statistics.median(t):.3f} | {min(t):.3f}–{max(t):.3f} | "
-                f"{statistics.median(t) / base:.3f} | {statistics.median(rounds):.3f} |"
-            )
-    print("\nCPU s per step inside the parts entflow replaces (median over runs)\n")
-    print("| variant | forward + loss (`_compute_loss`) | generation + scoring + advantages |")
-    print("|---|---:|---:|")
-    for v in [v for v in variants if v != "lab"]:
-        print(f"| {v} | {statistics.median(times[v]['loss_cpu']):.4f} | {statistics.median(times[v]['gen_cpu']):.4f} |")
-    if a.loss_reps == 0:
+    if a.from_json:
+        print("\n\n".join(report(_result.read(f)["results"]) for f in a.from_json))
         return
-    with tempfile.TemporaryDirectory() as out:
-        lt = loss_timings(model_path, data, reward, a, out)
-    base = statistics.median(lt["trl"])
-    n = a.prompts * a.group // a.grad_accum
-    print(f"\nforward + loss + backward on one fixed micro-batch of {n} completions, CPU s\n")
-    print("| variant | median s | min–max | ratio to trl |")
-    print("|---|---:|---:|---:|")
-    for v, t in lt.items():
-        print(f"| {v} | {statistics.median(t):.4f} | {min(t):.4f}–{max(t):.4f} | {statistics.median(t) / base:.3f} |")
+    results = measure(a)
+    print(report(results))
+    if a.out:
+        _result.write(a.out, results)
 
 
 if __name__ == "__main__":

@@ -32,39 +32,32 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch
-from datasets import Dataset
-from transformers import TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
-
-import _result  # benchmarks/_result.py
-from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
-from entflow.lab.config import LabConfig
-from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer, load_policy
-from entflow.lab.tasks import CountdownAnswer, Problem, get_task
-from entflow.methods import get_method
-from entflow.trainer.loop import make_optimizer
-from entflow.trainer.step import train_step
+import _result  # benchmarks/_result.py (torch, datasets, transformers, trl: imported by the measurement only)
 
 METHODS = ("grpo", "steer", "clip_higher+kl_cov")
 
 
-class StepTimer(TrainerCallback):
-    """Wall and CPU time of each optimizer step (generation included: TRL generates inside the
-    step). CPU time (``time.process_time``, one torch thread) is what the step costs this process,
-    much less sensitive than wall time to other jobs on a shared machine."""
+def step_timer():
+    """A ``TrainerCallback`` recording the wall and CPU time of each optimizer step (generation
+    included: TRL generates inside the step). CPU time (``time.process_time``, one torch thread) is
+    what the step costs this process, much less sensitive than wall time to other jobs on a shared
+    machine. (The class is made here so that ``--from-json`` never imports transformers.)"""
+    from transformers import TrainerCallback
 
-    def __init__(self):
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
-        self._t0 = self._c0 = 0.0
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.wall: list[float] = []
+            self.cpu: list[float] = []
+            self._t0 = self._c0 = 0.0
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._t0, self._c0 = time.perf_counter(), time.process_time()
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._t0, self._c0 = time.perf_counter(), time.process_time()
 
-    def on_step_end(self, args, state, control, **kwargs):
-        self.wall.append(time.perf_counter() - self._t0)
-        self.cpu.append(time.process_time() - self._c0)
+        def on_step_end(self, args, state, control, **kwargs):
+            self.wall.append(time.perf_counter() - self._t0)
+            self.cpu.append(time.process_time() - self._c0)
+
+    return StepTimer()
 
 
 def timed(obj, name: str, acc: list[float]) -> None:
@@ -82,6 +75,10 @@ def timed(obj, name: str, acc: list[float]) -> None:
 
 
 def countdown(n: int, seed: int):
+    from datasets import Dataset
+
+    from entflow.lab.tasks import CountdownAnswer, Problem, get_task
+
     task = get_task("countdown")
     problems = task.sample_problems(n, random.Random(seed))
     data = Dataset.from_dict(
@@ -102,6 +99,10 @@ def countdown(n: int, seed: int):
 
 
 def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = False):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
+
     common = dict(
         output_dir=out,
         per_device_train_batch_size=a.prompts * a.group // a.grad_accum,
@@ -126,7 +127,7 @@ def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = 
     else:
         args = EntflowGRPOConfig(**common, entflow_method=name.split(":", 1)[1])
         cls = EntflowGRPOTrainer
-    timer = StepTimer()
+    timer = step_timer()
     trainer = cls(model=model_path, reward_funcs=reward, args=args, train_dataset=data, callbacks=[timer])
     loss_cpu, gen_cpu = [0.0], [0.0]
     timed(trainer, "_compute_loss", loss_cpu)  # forward + entflow/TRL loss (backward is outside)
@@ -166,6 +167,12 @@ def loss_timings(model_path: str, data, reward, a, out: str) -> dict[str, list[f
 
 
 def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
+    from entflow.lab.config import LabConfig
+    from entflow.lab.policy import load_policy
+    from entflow.methods import get_method
+    from entflow.trainer.loop import make_optimizer
+    from entflow.trainer.step import train_step
+
     model, tokenizer = load_policy(model_path)
     cfg = LabConfig(
         prompts_per_step=a.prompts, group_size=a.group, mini_batches=1, ppo_epochs=1, audit=False, progress=False
@@ -183,6 +190,16 @@ def lab_run(model_path: str, task, a, step0: int) -> dict[str, list[float]]:
 
 def measure(a: argparse.Namespace) -> dict:
     """Every timed step's seconds per variant, kind and round, and the fixed-batch loss timings."""
+    # every library the runs use, imported before the thread count is set (as when these were module imports)
+    import datasets  # noqa: F401
+    import torch
+    import transformers  # noqa: F401
+    import trl  # noqa: F401
+
+    import entflow.integrations.trl
+    import entflow.trainer.step  # noqa: F401
+    from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
+
     torch.set_num_threads(a.threads)
     task, data, reward = countdown(4096, 0)
     tmp_model = tempfile.TemporaryDirectory()

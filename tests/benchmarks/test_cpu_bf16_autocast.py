@@ -38,3 +38,22 @@ def test_from_json_prints_the_saved_table(tmp_path):
     res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout == bf.report(RESULTS) + "\n"
+
+
+def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path, monkeypatch, capsys):
+    """The live run (measurement stubbed, defaults checked) prints ``report`` of exactly the dict it saves
+    under ``results``; ``--from-json`` on that file prints the same text and measures nothing."""
+    calls = []
+    monkeypatch.setattr(bf, "measure", lambda *a: calls.append(a) or RESULTS)
+    path = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "argv", ["cpu_bf16_autocast.py", "--out", str(path)])
+    bf.main()
+    live = capsys.readouterr().out
+    assert calls == [(8, 1, 256)]  # the documented defaults: --runs 8 --threads 1 --rows 256
+    assert live == bf.report(RESULTS) + "\n"
+    saved = _result.read(path)
+    assert saved["results"] == RESULTS and saved["benchmark"] == "cpu_bf16_autocast"
+    assert {"date", "machine", "command"} <= set(saved)
+    monkeypatch.setattr(sys, "argv", ["cpu_bf16_autocast.py", "--from-json", str(path)])
+    bf.main()
+    assert capsys.readouterr().out == live and len(calls) == 1

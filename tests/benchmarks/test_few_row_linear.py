@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -44,3 +46,35 @@ def test_from_json_prints_the_saved_tables(tmp_path):
     res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout == fr.report(RESULTS) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "parts"),
+    [([], ["one_layer", "stack", "generate"]), (["--no-generate"], ["one_layer", "stack"]),
+     (["--generate-only"], ["generate"])],
+)  # fmt: skip
+def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path, monkeypatch, capsys, flags, parts):
+    """The live run (the three parts stubbed) saves exactly the parts it ran, with every call's seconds, and
+    prints ``report`` of that dict; ``--from-json`` on the file prints the same text and measures nothing."""
+    calls = []
+    monkeypatch.setattr(fr, "one_layer", lambda: calls.append("one_layer") or RESULTS["one_layer"])
+    monkeypatch.setattr(fr, "decoding_stack", lambda: calls.append("stack") or RESULTS["stack"])
+    monkeypatch.setattr(fr, "smollm2_generate", lambda reps: calls.append(("generate", reps)) or RESULTS["generate"])
+    path = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "argv", ["few_row_linear.py", "--threads", "1", *flags, "--out", str(path)])
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        fr.main()
+    finally:
+        torch.set_num_threads(threads)
+    live = capsys.readouterr().out
+    assert [c if isinstance(c, str) else c[0] for c in calls] == parts
+    assert ("generate", 8) in calls or "generate" not in parts  # the documented default --reps 8
+    saved = _result.read(path)["results"]
+    assert saved == {"torch": torch.__version__, "threads": 1, **{k: RESULTS[k] for k in parts}}
+    assert live == fr.report(saved) + "\n"
+    monkeypatch.setattr(sys, "argv", ["few_row_linear.py", "--from-json", str(path)])
+    fr.main()
+    assert capsys.readouterr().out == live and len(calls) == len(parts)

@@ -1,4 +1,5 @@
-"""benchmarks/lab_step.py: the phase table from hand-made steps, and ``--from-json``."""
+"""benchmarks/lab_step.py: the phase table from hand-made steps, the live run's printing and saving
+(the training replaced by hand-made steps), and ``--from-json``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _result  # noqa: E402  (benchmarks/_result.py)
 import lab_step as ls  # noqa: E402
 
+SCRIPT = ROOT / "benchmarks" / "lab_step.py"
 CONFIG = {"method": "grpo", "prompts_per_step": 16, "group_size": 16, "mini_batches": 4, "ppo_epochs": 1}
 RESULTS = {
     "processor": "x86_64",
@@ -27,6 +29,14 @@ RESULTS = {
 }
 
 
+def from_json(*paths: Path) -> str:
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--from-json", *map(str, paths)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
 def test_report_by_hand():
     """Medians: rollout 2.0, update 2.0 → total 4.0, 50 % each; phases never logged are left out."""
     out = ls.report(RESULTS)
@@ -34,12 +44,44 @@ def test_report_by_hand():
     assert "| **total (train step)** | **4.000** | 100% |" in out
     assert "| eval (final step only) | 4.000 | — |" in out
     assert "audit" not in out and "3 steps" in out
+    assert out.endswith("whole run incl. step-0 and final validation: 20.0 s")
+
+
+def test_shares_of_uneven_phases():
+    """verify median 0.5, update median 1.5 (of 1, 1.5, 9): total 2.0, shares 25 % / 75 %; no eval: nan."""
+    steps = [{"time/verify_s": v, "time/update_s": u} for v, u in ((0.5, 1.0), (0.4, 1.5), (0.6, 9.0))]
+    out = ls.report({**RESULTS, "steps": steps})
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert rows[2:] == [
+        "| verify | 0.500 | 25% |",
+        "| update | 1.500 | 75% |",
+        "| **total (train step)** | **2.000** | 100% |",
+        "| eval (final step only) | nan | — |",
+    ]
 
 
 def test_from_json_prints_the_saved_table(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    script = ROOT / "benchmarks" / "lab_step.py"
-    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == ls.report(RESULTS) + "\n"
+    assert from_json(path) == ls.report(RESULTS) + "\n"
+    other = {**RESULTS, "threads": 2, "wall_s": 7.0}
+    _result.write(tmp_path / "s.json", other)
+    assert from_json(path, tmp_path / "s.json") == ls.report(RESULTS) + "\n\n" + ls.report(other) + "\n"
+
+
+def test_live_run_prints_what_it_saves(tmp_path, monkeypatch, capsys):
+    """main() with the training replaced: it passes the settings on, prints the printer's table of the
+    measured dict, saves that dict raw, and ``--from-json`` of the file prints the live output exactly."""
+    calls = []
+    monkeypatch.setattr(ls, "measure", lambda *args: calls.append(args) or RESULTS)
+    path = tmp_path / "r.json"
+    argv = ["benchmarks/lab_step.py", "--steps", "3", "--threads", "2", "lr=0.1", "--out", str(path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    ls.main()
+    live = capsys.readouterr().out
+    assert calls == [(3, 2, ["lr=0.1"])]
+    assert live == ls.report(RESULTS) + "\n"
+    record = _result.read(path)
+    assert record["results"] == RESULTS and record["benchmark"] == "lab_step"
+    assert record["command"] == "python " + " ".join(argv)
+    assert from_json(path) == live

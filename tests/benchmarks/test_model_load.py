@@ -31,3 +31,41 @@ def test_from_json_prints_the_saved_table(tmp_path):
     res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ml.report(RESULTS) + "\n"
+
+
+def test_measure_times_one_first_and_two_cached_loads_per_fresh_cache(monkeypatch, capsys):
+    """``load_model`` stubbed: every round's first load meets an empty cache (and fills it), the next two a
+    filled one; every load's seconds are kept (2 rounds → 2 first, 4 cached)."""
+    import entflow.hf.models
+
+    seen = []
+
+    def fake_load(name, cache_dir):
+        cache = Path(cache_dir)
+        seen.append((name, cache, any(cache.iterdir())))
+        (cache / "model.safetensors").write_text("")
+
+    monkeypatch.setattr(entflow.hf.models, "load_model", fake_load)
+    res = ml.measure(2)
+    assert [(n, filled) for n, _, filled in seen] == [("smollm2", False), ("smollm2", True), ("smollm2", True)] * 2
+    assert seen[0][1] != seen[3][1]  # a fresh cache per round
+    assert len(res["first_s"]) == 2 and len(res["cached_s"]) == 4 and res["rounds"] == 2
+    assert all(t >= 0 for t in res["first_s"] + res["cached_s"])
+    assert set(res) == {"processor", "torch", "threads", "rounds", "first_s", "cached_s"}
+    assert capsys.readouterr().out.count("round ") == 2
+
+
+def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(ml, "measure", lambda *a: calls.append(a) or RESULTS)
+    path = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "argv", ["model_load.py", "--out", str(path)])
+    ml.main()
+    live = capsys.readouterr().out
+    assert calls == [(2,)]  # the documented default --rounds 2
+    assert live == ml.report(RESULTS) + "\n"
+    saved = _result.read(path)
+    assert saved["results"] == RESULTS and saved["benchmark"] == "model_load"
+    monkeypatch.setattr(sys, "argv", ["model_load.py", "--from-json", str(path)])
+    ml.main()
+    assert capsys.readouterr().out == live and len(calls) == 1

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,18 @@ def read(path: str | Path) -> dict:
     if not isinstance(record, dict) or "results" not in record:
         raise ValueError(f"{path}: not a benchmark result file (no 'results' key)")
     return record
+
+
+def print_saved(paths: list[str], report: Callable[[Any], str]) -> None:
+    """``--from-json``: ``report`` of each saved file's ``results``, a blank line between two; measures nothing."""
+    print("\n\n".join(report(read(p)["results"]) for p in paths))
+
+
+def print_and_save(results: Any, report: Callable[[Any], str], out: str | None) -> None:
+    """A live run's end: print ``report(results)`` (what ``--from-json`` will print) and, with ``--out``, save."""
+    print(report(results))
+    if out:
+        write(out, results)
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -139,7 +139,7 @@ def main() -> None:
     _result.add_arguments(ap)
     a = ap.parse_args()
     if a.from_json:
-        print("\n\n".join(report(_result.read(f)["results"]) for f in a.from_json))
+        _result.print_saved(a.from_json, report)
         return
     import torch
 
@@ -150,9 +150,7 @@ def main() -> None:
         results["stack"] = decoding_stack()
     if not a.no_generate:
         results["generate"] = smollm2_generate(a.reps)
-    print(report(results))
-    if a.out:
-        _result.write(a.out, results)
+    _result.print_and_save(results, report, a.out)
 
 
 if __name__ == "__main__":

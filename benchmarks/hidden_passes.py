@@ -189,11 +189,6 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def print_saved(paths: list[str]) -> None:
-    """``--from-json``: the report of each saved result, measuring nothing."""
-    print("\n\n".join(report(_result.read(p)["results"]) for p in paths))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=8)
@@ -207,7 +202,7 @@ def main() -> None:
     _result.add_arguments(ap)
     args = ap.parse_args()
     if args.from_json:
-        print_saved(args.from_json)
+        _result.print_saved(args.from_json, report)
         return
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
@@ -240,9 +235,7 @@ def main() -> None:
         "measurements": measurements,
     }
     print()
-    print(report(results))
-    if args.out:
-        _result.write(args.out, results)
+    _result.print_and_save(results, report, args.out)
 
 
 if __name__ == "__main__":

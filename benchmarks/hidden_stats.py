@@ -250,11 +250,6 @@ def tables(results: dict) -> str:
     return "\n\n".join(printer(results, int(dim)) for dim in results["dims"])
 
 
-def print_saved(paths: list[str]) -> None:
-    """``--from-json``: the tables of each saved result, measuring nothing."""
-    print("\n\n".join(tables(_result.read(p)["results"]) for p in paths))
-
-
 def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> dict[str, list[float]]:
     """Seconds of each repetition at each ``chunk_vocab`` (keys: ``str(chunk_vocab)``)."""
     import torch
@@ -293,7 +288,7 @@ def main() -> None:
     _result.add_arguments(ap)
     args = ap.parse_args()
     if args.from_json:
-        print_saved(args.from_json)
+        _result.print_saved(args.from_json, tables)
         return
     settings = {"rows": args.rows, "vocab": args.vocab, "threads": args.threads, "runs": args.runs, "seed": args.seed}
     if args.tile_sweep:

@@ -92,12 +92,10 @@ def main() -> None:
     _result.add_arguments(ap)
     args = ap.parse_args()
     if args.from_json:
-        print("\n\n".join(report(_result.read(f)["results"]) for f in args.from_json))
+        _result.print_saved(args.from_json, report)
         return
     results = measure(args.steps, args.threads, args.overrides)
-    print(report(results))
-    if args.out:
-        _result.write(args.out, results)
+    _result.print_and_save(results, report, args.out)
 
 
 if __name__ == "__main__":

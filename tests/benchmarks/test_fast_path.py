@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import fast_path as fp  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "fast_path.py"
 SECONDS = {"grpo/default": [0.010, 0.009, 0.030], "grpo/fast": [0.005, 0.004, 0.006]}
@@ -22,11 +22,7 @@ RESULTS = {"n": 4, "t": 8, "rounds": 3, "threads": 1, "clock": "process CPU time
 
 
 def from_json(*paths: Path) -> str:
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--from-json", *map(str, paths)], capture_output=True, text=True, timeout=60
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+    return bench_cli.from_json("fast_path", *paths)
 
 
 def test_report_by_hand():

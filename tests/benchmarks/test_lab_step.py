@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import lab_step as ls  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "lab_step.py"
 CONFIG = {"method": "grpo", "prompts_per_step": 16, "group_size": 16, "mini_batches": 4, "ppo_epochs": 1}
@@ -30,11 +30,7 @@ RESULTS = {
 
 
 def from_json(*paths: Path) -> str:
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--from-json", *map(str, paths)], capture_output=True, text=True, timeout=60
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+    return bench_cli.from_json("lab_step", *paths)
 
 
 def test_report_by_hand():

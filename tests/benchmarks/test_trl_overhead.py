@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import trl_overhead as to  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "trl_overhead.py"
 
@@ -36,11 +37,7 @@ RESULTS = {
 
 
 def from_json(*paths: Path) -> str:
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--from-json", *map(str, paths)], capture_output=True, text=True, timeout=60
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+    return bench_cli.from_json("trl_overhead", *paths)
 
 
 def test_report_by_hand():

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import verl_loss as vl  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "verl_loss.py"
 RESULTS = {"rows": 4, "tokens": 8, "valid_tokens": 20, "runs": 3, "threads": 1}
@@ -20,11 +20,7 @@ RESULTS["seconds"] = {"verl": [0.001, 0.002, 0.009], "entflow": [0.004, 0.003, 0
 
 
 def from_json(*paths: Path) -> str:
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--from-json", *map(str, paths)], capture_output=True, text=True, timeout=60
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+    return bench_cli.from_json("verl_loss", *paths)
 
 
 def test_report_by_hand():

@@ -1,0 +1,21 @@
+"""Running a benchmark script of ``benchmarks/`` as a user does, for the benchmarks' tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def from_json(script: str, *paths: Path) -> str:
+    """What ``python benchmarks/<script>.py --from-json PATHS...`` prints (it must exit 0)."""
+    res = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--from-json", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout

@@ -19,3 +19,16 @@ def from_json(script: str, *paths: Path) -> str:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
+
+
+def from_json_and_imports(script: str, *paths: Path) -> tuple[str, set[str]]:
+    """What ``--from-json`` prints, and the top-level packages it imported (from ``-X importtime``)."""
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", str(BENCHMARKS / f"{script}.py"), "--from-json", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    names = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    return res.stdout, {n.split(".")[0] for n in names}

@@ -455,13 +455,15 @@ def print_rerun(old_rel: str, new_rel: str, root: Path) -> str:
 
 def print_report(run_dirs: list[str], root: Path) -> str:
     """The report's tables (``summary.md`` of ``entflow run`` and ``entflow analyze``) for committed run
-    directories: the package's own summary, so the page shows what a user's report shows."""
+    directories: the package's own summary, so the page shows what a user's report shows, with its
+    ``##`` headings as ``####`` (the page's block sits under a ``###`` section)."""
     from entflow.analysis.report import summarize_run, summary_markdown
 
     for d in run_dirs:
         if not (root / d / "metrics.jsonl").is_file():
             raise FileNotFoundError(f"--print report: {d} holds no metrics.jsonl")
-    return summary_markdown([summarize_run(root / d) for d in run_dirs]).rstrip("\n") + "\n"
+    text = summary_markdown([summarize_run(root / d) for d in run_dirs]).rstrip("\n") + "\n"
+    return re.sub(r"^## ", "#### ", text, flags=re.M)
 
 
 def print_other(root: Path) -> str:

@@ -59,6 +59,8 @@ def render(command: str, root: Path = ROOT) -> str:
     argv = shlex.split(command)
     if argv[:1] != ["python"] or not argv[1].startswith("benchmarks/"):
         raise ValueError(f"a generated block's command must start with 'python benchmarks/', got {command!r}")
+    if argv[1:3] == ["benchmarks/docs_tables.py", "--print"]:  # this script's own tables: no new process
+        return print_table(argv[3:], root).rstrip("\n") + "\n"
     res = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, cwd=root, timeout=300)
     if res.returncode:
         raise RuntimeError(f"{command!r} exited {res.returncode}: {res.stderr[-2000:]}")
@@ -639,6 +641,38 @@ def print_bench(key: str, root: Path) -> str:
     return "\n".join([head, "", *table]) + "\n"
 
 
+class UsageError(ValueError):
+    """``--print`` named no table it knows, or gave it the wrong number of arguments."""
+
+
+def print_table(what_and_args: list[str], root: Path) -> str:
+    """The text ``--print WHAT ARGS...`` prints for the tree at ``root``."""
+    what, rest = what_and_args[0], what_and_args[1:]
+    printers = {
+        "claims": lambda: print_claims(rest[0], root),
+        "other": lambda: print_other(root),
+        "pending": lambda: print_pending(root),
+        "audit": lambda: print_audit(rest[0], root),
+        "coverage": lambda: print_coverage(rest[0], root),
+        "headline": lambda: print_headline(root),
+        "family": lambda: print_family(rest[0], root),
+        "report": lambda: print_report(rest, root),
+        "rerun": lambda: print_rerun(rest[0], rest[1], root),
+        "bench": lambda: print_bench(rest[0], root),
+    }
+    if (
+        what not in printers
+        or (what in ("claims", "audit", "coverage", "bench", "family") and len(rest) != 1)
+        or (what == "report" and not rest)
+        or (what == "rerun" and len(rest) != 2)
+    ):
+        raise UsageError(
+            "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
+            f" rerun OLD NEW, headline, family NAME, bench KEY; got {what_and_args}"
+        )
+    return printers[what]()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
@@ -647,31 +681,11 @@ def main() -> None:
     mode.add_argument("--print", nargs="+", metavar="WHAT", help="print one table (see above) and exit")
     args = ap.parse_args()
     if args.print:
-        what, rest = args.print[0], args.print[1:]
-        printers = {
-            "claims": lambda: print_claims(rest[0], ROOT),
-            "other": lambda: print_other(ROOT),
-            "pending": lambda: print_pending(ROOT),
-            "audit": lambda: print_audit(rest[0], ROOT),
-            "coverage": lambda: print_coverage(rest[0], ROOT),
-            "headline": lambda: print_headline(ROOT),
-            "family": lambda: print_family(rest[0], ROOT),
-            "report": lambda: print_report(rest, ROOT),
-            "rerun": lambda: print_rerun(rest[0], rest[1], ROOT),
-            "bench": lambda: print_bench(rest[0], ROOT),
-        }
-        if (
-            what not in printers
-            or (what in ("claims", "audit", "coverage", "bench", "family") and len(rest) != 1)
-            or (what == "report" and not rest)
-            or (what == "rerun" and len(rest) != 2)
-        ):
-            ap.error(
-                "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
-                " rerun OLD NEW, headline, family NAME, bench KEY;"
-                f" got {args.print}"
-            )
-        sys.stdout.write(printers[what]())
+        try:
+            text = print_table(args.print, ROOT)
+        except UsageError as e:
+            ap.error(str(e))
+        sys.stdout.write(text)
         return
     stale = stale_blocks(ROOT / "docs", write=not args.check)
     for s in stale:

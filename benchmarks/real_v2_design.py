@@ -26,13 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 import yaml
 
 from entflow.evidence.records import cpu_model
-from entflow.hf.data import ChatTask, load_data
-from entflow.hf.evaluate import SamplingConfig, evaluate_task
-from entflow.hf.models import load_model
 
 PRESET = Path(__file__).resolve().parents[1] / "src/entflow/evidence/configs/real_v2_design.yaml"
 # worked examples shown as earlier chat turns (problems of the generator's form that are in no
@@ -205,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
+    import torch  # the measurement's imports: the tables above need neither torch nor the models
+
+    from entflow.hf.data import ChatTask, load_data
+    from entflow.hf.evaluate import SamplingConfig, evaluate_task
+    from entflow.hf.models import load_model
+
     torch.set_num_threads(args.threads)
     cfg = yaml.safe_load(PRESET.read_text())
     params = dict(cfg["task_params"])

@@ -407,3 +407,13 @@ def test_the_family_table_quotes_only_what_reproduced_after_holm(tmp_path):
     claims_table = docs_tables.print_claims("docs/results/fam_claims.json", root)
     assert "Claim families (Holm–Bonferroni, one-sided α = 0.025)" in claims_table
     assert "| test-fam (4) | fam-b | 0.0300 | 0.0900 | reproduced | **inconclusive** |" in claims_table
+
+
+def test_a_block_rendered_in_process_is_what_its_command_prints():
+    # docs_tables renders its own `--print` blocks without a new process: the page must still show
+    # exactly what a user's `python benchmarks/docs_tables.py --print ...` prints
+    command = "python benchmarks/docs_tables.py --print claims docs/results/full_5seed_claims.json"
+    res = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert docs_tables.render(command) == res.stdout.rstrip("\n") + "\n"
+    assert "003-collapse" in res.stdout

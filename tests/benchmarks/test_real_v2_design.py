@@ -85,3 +85,14 @@ def test_runs_table_reads_a_design_run(tmp_path):
     assert cells[9] == "0.500"
     assert cells[12] == "1.50"  # the per-mini-batch mean 0.375 × 4 mini-batches
     assert cells[13] == "10.0"  # 20 s over 2 timed steps
+
+
+def test_the_printed_tables_load_neither_torch_nor_the_models():
+    # the docs print these tables (benchmarks/docs_tables.py): they read JSON and run folders only
+    from support.bench_cli import printed_and_imports
+
+    table, imported = printed_and_imports(
+        "real_v2_design", "--table", str(ROOT / "docs/results/real-v2-design/truncation.json")
+    )
+    assert "|" in table
+    assert {"torch", "transformers"}.isdisjoint(imported), sorted(imported)

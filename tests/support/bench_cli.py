@@ -23,8 +23,14 @@ def from_json(script: str, *paths: Path) -> str:
 
 def from_json_and_imports(script: str, *paths: Path) -> tuple[str, set[str]]:
     """What ``--from-json`` prints, and the top-level packages it imported (from ``-X importtime``)."""
+    return printed_and_imports(script, "--from-json", *map(str, paths))
+
+
+def printed_and_imports(script: str, *argv: str) -> tuple[str, set[str]]:
+    """What ``python benchmarks/<script>.py ARGV...`` prints (it must exit 0), and the top-level
+    packages it imported (from ``-X importtime``)."""
     res = subprocess.run(
-        [sys.executable, "-X", "importtime", str(BENCHMARKS / f"{script}.py"), "--from-json", *map(str, paths)],
+        [sys.executable, "-X", "importtime", str(BENCHMARKS / f"{script}.py"), *argv],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,6 +5,7 @@ TRL options a method cannot combine with (docs/design.md §12, docs/integrations
 from __future__ import annotations
 
 import json
+import platform
 import warnings
 from dataclasses import dataclass, field, fields
 
@@ -135,9 +136,17 @@ def from_trl_config(args: GRPOConfig) -> EntflowGRPOConfig:
 
 
 def cpu_has_native_bf16() -> bool | None:
-    """Whether this CPU computes bfloat16 matmuls natively, as torch's oneDNN backend judges it
-    (AVX-512 and up on x86); None where this torch build cannot tell."""
+    """Whether this CPU has bfloat16 arithmetic instructions; None where this torch build cannot tell.
+
+    On x86: AVX512-BF16 or AMX (``torch.cpu``'s feature checks). oneDNN's own test
+    (``torch.ops.mkldnn._is_mkldnn_bf16_supported``) says yes on any AVX-512 CPU, where bfloat16 is
+    converted to float32 and back around float32 arithmetic: on a 2-core AVX-512 Xeon without
+    AVX512-BF16 autocast was slower than float32 (docs/benchmarks.md, "bf16 autocast on a CPU").
+    Elsewhere (ARM), oneDNN's test.
+    """
     try:
+        if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
+            return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return None
@@ -149,17 +158,18 @@ def warn_if_cpu_emulates_bf16(args: GRPOConfig) -> bool:
 
     ``GRPOConfig`` defaults to ``bf16=True``, and with ``use_cpu=True`` (transformers refuses bf16
     without it on a machine with no GPU) that autocasts the forward and backward to bfloat16. A CPU
-    without bfloat16 instructions emulates it: a SmolLM2-sized MLP's forward + backward took
-    9.5-12.3× its float32 time on an AVX2 AMD EPYC (docs/benchmarks.md, "bf16 autocast on a CPU").
+    without bfloat16 arithmetic instructions emulates it: a SmolLM2-sized MLP's forward + backward was
+    several times slower than in float32, on an AVX2 AMD EPYC and on an AVX-512 Xeon without
+    AVX512-BF16 (docs/benchmarks.md, "bf16 autocast on a CPU").
     ``bf16=False`` trains in float32.
     """
     if not (args.bf16 and args.use_cpu) or cpu_has_native_bf16() is not False:
         return False
     warnings.warn(
         EmulatedBF16Warning(
-            f"bf16=True trains under bfloat16 autocast on this CPU, which has no bfloat16 instructions "
-            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()}): it is emulated, several "
-            "times slower than float32. Set bf16=False to train in float32."
+            f"bf16=True trains under bfloat16 autocast on this CPU, which has no bfloat16 arithmetic "
+            f"instructions (no AVX512-BF16 or AMX; torch CPU capability {torch.backends.cpu.get_cpu_capability()}): "
+            "it is emulated through float32, slower than float32 itself. Set bf16=False to train in float32."
         ),
         stacklevel=4,  # the user's EntflowGRPOConfig(...) line: ← __init__ ← __post_init__ ← here
     )

@@ -23,6 +23,7 @@ entropies (``old_logp_diff``, ``entropy_diff``), the largest update (``update_ma
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -197,6 +198,42 @@ def build_worker(model_dir: str, case: dict, n: int, prompts: int):
     return worker
 
 
+_COMPOSED: dict[tuple, tuple[list[str], object]] = {}  # (model_dir, n, prompts) -> (base overrides, composed)
+HYDRA_CHECK_EVERY = 8  # every 8th case (the first included) is also composed by Hydra and compared
+_CASES_SEEN = itertools.count()
+
+
+def case_actor_config(model_dir: str, case: dict, n: int, prompts: int):
+    """verl's resolved actor config for ``case``'s overrides. Hydra's compose takes ~0.5 s, so the
+    overrides every case shares are composed once, and a case's own (its loss mode, aggregation,
+    parameters, ...) are applied to a copy with Hydra's override parser and ``OmegaConf.update``;
+    every :data:`HYDRA_CHECK_EVERY`-th case, and every case with parameters, is composed by Hydra
+    too and must give the same config."""
+    import copy
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from entflow.integrations.verl.check import compose
+
+    key = (model_dir, n, prompts)
+    if key not in _COMPOSED:
+        base = overrides(model_dir, {"path": "registry", "loss_mode": "entflow.grpo"}, n, prompts)
+        _COMPOSED[key] = (base, compose(base))
+    base, composed = _COMPOSED[key]
+    ov = overrides(model_dir, case, n, prompts)
+    cfg = copy.deepcopy(composed)
+    for o in OverridesParser.create().parse_overrides([o for o in ov if o not in base]):
+        OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=o.is_add())
+    actor = cfg.actor_rollout_ref.actor
+    OmegaConf.resolve(actor)
+    if next(_CASES_SEEN) % HYDRA_CHECK_EVERY == 0 or case.get("params"):
+        theirs = compose(ov).actor_rollout_ref.actor
+        OmegaConf.resolve(theirs)
+        assert OmegaConf.to_container(theirs) == OmegaConf.to_container(actor), case["id"]
+    return actor
+
+
 def install_case(worker, model_dir: str, case: dict, n: int, prompts: int):
     """Give ``worker`` the loss of ``case`` as verl's worker builds it in ``init_model``: its own
     actor config with the case's policy loss, aggregation and entropy switch, then
@@ -204,16 +241,14 @@ def install_case(worker, model_dir: str, case: dict, n: int, prompts: int):
     (the loss-function path, as the entflow trainer mode installs it). Returns that config."""
     import copy
 
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 
-    from entflow.integrations.verl.check import compose
     from entflow.integrations.verl.losses import entflow_ppo_loss
     from entflow.integrations.verl.spec import WORKER_METHODS
 
-    theirs = compose(overrides(model_dir, case, n, prompts)).actor_rollout_ref.actor
-    OmegaConf.resolve(theirs)
+    theirs = case_actor_config(model_dir, case, n, prompts)
     actor = copy.deepcopy(worker.config.actor)
     with open_dict(actor):
         for key in ("policy_loss", "loss_agg_mode", "calculate_entropy", "loss_scale_factor"):

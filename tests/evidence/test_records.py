@@ -137,3 +137,19 @@ def test_export_of_an_output_without_records_computes_them_from_its_run_folders(
     shutil.rmtree(out / "real" / "kl_cov-s2")
     with pytest.raises(EvidenceError, match=r"kl_cov-s2: missing"):
         export_facts(out, tmp_path / "again", tmp_path / "again_claims.json")
+
+
+@pytest.mark.parametrize("schedule", [None, 5])
+def test_fresh_config_hash_is_the_hash_of_the_config_a_fresh_run_writes(tmp_path, micro_policy, schedule):
+    # the hash is taken before training, to match a run to its record; it must equal the hash of the
+    # config.yaml the trainer then writes (schedule_steps anchored on steps when unset)
+    from entflow.evidence.records import fresh_config_hash
+    from entflow.lab.setup import train_lab
+    from support.lab_micro import micro_run_config
+
+    cfg = micro_run_config(tmp_path, micro_policy, name="fresh", steps=2, schedule_steps=schedule)
+    expected = fresh_config_hash(cfg)
+    run = train_lab(cfg)
+    written = yaml.safe_load((run / "config.yaml").read_text())
+    assert written["schedule_steps"] == (schedule or 2)
+    assert config_hash(written) == expected

@@ -72,7 +72,9 @@ def fresh_config_hash(cfg: Any) -> str:
 
     import yaml
 
-    run = dataclasses.replace(cfg, schedule_steps=cfg.schedule_steps or cfg.steps, progress=False)
+    from entflow.trainer.collect import schedule_steps  # the anchoring a fresh run applies (trainer/loop.py)
+
+    run = dataclasses.replace(cfg, schedule_steps=schedule_steps(cfg), progress=False)
     return config_hash(yaml.safe_load(yaml.safe_dump(run.to_dict(), sort_keys=False)))
 
 

@@ -2,7 +2,9 @@
 
 Two cases, every method interleaved with grpo in the same loop: each round runs ``--repeats``
 steps of every method, the order reshuffled before each pass with a fixed seed, and keeps each
-method's median step time in that round:
+method's median step time in that round. grpo, the reference, steps first in each pass and again
+after every ``REFERENCE_EVERY`` (8) other methods, so its median in a round comes from steps spread
+over the round (files before 2026-11-29: one grpo step per pass, in a shuffled place):
 
 (a) tensors: ``[N, T]`` float32 token statistics, ``logp`` (and ``entropy``) leaves with grad.
 (b) model: a small Llama (built in-process from ``LlamaConfig``, no hub) forward →
@@ -133,23 +135,43 @@ def build(name: str) -> ef.Method:
 
 
 def interleave(
-    steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2, seed: int = 0, repeats: int = 1
+    steps: dict[str, Callable[[], None]],
+    rounds: int,
+    warmup: int = 2,
+    seed: int = 0,
+    repeats: int = 1,
+    reference: str | None = None,
+    reference_every: int = 0,
 ) -> dict[str, list[float]]:
-    """Seconds per step of each callable, per timed round: the median of its ``repeats`` steps in
-    that round. A round is ``repeats`` passes over the callables, each pass in a new shuffled
-    order; the first ``warmup`` rounds are not kept.
+    """Seconds per step of each callable, per timed round: the median of its steps in that round.
+    A round is ``repeats`` passes over the callables, each pass in a new shuffled order; the first
+    ``warmup`` rounds are not kept.
+
+    With ``reference`` and ``reference_every`` = k > 0, the reference (grpo) does not take one
+    shuffled place per pass: it steps first and again after every k others, so its median in a round
+    comes from steps spread over the whole round. Every ratio of a round divides by that median; with
+    a single reference step, that one step's noise (or the machine's speed at its moment) moved every
+    ratio of the round together.
 
     Time is this process's CPU time (``time.process_time``) by default — on a shared machine
     wall-clock time mostly measures the neighbours; ``CLOCK = time.perf_counter`` for wall time.
     """
     rng = random.Random(seed)
-    names = list(steps)
-    per_round: dict[str, list[float]] = {n: [] for n in names}
+    spread = reference is not None and reference_every > 0
+    names = [n for n in steps if not spread or n != reference]
+    per_round: dict[str, list[float]] = {n: [] for n in steps}
     for r in range(warmup + rounds):
-        times: dict[str, list[float]] = {n: [] for n in names}
+        times: dict[str, list[float]] = {n: [] for n in steps}
         for _ in range(repeats):
             rng.shuffle(names)
-            for n in names:
+            order = list(names)
+            if spread:
+                order = [
+                    n
+                    for i in range(0, len(names), reference_every)
+                    for n in (reference, *names[i : i + reference_every])
+                ]
+            for n in order:
                 gc.collect()
                 gc.disable()
                 try:
@@ -159,11 +181,12 @@ def interleave(
                 finally:
                     gc.enable()
         if r >= warmup:
-            for n in names:
+            for n in steps:
                 per_round[n].append(statistics.median(times[n]))
     return per_round
 
 
+REFERENCE_EVERY = 8  # grpo steps first and after every 8 other methods (interleave)
 LIMIT = 1.05  # the acceptance rule: a method's step within 1.05× grpo's
 LEVEL = 0.95
 LOSS_SHARE = (
@@ -266,7 +289,7 @@ def case_tensors(n: int, t: int, rounds: int, repeats: int = 1) -> dict[str, lis
             ef.policy_loss(b, method).loss.backward()
 
         steps[name] = step
-    return interleave(steps, rounds, repeats=repeats)
+    return interleave(steps, rounds, repeats=repeats, reference="grpo", reference_every=REFERENCE_EVERY)
 
 
 # ------------------------------------------------------------------------------------------
@@ -334,7 +357,8 @@ def case_model(
     if "kl_ref" in method_names():
         steps["kl_ref+ref_fwd"] = make_step(build("kl_ref"), ref_forward=True)
     n_params = sum(p.numel() for p in policy.parameters())
-    return interleave(steps, rounds, warmup=1, repeats=repeats), {"params": n_params}
+    per_round = interleave(steps, rounds, warmup=1, repeats=repeats, reference="grpo", reference_every=REFERENCE_EVERY)
+    return per_round, {"params": n_params}
 
 
 # ------------------------------------------------------------------------------------------
@@ -471,7 +495,8 @@ def main() -> None:
 
     per_round: dict[str, dict[str, list[float]]] = {}
     info = [
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+        f"grpo steps first in each pass and after every {REFERENCE_EVERY} other methods",
     ]
     if args.case in ("a", "both"):
         t0 = time.perf_counter()

@@ -175,3 +175,32 @@ def test_same_model_work(name, same):
     """Only methods without an entropy gradient or top-K log-probs run grpo's model work."""
     assert mo.same_model_work(name) is same
     assert mo.same_model_work("kl_ref+ref_fwd") is False  # a reference forward inside the step
+
+
+def test_interleave_spreads_the_reference_over_the_round(monkeypatch):
+    """With reference_every = 2, grpo steps first and after every 2 others in each pass, and its
+    round value is the median of those steps: one slow grpo step no longer moves every ratio."""
+    now, calls = [0.0], []
+    monkeypatch.setattr(mo, "CLOCK", lambda: now[0])
+    durations = {"grpo": iter([1.0, 1.0, 50.0, 2.0, 2.0, 2.0])}  # one round's 3 grpo steps, then the next's
+
+    def step(name: str):
+        def run() -> None:
+            calls.append(name)
+            now[0] += next(durations[name]) if name == "grpo" else 1.5
+
+        return run
+
+    names = ["grpo", "a", "b", "c", "d", "e"]
+    per_round = mo.interleave({n: step(n) for n in names}, rounds=2, warmup=0, reference="grpo", reference_every=2)
+    assert per_round["grpo"] == [1.0, 2.0]  # median of (1, 1, 50): the slow step does not count
+    for r in range(2):
+        order = calls[8 * r : 8 * r + 8]  # a round: 5 methods + 3 grpo steps
+        assert order[0] == "grpo" and order[3] == "grpo" and order[6] == "grpo"
+        assert sorted(order) == sorted(["grpo"] * 3 + ["a", "b", "c", "d", "e"])
+    assert len(calls) == 16
+    # without the spread: one grpo step a pass, as before
+    calls.clear()
+    durations["grpo"] = iter([3.0, 4.0])
+    assert mo.interleave({n: step(n) for n in names}, rounds=2, warmup=0)["grpo"] == [3.0, 4.0]
+    assert calls.count("grpo") == 2

@@ -26,7 +26,7 @@ def recorder(monkeypatch):
 
     trained: list[tuple[str, int]] = []
 
-    def fake_run_compare(configs, jobs=2, resume=False, overwrite=False, progress=True):
+    def fake_run_compare(configs, jobs=2, resume=False, overwrite=False, progress=True, on_done=None):
         trained.extend((c.group, c.seed) for c in configs)
         return [f"{c.group}/{c.seed}" for c in configs]
 
@@ -36,7 +36,7 @@ def recorder(monkeypatch):
         retention = RETENTION.get(group, 0.4) * (1 + SHIFT.get(s, 0.0) * (group != "grpo"))
         return {"entropy_retention": retention, "dH_clipped_low_mean": -s}
 
-    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True):
+    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True, on_done=None):
         return fake_run_compare(configs)  # a real setting's runs (the `real` kind trains through it)
 
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)

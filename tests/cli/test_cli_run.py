@@ -68,7 +68,7 @@ def recorder(monkeypatch):
 
     trained: list[tuple[str, str, int]] = []
 
-    def fake_run_compare(configs, jobs=2, resume=False, overwrite=False, progress=True):
+    def fake_run_compare(configs, jobs=2, resume=False, overwrite=False, progress=True, on_done=None):
         trained.extend((Path(c.out_dir).name, c.group, c.seed) for c in configs)
         return []
 
@@ -139,7 +139,7 @@ def real_recorder(monkeypatch):
 
     trained: list[tuple[str, str, int, str]] = []
 
-    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True):
+    def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True, on_done=None):
         assert train.__name__ == "train_real" and resume and not overwrite and jobs == 2
         trained.extend((Path(c.out_dir).name, c.group, c.seed, type(c).__name__) for c in configs)
         return []

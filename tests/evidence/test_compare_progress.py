@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from entflow.evidence.compare import _CompareProgress
 from entflow.lab.config import LabConfig
 
@@ -24,3 +26,20 @@ def test_compare_progress_follows_each_runs_metrics_file(tmp_path, capsys):
     bar.close()
     lines = [line.split("  (")[0] for line in capsys.readouterr().err.splitlines()]
     assert lines == ["grpo step 2/5  reward 0.50  H 1.200  val 0.30"]  # steer has no metrics yet
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_each_finished_run_is_reported_before_the_others_end(tmp_path, jobs):
+    from entflow.evidence.compare import train_side_by_side
+    from support.run_dirs import fake_train
+
+    configs = [LabConfig(name=n, out_dir=str(tmp_path), steps=1) for n in ("a", "b", "c")]
+    seen: list[tuple[int, str]] = []
+    dirs = train_side_by_side(configs, fake_train, jobs, progress=False, on_done=lambda i, d: seen.append((i, d.name)))
+    assert sorted(seen) == [(0, "a"), (1, "b"), (2, "c")] and [d.name for d in dirs] == ["a", "b", "c"]
+    # a failing run: the ones that finished before it were reported (one at a time: in order)
+    seen.clear()
+    configs = [LabConfig(name=n, out_dir=str(tmp_path), steps=1) for n in ("a", "fail", "c")]
+    with pytest.raises(RuntimeError, match="failed"):
+        train_side_by_side(configs, fake_train, 1, progress=False, on_done=lambda i, d: seen.append((i, d.name)))
+    assert seen == [(0, "a")]

@@ -5,6 +5,7 @@ without any runner passed in (the test kind records what it is asked to train)."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from entflow.evidence import settings as kinds
 from entflow.evidence.claims import load_registry, registry_path
 from entflow.evidence.facts import FACTS
 from entflow.lab.config import LabConfig
+from entflow.trainer.collect import schedule_steps
 
 
 def test_the_packaged_settings_resolve_to_their_kinds():
@@ -62,6 +64,9 @@ def test_a_preset_of_another_kind_is_refused(tmp_path):
     assert e.value.key == "settings.real" and "demo.yaml" in str(e.value) and "(kind 'lab')" in str(e.value)
 
 
+STOP_AT: dict[str, int | None] = {"run": None}  # recording_kind's train stops before this run
+
+
 @pytest.fixture
 def recording_kind(monkeypatch, tmp_path):
     """A kind ``recorded`` whose presets are a folder of the test and whose runs are recorded, not
@@ -81,17 +86,27 @@ def recording_kind(monkeypatch, tmp_path):
         def config_class(self) -> type:
             return LabConfig
 
-        def train(self, configs, jobs, resume, overwrite):
+        def train(self, configs, jobs, resume, overwrite, on_done=None):
             calls.append({"runs": [(c.group, c.seed, c.checkpoint_every) for c in configs], "jobs": jobs})
             calls[-1] |= {"resume": resume, "overwrite": overwrite}
-            return [Path(c.out_dir) / c.run_name for c in configs]
+            dirs = [Path(c.out_dir) / c.run_name for c in configs]
+            for i, (c, d) in enumerate(zip(configs, dirs, strict=True)):  # each reported as it finishes
+                if i == STOP_AT["run"]:
+                    raise RuntimeError("the machine stopped")
+                d.mkdir(parents=True, exist_ok=True)  # the config.yaml a fresh run writes (its record's hash)
+                run = dataclasses.replace(c, schedule_steps=schedule_steps(c), progress=False)
+                (d / "config.yaml").write_text(yaml.safe_dump(run.to_dict(), sort_keys=False))
+                on_done(i, d)
+            return dirs
 
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     kinds.register_setting_kind("recorded")(Recorded)
     return calls
 
 
-def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch, recording_kind):
+def _recorded_registry(tmp_path, monkeypatch):
+    """A registry with one claim in the setting ``rec`` of the kind ``recorded``, retention 0.2 / 0.3
+    on seeds 0 / 1; reproduce reads it, and the report is not written."""
     from entflow.analysis import report
 
     claim = {
@@ -117,13 +132,18 @@ def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     reg = load_registry(path, known_facts=FACTS)
-    assert reg.settings["rec"].base() == {"task": "countdown", "steps": 7}  # its preset, methods dropped
     monkeypatch.setattr(rep, "registry", lambda: reg)
     retention = {0: 0.2, 1: 0.3}
     monkeypatch.setattr(rep, "run_facts", lambda d, summary: {"entropy_retention": retention[int(d.name[-1])]})
     monkeypatch.setattr(report, "summarize_run", lambda d: {})
     monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
 
+    return reg
+
+
+def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch, recording_kind):
+    reg = _recorded_registry(tmp_path, monkeypatch)
+    assert reg.settings["rec"].base() == {"task": "countdown", "steps": 7}  # its preset, methods dropped
     overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]
     res = rep.reproduce({"rec": reg.settings["rec"].base()}, overrides, [0, 1], tmp_path / "out", jobs=2)
 
@@ -145,3 +165,17 @@ def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch
     half = stats.t.ppf(0.975, 1) * (0.1 / math.sqrt(2)) / math.sqrt(2)
     assert row["values"] == [0.2, 0.3] and row["mean"] == pytest.approx(0.25)
     assert row["half"] == pytest.approx(half) and row["verdict"] == "not judged"
+
+
+def test_a_run_s_record_is_written_when_it_finishes_and_survives_a_stop(tmp_path, monkeypatch, recording_kind):
+    reg = _recorded_registry(tmp_path, monkeypatch)
+    overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]
+    monkeypatch.setitem(STOP_AT, "run", 1)  # seed 0 finishes, then the machine stops
+    with pytest.raises(RuntimeError, match="stopped"):
+        rep.reproduce({"rec": reg.settings["rec"].base()}, overrides, [0, 1], tmp_path / "out", jobs=2)
+    assert sorted(p.name for p in (tmp_path / "out/facts/rec").iterdir()) == ["grpo-s0.json"]
+    monkeypatch.setitem(STOP_AT, "run", None)
+    res = rep.reproduce({"rec": reg.settings["rec"].base()}, overrides, [0, 1], tmp_path / "out", jobs=2)
+    # the second call trains seed 1 only: seed 0 is taken from its record
+    assert recording_kind[1]["runs"] == [("grpo", 1, LabConfig().checkpoint_every)]
+    assert res["claims"][0]["values"] == [0.2, 0.3]

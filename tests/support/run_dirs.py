@@ -69,3 +69,13 @@ def make_run(
     text += '{"step": 41, "entropy": 0.01, "val/acc": 0.99, "val/acc_gr'
     (run / "metrics.jsonl").write_text(text)
     return run
+
+
+def fake_train(cfg, resume: bool = False, overwrite: bool = False, on_step=None) -> str:
+    """A stand-in for ``train_lab`` in ``train_side_by_side`` (module level, so spawned workers can
+    load it): makes the run folder, writes ``done``; a config named ``fail`` raises."""
+    if cfg.name == "fail":
+        raise RuntimeError("the run failed")
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.run_dir / "done").write_text(cfg.name)
+    return str(cfg.run_dir)

@@ -150,9 +150,15 @@ def compare_and_report(
 
 
 def run_compare(
-    configs: list[LabConfig], jobs: int = 2, resume: bool = False, overwrite: bool = False, progress: bool = True
+    configs: list[LabConfig],
+    jobs: int = 2,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_done: Callable[[int, Path], None] | None = None,
 ) -> list[Path]:
-    """Train every lab config (``jobs`` at a time) from one warm start and return their run directories."""
+    """Train every lab config (``jobs`` at a time) from one warm start and return their run
+    directories (``on_done``: as :func:`train_side_by_side`)."""
     from entflow.lab.setup import resolve_policy, train_lab
 
     if not configs:
@@ -160,7 +166,7 @@ def run_compare(
     policy = resolve_policy(configs[0])  # pretrain once, before the workers start
     for cfg in configs:
         cfg.policy_path = cfg.policy_path or str(policy)
-    return train_side_by_side(configs, train_lab, jobs, resume, overwrite, progress)
+    return train_side_by_side(configs, train_lab, jobs, resume, overwrite, progress, on_done)
 
 
 def train_side_by_side(
@@ -170,28 +176,39 @@ def train_side_by_side(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    on_done: Callable[[int, Path], None] | None = None,
 ) -> list[Path]:
     """Train ``configs`` with ``train(cfg, resume=, overwrite=, on_step=)`` (a module-level function:
     ``entflow.lab.setup.train_lab``, ``entflow.hf.setup.train_real``), ``jobs`` at a time in spawned
-    worker processes (``jobs`` = 1: in this process), with one progress row per run. Returns the run
-    directories in the order of ``configs``."""
+    worker processes (``jobs`` = 1: in this process), with one progress row per run. ``on_done(i,
+    run_dir)`` is called in this process as soon as ``configs[i]`` has finished (so what it writes
+    survives an interruption of the runs after it). Returns the run directories in the order of
+    ``configs``."""
     if not configs:
         return []
     for cfg in configs:
         cfg.progress = False
     bar = _CompareProgress(configs) if progress else None
+    done = on_done or (lambda i, d: None)
     if jobs <= 1:
-        dirs = [
-            Path(train(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None)) for c in configs
-        ]
+        dirs = []
+        for i, c in enumerate(configs):
+            dirs.append(Path(train(c, resume=resume, overwrite=overwrite, on_step=bar.refresh if bar else None)))
+            done(i, dirs[-1])
     else:
         payloads = [(type(c), dataclasses.asdict(c)) for c in configs]
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_train_worker, train, cls, p, resume, overwrite) for cls, p in payloads]
-            while not all(f.done() for f in futures):
+            reported: set[int] = set()
+            while len(reported) < len(futures):
+                for i, f in enumerate(futures):
+                    if i not in reported and f.done():
+                        reported.add(i)
+                        done(i, Path(f.result()))  # a failed run raises here, as before
                 if bar:
                     bar.refresh()
-                time.sleep(0.5)
+                if len(reported) < len(futures):
+                    time.sleep(0.5)
             dirs = [Path(f.result()) for f in futures]
     if bar:
         bar.refresh()

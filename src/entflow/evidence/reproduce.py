@@ -379,16 +379,25 @@ def reproduce(
         # machine whose run folders are gone): its facts come from the record, and it is not trained
         recorded = recorded_facts(out / "facts" / setting, configs) if resume else {}
         todo = [c for c in configs if (c.group, c.seed) not in recorded]
-        # resumed runs continue; without resume existing runs are replaced
-        dirs = runner.train(todo, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume)
-        for cfg, d in zip(todo, dirs, strict=True):
+
+        def record(i: int, d: Path, setting: str = setting, todo: list = todo, recorded: dict = recorded) -> None:
+            """A finished run's facts and its compact record: in its folder, and gathered under
+            out/facts to commit, written as soon as it finishes (an interruption keeps them)."""
+            cfg = todo[i]
             got = run_facts(d, summarize_run(d))
             recorded[cfg.group, cfg.seed] = got
-            # the run's compact record: in its folder, and gathered under out/facts to commit
             rec = facts_record(setting, cfg.group, cfg.seed, got, load_config(d))
             if Path(d).is_dir():  # (a trainer replaced in a test may return no folder)
                 write_record(Path(d) / FACTS_FILE, rec)
             write_record(out / "facts" / setting / record_name(cfg.group, cfg.seed), rec)
+
+        # resumed runs continue; without resume existing runs are replaced
+        dirs = runner.train(
+            todo, jobs=jobs if runner.parallel else 1, resume=resume, overwrite=not resume, on_done=record
+        )
+        for i, (cfg, d) in enumerate(zip(todo, dirs, strict=True)):
+            if (cfg.group, cfg.seed) not in recorded:  # a kind that did not report it finished
+                record(i, d)
         for cfg in configs:
             facts.setdefault(run_key(setting, cfg.group), {})[cfg.seed] = recorded[cfg.group, cfg.seed]
         if dirs:

@@ -68,8 +68,17 @@ class SettingKind:
         """The config class its presets and runs build (a :class:`~entflow.trainer.config.TrainConfig`)."""
         raise NotImplementedError
 
-    def train(self, configs: list[Any], jobs: int, resume: bool, overwrite: bool) -> list[Path]:
-        """Train ``configs`` (``jobs`` at a time) and return their run directories, in order."""
+    def train(
+        self,
+        configs: list[Any],
+        jobs: int,
+        resume: bool,
+        overwrite: bool,
+        on_done: Callable[[int, Path], None] | None = None,
+    ) -> list[Path]:
+        """Train ``configs`` (``jobs`` at a time) and return their run directories, in order;
+        ``on_done(i, run_dir)`` as soon as ``configs[i]`` has finished (reproduce writes the run's
+        facts record then)."""
         raise NotImplementedError
 
 
@@ -116,10 +125,17 @@ class LabKind(SettingKind):
 
         return LabConfig
 
-    def train(self, configs: list[Any], jobs: int, resume: bool, overwrite: bool) -> list[Path]:
+    def train(
+        self,
+        configs: list[Any],
+        jobs: int,
+        resume: bool,
+        overwrite: bool,
+        on_done: Callable[[int, Path], None] | None = None,
+    ) -> list[Path]:
         from entflow.evidence import compare
 
-        return compare.run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite)
+        return compare.run_compare(configs, jobs=jobs, resume=resume, overwrite=overwrite, on_done=on_done)
 
 
 @register_setting_kind("real")
@@ -139,12 +155,19 @@ class RealKind(SettingKind):
 
         return RealTrainConfig
 
-    def train(self, configs: list[Any], jobs: int, resume: bool, overwrite: bool) -> list[Path]:
+    def train(
+        self,
+        configs: list[Any],
+        jobs: int,
+        resume: bool,
+        overwrite: bool,
+        on_done: Callable[[int, Path], None] | None = None,
+    ) -> list[Path]:
         from entflow.evidence import compare
         from entflow.hf.setup import train_real
 
         again = resume and not overwrite
-        return compare.train_side_by_side(configs, train_real, jobs, resume=again, overwrite=not again)
+        return compare.train_side_by_side(configs, train_real, jobs, resume=again, overwrite=not again, on_done=on_done)
 
 
 def kind_overrides(kind: str, overrides: Sequence[str]) -> list[str]:

@@ -4,12 +4,12 @@ follow-up (seeds 10–19) and the knob sweep's follow-ups (seeds 20–24). Each 
 ``entflow reproduce`` does (the same presets, common overrides and seeds) into ``runs/<part>/``.
 
 It resumes across machines and sessions: before a part it copies the records kept under
-``docs/results/in-progress/<part>/facts/`` back into ``runs/<part>/facts/`` (reproduce takes a run
-whose record matches its config from the record), and after each chunk it copies the new records
-there, to be committed. The full run trains in chunks of run types. A run's record is written to
-``runs/<part>/facts/`` as soon as it finishes, so an interruption loses only the runs in training:
-to keep a partly trained chunk across machines, copy ``runs/<part>/facts`` into the kept folder and
-commit it.
+``experiments/reruns/kept/<part>/facts/`` (working data until the part is judged and published, so
+not under docs/) back into ``runs/<part>/facts/`` (reproduce takes a run whose record matches its
+config from the record), and after each chunk it copies the new records there, to be committed.
+The full run trains in chunks of run types. A run's record is written to ``runs/<part>/facts/`` as
+soon as it finishes, so an interruption loses only the runs in training: to keep a partly trained
+chunk across machines, copy ``runs/<part>/facts`` into the kept folder and commit it.
 
     python experiments/reruns/lab_facts_rerun.py all          # every part, resuming
     python experiments/reruns/lab_facts_rerun.py full5 grpo,kl_cov
@@ -27,7 +27,7 @@ from entflow.evidence.reproduce import registry, reproduce
 from entflow.evidence.settings import COMMON_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
-KEEP = ROOT / "docs" / "results" / "in-progress"
+KEEP = ROOT / "experiments" / "reruns" / "kept"
 FULL5_CHUNKS = [
     "grpo,grpo_law",
     "clip_higher,clip_cov",

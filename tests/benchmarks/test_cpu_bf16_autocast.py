@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import cpu_bf16_autocast as bf  # noqa: E402
+from support.bench_cli import main_output  # noqa: E402
 
 RESULTS = {
     "torch": "2.13.0+cpu",
@@ -46,14 +47,11 @@ def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path
     calls = []
     monkeypatch.setattr(bf, "measure", lambda *a: calls.append(a) or RESULTS)
     path = tmp_path / "r.json"
-    monkeypatch.setattr(sys, "argv", ["cpu_bf16_autocast.py", "--out", str(path)])
-    bf.main()
-    live = capsys.readouterr().out
+    live = main_output(bf.main, monkeypatch, capsys, "cpu_bf16_autocast.py", "--out", str(path))
     assert calls == [(8, 1, 256)]  # the documented defaults: --runs 8 --threads 1 --rows 256
     assert live == bf.report(RESULTS) + "\n"
     saved = _result.read(path)
     assert saved["results"] == RESULTS and saved["benchmark"] == "cpu_bf16_autocast"
     assert {"date", "machine", "command"} <= set(saved)
-    monkeypatch.setattr(sys, "argv", ["cpu_bf16_autocast.py", "--from-json", str(path)])
-    bf.main()
-    assert capsys.readouterr().out == live and len(calls) == 1
+    assert main_output(bf.main, monkeypatch, capsys, "cpu_bf16_autocast.py", "--from-json", str(path)) == live
+    assert len(calls) == 1

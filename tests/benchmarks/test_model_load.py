@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import model_load as ml  # noqa: E402
+from support.bench_cli import main_output  # noqa: E402
 
 RESULTS = {"processor": "x86_64", "torch": "2.13.0+cpu", "threads": 2, "rounds": 2}
 RESULTS |= {"first_s": [10.0, 14.0], "cached_s": [0.5, 0.9, 1.1, 3.0]}
@@ -59,13 +60,10 @@ def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path
     calls = []
     monkeypatch.setattr(ml, "measure", lambda *a: calls.append(a) or RESULTS)
     path = tmp_path / "r.json"
-    monkeypatch.setattr(sys, "argv", ["model_load.py", "--out", str(path)])
-    ml.main()
-    live = capsys.readouterr().out
+    live = main_output(ml.main, monkeypatch, capsys, "model_load.py", "--out", str(path))
     assert calls == [(2,)]  # the documented default --rounds 2
     assert live == ml.report(RESULTS) + "\n"
     saved = _result.read(path)
     assert saved["results"] == RESULTS and saved["benchmark"] == "model_load"
-    monkeypatch.setattr(sys, "argv", ["model_load.py", "--from-json", str(path)])
-    ml.main()
-    assert capsys.readouterr().out == live and len(calls) == 1
+    assert main_output(ml.main, monkeypatch, capsys, "model_load.py", "--from-json", str(path)) == live
+    assert len(calls) == 1

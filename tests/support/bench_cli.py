@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -38,3 +40,11 @@ def printed_and_imports(script: str, *argv: str) -> tuple[str, set[str]]:
     assert res.returncode == 0, res.stderr[-2000:]
     names = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     return res.stdout, {n.split(".")[0] for n in names}
+
+
+def main_output(main: Callable[[], None], monkeypatch: Any, capsys: Any, *argv: str) -> str:
+    """What a benchmark's ``main()`` prints, run in this process with ``sys.argv`` = ``argv`` (the
+    script's name first), as a user's command line runs it."""
+    monkeypatch.setattr(sys, "argv", list(argv))
+    main()
+    return capsys.readouterr().out

@@ -11,8 +11,15 @@ from entflow.lab.config import LabConfig
 from entflow.lab.policy import PolicyConfig, build_policy, build_tokenizer
 from entflow.lab.tasks import get_task
 from entflow.trainer.rollout import response_hidden, response_logits, sample_rollout
-from entflow.trainer.shared_prompts import distinct_prompts, prompt_cache, shared_response_forward, worth_sharing
-from entflow.trainer.tokens import position_ids_from_mask
+from entflow.trainer.shared_prompts import (
+    common_prefix_length,
+    distinct_prompts,
+    prefix_first_layout,
+    prompt_cache,
+    shared_response_forward,
+    worth_sharing,
+)
+from entflow.trainer.tokens import encode_prompts, position_ids_from_mask
 
 TOL = 1e-5  # float32: the same matmuls over fewer rows may sum in another order
 
@@ -48,7 +55,8 @@ def test_worth_sharing_only_when_a_prompt_repeats():
     ids = torch.tensor([[1, 2, 3], [4, 5, 6], [1, 2, 3]])
     mask = torch.ones_like(ids)
     assert worth_sharing(ids, mask)
-    assert not worth_sharing(ids[:2], mask[:2])  # all distinct
+    assert not worth_sharing(ids[:2], mask[:2])  # all distinct, no common first token
+    assert worth_sharing(torch.tensor([[1, 2, 3], [1, 5, 6]]), mask[:2])  # distinct, but they begin alike
     assert not worth_sharing(ids[:, :1], mask[:, :1])  # one prompt token: nothing to cache
 
 
@@ -100,19 +108,119 @@ def test_prompt_cache_repeats_rows_as_generate_lays_them_out():
     ids, mask = roll.prompt_ids[::3], roll.prompt_mask[::3]  # one row per group
     ids3, mask3 = ids.repeat_interleave(3, 0), mask.repeat_interleave(3, 0)
     with torch.no_grad():
-        cache = prompt_cache(model, ids, mask, repeats=3)
-        # reference: a plain forward of every row's prompt (all but its last token)
+        shared = prompt_cache(model, ids, mask, repeats=3)
+        # the prompts as laid out for the cache: each row's ids, 3 times in a row
+        lay_ids, lay_mask = prefix_first_layout(ids3, mask3, common_prefix_length(ids, mask))
+        assert torch.equal(shared.prompt_ids, lay_ids) and torch.equal(shared.prompt_mask, lay_mask)
+        # reference: a plain forward of every row's prompt (all but its last token), in that layout
         full = model(
-            input_ids=ids3[:, :-1],
-            attention_mask=mask3[:, :-1],
-            position_ids=position_ids_from_mask(mask3[:, :-1]),
+            input_ids=lay_ids[:, :-1],
+            attention_mask=lay_mask[:, :-1],
+            position_ids=position_ids_from_mask(lay_mask[:, :-1]),
             use_cache=True,
         ).past_key_values
-    real = mask3[:, None, :-1, None].bool()  # padding positions' keys are masked out: not compared
-    for a, b in zip(cache.layers, full.layers, strict=True):
+    real = lay_mask[:, None, :-1, None].bool()  # padding positions' keys are masked out: not compared
+    for a, b in zip(shared.cache.layers, full.layers, strict=True):
         assert a.keys.shape == b.keys.shape and a.keys.shape[0] == 3 * ids.shape[0]
         for x, y in ((a.keys, b.keys), (a.values, b.values)):
             assert torch.allclose(x * real, y * real, atol=TOL)
+
+
+# --------------------------------------------------------------------------------------------
+# The common prefix of distinct prompts
+# --------------------------------------------------------------------------------------------
+
+
+def test_common_prefix_length_and_layout_by_hand():
+    """Left-padded rows ``[0 0 7 8 9 4]``, ``[7 8 9 5 6 2]``, ``[0 7 8 9 3 1]``: all begin 7 8 9; the
+    layout moves those three tokens to columns 0–2 and the padding after them."""
+    ids = torch.tensor([[0, 0, 7, 8, 9, 4], [7, 8, 9, 5, 6, 2], [0, 7, 8, 9, 3, 1]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]])
+    assert common_prefix_length(ids, mask) == 3
+    lay_ids, lay_mask = prefix_first_layout(ids, mask, 3)
+    assert lay_ids.tolist() == [[7, 8, 9, 0, 0, 4], [7, 8, 9, 5, 6, 2], [7, 8, 9, 0, 3, 1]]
+    assert lay_mask.tolist() == [[1, 1, 1, 0, 0, 1], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 1]]
+    # positions follow the mask: each real token keeps its position
+    assert torch.equal(position_ids_from_mask(lay_mask)[lay_mask.bool()], position_ids_from_mask(mask)[mask.bool()])
+    assert common_prefix_length(lay_ids, lay_mask) == 3  # the layout keeps the prefix; padding anywhere
+    assert torch.equal(prefix_first_layout(ids, mask, 0)[0], ids)  # c = 0: left padding as it was
+    # at most the shortest prompt's length − 1: its last token runs per row
+    assert common_prefix_length(torch.tensor([[0, 7, 8], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]])) == 1
+    assert common_prefix_length(ids[:1], mask[:1]) == 3  # one row: all but its last token
+    assert common_prefix_length(torch.tensor([[1, 2], [3, 2]]), torch.ones(2, 2, dtype=torch.long)) == 0
+
+
+def _prefixed_prompts():
+    """Distinct prompts of several lengths that begin alike (a shared 'few-shot' head), as the real
+    setting's chat template and worked examples make them."""
+    task = get_task("arithmetic", validation_size=4)
+    tok = build_tokenizer(task.alphabet)
+    head = "12+34=46 7*8=56 "
+    prompts = [head + q for q in ("3+4=", "12*3=", "(1+2)*3=", "9-8=", "3+4=")]
+    model = build_policy(
+        tok, PolicyConfig(arch="llama", hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), seed=4
+    )
+    return model, tok, prompts
+
+
+def test_the_common_prefix_is_cached_once_and_the_forward_is_unchanged():
+    """Distinct prompts with a 17-token common head (bos + 16 characters): the logits, hidden states
+    and gradients of the shared forward equal the full forward's; the prefix runs for one row."""
+    model, tok, prompts = _prefixed_prompts()
+    enc = encode_prompts(tok, prompts)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    assert (mask == 0).any() and common_prefix_length(ids, mask) == 17
+    g = torch.Generator().manual_seed(2)
+    response = torch.randint(1, 20, (ids.shape[0], 5), generator=g)
+    rows: list[int] = []
+    model.register_forward_pre_hook(lambda m, a, k: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
+    model.eval()
+    with torch.no_grad():
+        ref, mine = response_logits(model, ids, mask, response), shared_response_forward(model, ids, mask, response)
+        ref_h = response_hidden(model, ids, mask, response)
+    assert rows[1:] == [1, 4, 5]  # the prefix once, the 4 distinct prompts' rest, every row's response
+    assert torch.allclose(mine, ref, atol=TOL, rtol=0), float((mine - ref).abs().max())
+    with torch.no_grad():
+        mine_h = shared_response_forward(model, ids, mask, response, hidden=True)
+    assert torch.allclose(mine_h, ref_h, atol=TOL, rtol=0), float((mine_h - ref_h).abs().max())
+    # sharp: a cache built for other prompts does not match
+    with torch.no_grad():
+        wrong = shared_response_forward(model, ids.roll(1, 0), mask.roll(1, 0), response)
+    assert (wrong - ref).abs().max() > 1e3 * TOL
+
+    model.train()
+    weights = torch.randn(response.shape, generator=g)
+
+    def grads(forward):
+        model.zero_grad(set_to_none=True)
+        logp = torch.log_softmax(forward(model, ids, mask, response), -1).gather(-1, response[..., None]).squeeze(-1)
+        (logp * weights).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ref_g, mine_g = grads(response_logits), grads(shared_response_forward)
+    assert ref_g.keys() == mine_g.keys() and len(ref_g) > 0
+    for name in ref_g:
+        err = float((mine_g[name] - ref_g[name]).norm() / ref_g[name].norm().clamp_min(1e-12))
+        assert err < 1e-4, f"{name}: relative error {err:.2e}"
+
+
+def test_generate_shares_the_common_prefix_even_with_one_sample():
+    """``generate(n=1, share_prompts=True)`` (greedy, or one sample per problem): the prompts' common
+    prefix is prefilled once; the same responses and logits to round-off as plain ``generate``."""
+    from entflow.trainer.rollout import generate
+
+    model, tok, prompts = _prefixed_prompts()
+    model.eval()
+    for greedy, n in ((True, 1), (False, 1), (False, 3)):
+        out = []
+        for share in (False, True):
+            torch.manual_seed(5)
+            out.append(generate(model, tok, prompts, 6, n=n, greedy=greedy, output_logits=True, share_prompts=share))
+        plain, shared = out
+        assert plain.texts == shared.texts and torch.equal(plain.response_ids, shared.response_ids), (greedy, n)
+        assert torch.allclose(plain.logits, shared.logits, atol=TOL, rtol=0), (greedy, n)
+        # the rows keep their left-padded prompts, whatever layout the cache used
+        assert torch.equal(plain.prompt_ids, shared.prompt_ids) and torch.equal(plain.prompt_mask, shared.prompt_mask)
 
 
 def test_generate_with_shared_prompts_equals_plain_generate():
@@ -138,8 +246,8 @@ def test_generate_with_shared_prompts_equals_plain_generate():
 
 def test_generate_in_batches_passes_share_prompts_to_generate(monkeypatch):
     """The evaluation path (``generate_in_batches``, used by ``entflow eval`` and a real run's
-    validation) shares each prompt's prefill when asked, never for greedy rows (one per prompt), and
-    samples the same responses under one seed as without sharing."""
+    validation) shares each prompt's prefill when asked, greedy rows included (their common prefix),
+    and samples the same responses under one seed as without sharing."""
     import entflow.trainer.evaluate as ev
     from entflow.trainer.rollout import generate
 
@@ -160,7 +268,7 @@ def test_generate_in_batches_passes_share_prompts_to_generate(monkeypatch):
             gens = ev.generate_in_batches(
                 model, tok, prompts, 4, 8, batch_size=8, seed=7, greedy=greedy, share_prompts=share
             )
-            assert seen and all(flag == (share and not greedy) for flag in seen), (share, greedy, seen)
+            assert seen and all(flag == share for flag in seen), (share, greedy, seen)
             runs[share, greedy] = [t for g in gens for t in g.texts]
     assert runs[True, False] == runs[False, False] and runs[True, True] == runs[False, True]
 

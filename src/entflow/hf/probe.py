@@ -125,13 +125,16 @@ def sample_probe(
 
 
 @torch.no_grad()
-def probe_entropy(model: Any, probe: Probe, pad_id: int, temperature: float = 1.0, batch_rows: int = 32) -> float:
+def probe_entropy(
+    model: Any, probe: Probe, pad_id: int, temperature: float = 1.0, batch_rows: int = 32, share_prompts: bool = False
+) -> float:
     """The policy's mean token entropy (nats) on the probe's response tokens under teacher forcing:
     ``Σ_i Σ_t H_{i,t} / Σ_i T_i``, where ``H_{i,t}`` is the full-vocabulary entropy of
     softmax(logits / temperature) at the position that predicts response token t of pair i (every
     token weighs the same). Rows are batched ``batch_rows`` at a time, prompts left-padded with
     ``pad_id`` and responses right-padded; positions follow the attention mask, as in generation
-    (:func:`entflow.trainer.rollout.response_token_stats`, :func:`entflow.core.token_stats.token_stats`)."""
+    (:func:`entflow.trainer.rollout.response_token_stats`, :func:`entflow.core.token_stats.token_stats`).
+    ``share_prompts``: the prompts' common prefix runs once per batch (equal to float round-off)."""
     from entflow.trainer.rollout import response_token_stats
 
     if not temperature > 0:
@@ -154,7 +157,13 @@ def probe_entropy(model: Any, probe: Probe, pad_id: int, temperature: float = 1.
                 r_ids[i, : len(r)] = torch.tensor(r)
                 r_mask[i, : len(r)] = 1
             stats = response_token_stats(
-                model, p_ids.to(device), p_mask.to(device), r_ids.to(device), temperature, stats=("entropy",)
+                model,
+                p_ids.to(device),
+                p_mask.to(device),
+                r_ids.to(device),
+                temperature,
+                stats=("entropy",),
+                share_prompts=share_prompts,
             )
             total += float((stats.entropy.double().cpu() * r_mask).sum())
             count += int(r_mask.sum())

@@ -255,7 +255,8 @@ def _probe_metrics(probe_source: _ProbeSource, model: Any, tokenizer: Any, task:
 
     probe = probe_source.get(model, tokenizer, task, step)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    h = probe_entropy(model, probe, pad, probe_source.cfg.temperature)
+    cfg = probe_source.cfg
+    h = probe_entropy(model, probe, pad, cfg.temperature, share_prompts=cfg.share_prompts)
     return {"val/probe_entropy": h, "val/probe_tokens": float(probe.n_tokens)}
 
 

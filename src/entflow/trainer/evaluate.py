@@ -124,7 +124,8 @@ def generate_in_batches(
     Runs in eval mode (the mode is restored after) and, with a ``seed``, under a forked RNG seeded
     with it (the caller's RNG is untouched); ``seed=None`` draws from the global RNG. Returns one
     :class:`~entflow.trainer.rollout.Generation` per call; ``on_batch(rows)`` after each.
-    ``share_prompts``: each prompt's prefill runs once for its ``n`` rows (``generate``'s option)."""
+    ``share_prompts``: each prompt's prefill runs once for its ``n`` rows and the prompts' common
+    prefix once per call (``generate``'s option)."""
     per_call = max(1, batch_size // (1 if greedy else n))  # greedy decodes each prompt once
     out: list[Generation] = []
     was_training = model.training
@@ -145,7 +146,7 @@ def generate_in_batches(
                     top_p=top_p,
                     greedy=greedy,
                     record_entropy=record_entropy,
-                    share_prompts=share_prompts and not greedy,
+                    share_prompts=share_prompts,
                 )
                 if greedy and n > 1:
                     gen = _repeat_rows(gen, n)

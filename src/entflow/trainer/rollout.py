@@ -103,10 +103,11 @@ def generate(
     The warpers run in the order temperature → top-k → top-p and ``generate``'s own are off, so the
     sampled law is exactly softmax(warped logits). ``output_logits`` keeps ``generate``'s raw
     (unwarped) logits ``[N, T, V]``; ``record_entropy`` keeps the entropy ``[N, T]`` of the warped law
-    (O(N·T) memory). ``share_prompts`` (with ``n`` > 1): each prompt's prefill runs once and its
-    KV cache serves its ``n`` rows (:mod:`entflow.trainer.shared_prompts`; the same logits up to
-    float round-off). Decoding runs under :func:`~entflow.trainer.few_row_linear.few_row_linears`
-    (on a CPU, the linear layers' few rows per step as ``W @ xᵀ``; the same logits to round-off).
+    (O(N·T) memory). ``share_prompts``: each prompt's prefill runs once and its KV cache serves
+    its ``n`` rows, and the prompts' common prefix runs once in all
+    (:mod:`entflow.trainer.shared_prompts`; the same logits up to float round-off). Decoding runs
+    under :func:`~entflow.trainer.few_row_linear.few_row_linears` (on a CPU, the linear layers'
+    few rows per step as ``W @ xᵀ``; the same logits to round-off).
     The caller sets the mode (``model.eval()``) and the RNG.
     """
     from transformers import LogitsProcessorList
@@ -114,9 +115,13 @@ def generate(
     device = next(model.parameters()).device
     once = {k: v.to(device) for k, v in encode_prompts(tokenizer, list(prompts)).items()}
     enc = {k: v.repeat_interleave(n, 0) for k, v in once.items()}
-    shared: dict[str, Any] = {}
-    if share_prompts and n > 1 and once["input_ids"].shape[1] >= 2:  # generate runs the last prompt token
-        shared[cache_kwarg(model)] = prompt_cache(model, once["input_ids"], once["attention_mask"], repeats=n)
+    inputs, shared = enc, {}
+    # generate runs the last prompt token; the rest is cached once per prompt and common prefix
+    ids, mask = once["input_ids"], once["attention_mask"]
+    if share_prompts and ids.shape[1] >= 2 and (n > 1 or worth_sharing(ids, mask)):
+        cached = prompt_cache(model, ids, mask, repeats=n)
+        inputs = {"input_ids": cached.prompt_ids, "attention_mask": cached.prompt_mask}  # the cache's layout
+        shared[cache_kwarg(model)] = cached.cache
     recorder = _EntropyRecorder() if record_entropy else None
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
     if recorder is not None:
@@ -127,7 +132,7 @@ def generate(
     )
     with few_row_linears(model):  # each decoding step's few rows: W @ xᵀ on a CPU (few_row_linear.py)
         out = model.generate(
-            **enc,
+            **inputs,
             **mode,
             max_new_tokens=max_new_tokens,
             pad_token_id=tokenizer.pad_token_id,
@@ -261,7 +266,7 @@ def response_logits(
 ) -> torch.Tensor:
     """Untempered logits ``[N, T, V]`` that predict each response token (a view of the last T + 1
     positions' ``[:, :-1]``, not a copy). Positions follow the attention mask, as in ``generate``.
-    ``share_prompts``: rows that repeat a prompt share its forward
+    ``share_prompts``: rows that repeat a prompt share its forward, and the prompts their common prefix
     (:func:`~entflow.trainer.shared_prompts.shared_response_forward`)."""
     if share_prompts and worth_sharing(prompt_ids, prompt_mask):
         return shared_response_forward(model, prompt_ids, prompt_mask, response_ids)
@@ -316,7 +321,8 @@ def response_token_stats(
     nucleus, ``topp_entropy(logits, entropy_top_p, temperature)`` ``[N, T]`` (SIREN, arXiv
     2509.25133 §3), instead of the full entropy; the other statistics are unchanged.
 
-    ``share_prompts``: rows that repeat a prompt share its forward (:func:`response_logits`).
+    ``share_prompts``: rows that repeat a prompt share its forward, and the prompts their common
+    prefix (:func:`response_logits`).
     """
     if hidden_stats and (entropy_top_p is None or "entropy" not in stats):  # top-p entropy needs the logits
         reason = hidden_head_reason(model)

@@ -4,6 +4,8 @@ those of the plain full forward over ``[prompt | response]`` (float32 round-off 
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -60,25 +62,31 @@ def test_worth_sharing_only_when_a_prompt_repeats():
     assert not worth_sharing(ids[:, :1], mask[:, :1])  # one prompt token: nothing to cache
 
 
+PATHS = pytest.mark.parametrize("packed", [False, True], ids=["cached", "packed"])
+
+
+@PATHS
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_shared_forward_equals_the_full_forward(arch):
+def test_shared_forward_equals_the_full_forward(arch, packed):
     model, roll = _rollout(arch)
     model.eval()
     args = (roll.prompt_ids, roll.prompt_mask, roll.response_ids)
     with torch.no_grad():
-        ref, mine = response_logits(model, *args), shared_response_forward(model, *args)
-        ref_h, mine_h = response_hidden(model, *args), shared_response_forward(model, *args, hidden=True)
+        ref, mine = response_logits(model, *args), shared_response_forward(model, *args, packed=packed)
+        ref_h = response_hidden(model, *args)
+        mine_h = shared_response_forward(model, *args, hidden=True, packed=packed)
     assert mine.shape == ref.shape and mine_h.shape == ref_h.shape
     assert torch.allclose(mine, ref, atol=TOL, rtol=0), float((mine - ref).abs().max())
     assert torch.allclose(mine_h, ref_h, atol=TOL, rtol=0), float((mine_h - ref_h).abs().max())
     # sharp: one row's cache given to another row's response does not match
     swapped = torch.roll(roll.prompt_ids, 1, 0), torch.roll(roll.prompt_mask, 1, 0), roll.response_ids
     with torch.no_grad():
-        wrong = shared_response_forward(model, *swapped)
+        wrong = shared_response_forward(model, *swapped, packed=packed)
     assert (wrong - ref).abs().max() > 1e3 * TOL
 
 
-def test_shared_forward_gradients_equal_the_full_forward():
+@PATHS
+def test_shared_forward_gradients_equal_the_full_forward(packed):
     """A mini-batch of rows where some prompts repeat: the prompt's forward receives the summed
     gradient of every row reading its cache, as in the full forward."""
     model, roll = _rollout()
@@ -94,7 +102,7 @@ def test_shared_forward_gradients_equal_the_full_forward():
         (logp * weights * roll.mask[idx]).sum().backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    ref, mine = grads(response_logits), grads(shared_response_forward)
+    ref, mine = grads(response_logits), grads(functools.partial(shared_response_forward, packed=packed))
     assert ref.keys() == mine.keys() and len(ref) > 0
     for name in ref:
         err = float((mine[name] - ref[name]).norm() / ref[name].norm().clamp_min(1e-12))
@@ -163,29 +171,34 @@ def _prefixed_prompts():
     return model, tok, prompts
 
 
-def test_the_common_prefix_is_cached_once_and_the_forward_is_unchanged():
+@PATHS
+def test_the_common_prefix_is_run_once_and_the_forward_is_unchanged(packed):
     """Distinct prompts with a 17-token common head (bos + 16 characters): the logits, hidden states
-    and gradients of the shared forward equal the full forward's; the prefix runs for one row."""
+    and gradients of the shared forward equal the full forward's. Cached: the prefix runs for one
+    row, then the 4 distinct prompts' rest, then every row's response. Packed: one sequence of
+    prefix + rests + responses (but their last tokens) in one body call."""
     model, tok, prompts = _prefixed_prompts()
     enc = encode_prompts(tok, prompts)
     ids, mask = enc["input_ids"], enc["attention_mask"]
     assert (mask == 0).any() and common_prefix_length(ids, mask) == 17
     g = torch.Generator().manual_seed(2)
     response = torch.randint(1, 20, (ids.shape[0], 5), generator=g)
-    rows: list[int] = []
-    model.register_forward_pre_hook(lambda m, a, k: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
+    calls: list[tuple[int, int]] = []
+    model.model.register_forward_pre_hook(lambda m, a, k: calls.append(tuple(k["input_ids"].shape)), with_kwargs=True)
     model.eval()
     with torch.no_grad():
-        ref, mine = response_logits(model, ids, mask, response), shared_response_forward(model, ids, mask, response)
-        ref_h = response_hidden(model, ids, mask, response)
-    assert rows[1:] == [1, 4, 5]  # the prefix once, the 4 distinct prompts' rest, every row's response
+        ref, ref_h = response_logits(model, ids, mask, response), response_hidden(model, ids, mask, response)
+        calls.clear()
+        mine = shared_response_forward(model, ids, mask, response, packed=packed)
+    rest = [int(mask[i].sum()) - 17 for i in range(4)]  # prompts 0 and 4 are the same
+    assert calls == ([(1, 17 + sum(rest) + 5 * 4)] if packed else [(1, 17), (4, ids.shape[1] - 1 - 17), (5, 6)])
     assert torch.allclose(mine, ref, atol=TOL, rtol=0), float((mine - ref).abs().max())
     with torch.no_grad():
-        mine_h = shared_response_forward(model, ids, mask, response, hidden=True)
+        mine_h = shared_response_forward(model, ids, mask, response, hidden=True, packed=packed)
     assert torch.allclose(mine_h, ref_h, atol=TOL, rtol=0), float((mine_h - ref_h).abs().max())
-    # sharp: a cache built for other prompts does not match
+    # sharp: prompts given to other rows' responses do not match
     with torch.no_grad():
-        wrong = shared_response_forward(model, ids.roll(1, 0), mask.roll(1, 0), response)
+        wrong = shared_response_forward(model, ids.roll(1, 0), mask.roll(1, 0), response, packed=packed)
     assert (wrong - ref).abs().max() > 1e3 * TOL
 
     model.train()
@@ -197,11 +210,33 @@ def test_the_common_prefix_is_cached_once_and_the_forward_is_unchanged():
         (logp * weights).sum().backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    ref_g, mine_g = grads(response_logits), grads(shared_response_forward)
+    ref_g, mine_g = grads(response_logits), grads(functools.partial(shared_response_forward, packed=packed))
     assert ref_g.keys() == mine_g.keys() and len(ref_g) > 0
     for name in ref_g:
         err = float((mine_g[name] - ref_g[name]).norm() / ref_g[name].norm().clamp_min(1e-12))
         assert err < 1e-4, f"{name}: relative error {err:.2e}"
+
+
+def test_packed_tree_by_hand():
+    """Two distinct prompts [5 6 7] and [5 6 8 9] (left-padded) sharing the prefix [5 6], three rows
+    (the first prompt twice) of 3 response tokens: the packed sequence, its positions, which tokens
+    each reads, and which response positions are read."""
+    from entflow.trainer.shared_prompts import _packed_tree, packed_length
+
+    ids = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 7], [5, 6, 8, 9]])
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]])
+    resp = torch.tensor([[1, 2, 3], [4, 3, 2], [2, 2, 1]])
+    seq, pos, attends, reads = _packed_tree(ids, mask, resp)
+    # prefix 5 6 | rest of prompt A: 7 | rest of prompt B: 8 9 | responses but their last token
+    assert seq.tolist() == [5, 6, 7, 8, 9, 1, 2, 4, 3, 2, 2]
+    assert pos.tolist() == [0, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5]
+    assert packed_length(ids, mask, resp) == 11
+    seen = {i: [j for j in range(11) if attends[i, j]] for i in range(11)}
+    assert seen[4] == [0, 1, 3, 4]  # prompt B's last token: the prefix and B
+    assert seen[6] == [0, 1, 2, 5, 6]  # row 0's second response token: prefix, A, its own response
+    assert seen[8] == [0, 1, 2, 7, 8]  # row 1 shares A's tokens but not row 0's response
+    assert seen[10] == [0, 1, 3, 4, 9, 10]
+    assert reads.tolist() == [[2, 5, 6], [2, 7, 8], [4, 9, 10]]
 
 
 def test_generate_shares_the_common_prefix_even_with_one_sample():

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.trainer.tokens import position_ids_from_mask
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "cache_kwarg",
     "common_prefix_length",
     "distinct_prompts",
+    "packed_length",
+    "packed_response_forward",
     "prefix_first_layout",
     "prompt_cache",
     "shared_response_forward",
@@ -171,11 +174,21 @@ def shared_response_forward(
     prompt_mask: torch.Tensor,
     response_ids: torch.Tensor,
     hidden: bool = False,
+    packed: bool | None = None,
 ) -> torch.Tensor:
     """What predicts each response token ``[N, T]``, with every distinct prompt run once: the
     untempered logits ``[N, T, V]`` or, with ``hidden``, the body's last hidden state ``[N, T, D]``
     (the LM head's input; the head never runs). Equal to a full forward over
-    ``[prompt | response]`` up to float round-off."""
+    ``[prompt | response]`` up to float round-off.
+
+    ``packed=None`` (the default) takes :func:`packed_response_forward` where the model's head is a
+    plain linear one and the packed sequence is at most ``PACK_MAX_TOKENS`` long, else the KV cache
+    of :func:`prompt_cache`; ``True`` / ``False`` choose."""
+    if packed is None:
+        fits = packed_length(prompt_ids, prompt_mask, response_ids) <= PACK_MAX_TOKENS
+        packed = fits and hidden_head_reason(_unwrapped(model)) is None
+    if packed:
+        return packed_response_forward(model, prompt_ids, prompt_mask, response_ids, hidden=hidden)
     lp = prompt_ids.shape[1]
     shared = prompt_cache(model, prompt_ids, prompt_mask)
     attention = torch.cat([shared.prompt_mask, torch.ones_like(response_ids)], dim=1)
@@ -189,3 +202,88 @@ def shared_response_forward(
     if hidden:
         return model.base_model(**inputs).last_hidden_state[:, :-1]
     return model(**inputs).logits[:, :-1]
+
+
+def _unwrapped(model: Any) -> Any:
+    """The causal LM inside a peft wrapper (its adapters are in its layers), else ``model``."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+PACK_MAX_TOKENS = 2048  # a packed forward's attention mask is [L, L]: beyond this, the cached forward
+
+
+def _packed_tree(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One sequence holding the batch as a tree: the distinct prompts' common prefix, then each
+    distinct prompt's rest, then each row's response but its last token. Returns ``(ids [L],
+    positions [L], attends [L, L], reads [N, T])``: token i sees token j when j is i's ancestor
+    or earlier in its own segment; ``reads`` are the tokens whose outputs predict each response
+    token (the row's last prompt token, then its response tokens 0 … T − 2)."""
+    first, inverse = distinct_prompts(prompt_ids, prompt_mask)
+    c = common_prefix_length(prompt_ids[first], prompt_mask[first])
+    real = prompt_mask[first].bool()
+    n, t = response_ids.shape
+    ids, pos, seg, last = [], [], [], []
+    prefix = prompt_ids[first[0]][prompt_mask[first[0]].bool()][:c]
+    ids.append(prefix), pos.append(torch.arange(c)), seg.append(torch.zeros(c, dtype=torch.long))
+    length = c
+    lengths = real.long().sum(dim=1)
+    for u in range(first.shape[0]):  # segment 1 + u: distinct prompt u after the prefix
+        rest = prompt_ids[first[u]][real[u]][c:]
+        ids.append(rest), pos.append(torch.arange(c, int(lengths[u]))), seg.append(torch.full_like(rest, 1 + u))
+        length += rest.shape[0]
+        last.append(length - 1)
+    starts = []
+    for r in range(n):  # segment 1 + U + r: row r's response but its last token
+        u = int(inverse[r])
+        starts.append(length)
+        ids.append(response_ids[r, : t - 1])
+        pos.append(torch.arange(int(lengths[u]), int(lengths[u]) + t - 1))
+        seg.append(torch.full((t - 1,), 1 + first.shape[0] + r, dtype=torch.long))
+        length += t - 1
+    device = prompt_ids.device
+    ids_all, pos_all, seg_all = (torch.cat(x).to(device) for x in (ids, pos, seg))
+    n_seg = 1 + first.shape[0] + n
+    ancestor = torch.eye(n_seg, dtype=torch.bool, device=device)  # [S, S]: row s sees segment s'
+    ancestor[:, 0] = True  # every segment sees the prefix
+    ancestor[1 + first.shape[0] + torch.arange(n, device=device), 1 + inverse.to(device)] = True
+    order = torch.arange(length, device=device)
+    same = seg_all[:, None] == seg_all[None, :]
+    attends = ancestor[seg_all[:, None], seg_all[None, :]] & (~same | (order[None, :] <= order[:, None]))
+    step = torch.arange(t - 1, device=device)
+    lasts = torch.tensor(last, device=device)[inverse.to(device)]
+    reads = torch.cat([lasts[:, None], torch.tensor(starts, device=device)[:, None] + step], dim=1)
+    return ids_all, pos_all, attends, reads
+
+
+def packed_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor) -> int:
+    """The length L of :func:`packed_response_forward`'s one sequence for these rows."""
+    first, _ = distinct_prompts(prompt_ids, prompt_mask)
+    c = common_prefix_length(prompt_ids[first], prompt_mask[first])
+    rests = int(prompt_mask[first].long().sum()) - c * first.shape[0]
+    return c + rests + prompt_ids.shape[0] * (response_ids.shape[1] - 1)
+
+
+def packed_response_forward(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    hidden: bool = False,
+) -> torch.Tensor:
+    """What predicts each response token ``[N, T]`` from one forward over one packed sequence: the
+    common prefix once, each distinct prompt's rest once, each row's response, with an attention
+    mask that lets each token see only its own prompt and response (:func:`_packed_tree`) and the
+    positions each token has in its row. Every linear layer then runs once, on all the tokens,
+    so the backward writes each weight's gradient once. Needs a plain linear head
+    (:func:`~entflow.core.lm_head.hidden_head_reason` is None); returns the untempered logits
+    ``[N, T, V]`` or, with ``hidden``, the head's inputs ``[N, T, D]``. Equal to a full forward
+    over ``[prompt | response]`` up to float round-off."""
+    model = _unwrapped(model)
+    ids, positions, attends, reads = _packed_tree(prompt_ids, prompt_mask, response_ids)
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(attends.shape, dtype=dtype, device=ids.device).masked_fill(~attends, torch.finfo(dtype).min)
+    body = last_hidden_state(model, input_ids=ids[None], attention_mask=mask[None, None], position_ids=positions[None])
+    states = body[0][reads]  # [N, T, D]
+    return states if hidden else model.get_output_embeddings()(states)

@@ -18,6 +18,13 @@ to let one cache serve prompts of different lengths, each row is laid out prefix
 between the prefix and the rest (:func:`prefix_first_layout`). Attention only sees which keys are
 real and the positions follow the mask, so this too changes nothing but float round-off.
 
+With gradients, what costs most on a CPU is not the tokens but the calls: each forward call's
+backward writes a full gradient for every weight. So the update and re-scoring pack the batch into
+one sequence instead (:func:`packed_response_forward`): the common prefix, each distinct prompt's
+rest, each row's response, with an attention mask that lets every token see only its own prompt
+and response (a tree) and the position it has in its row. Every linear layer then runs once, on
+every token, and the logits are read at the positions that predict each response token.
+
 Duck-typed on the ``transformers`` causal-LM API (a ``DynamicCache`` passed as ``cache``, or as
 ``past_key_values`` before transformers renamed it: :func:`cache_kwarg`; ``logits_to_keep``,
 ``base_model``); nothing here is needed without ``transformers``.

@@ -332,3 +332,28 @@ def test_cache_kwarg_follows_the_forward_signature():
     assert cache_kwarg(Old()) == "past_key_values"
     assert cache_kwarg(New()) == "cache"
     assert cache_kwarg(Wrapper(New())) == "cache" and cache_kwarg(Wrapper(Old())) == "past_key_values"
+
+
+def test_packed_forward_runs_a_peft_models_adapters():
+    """A LoRA-wrapped policy (``hf.setup.add_lora``): the packed forward goes through the wrapped
+    model, adapters included, and equals the wrapper's own full forward."""
+    pytest.importorskip("peft")
+    from entflow.hf.setup import add_lora
+
+    model, tok, prompts = _prefixed_prompts()
+    lora = add_lora(model, rank=4, seed=0)
+    with torch.no_grad():  # B = 0 at the start: make the adapters change the logits
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    enc = encode_prompts(tok, prompts)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    response = torch.randint(1, 20, (ids.shape[0], 4), generator=torch.Generator().manual_seed(3))
+    lora.eval()
+    with torch.no_grad():
+        ref = response_logits(lora, ids, mask, response)
+        mine = shared_response_forward(lora, ids, mask, response, packed=True)
+        with lora.disable_adapter():
+            without = response_logits(lora, ids, mask, response)
+    assert torch.allclose(mine, ref, atol=TOL, rtol=0), float((mine - ref).abs().max())
+    assert (without - ref).abs().max() > 1e3 * TOL  # the adapters matter here

@@ -108,6 +108,7 @@ def test_interleave_keeps_the_median_inside_a_round_and_drops_warmup(monkeypatch
     """A fake clock: each call of a step advances it by the next of that step's durations."""
     now = [0.0]
     monkeypatch.setattr(mo, "CLOCK", lambda: now[0])
+    monkeypatch.setattr(mo.gc, "collect", lambda: 0)  # a fake clock: no heap to settle (slow in a full suite)
     durations = {
         "grpo": iter([9.0, 9.0, 9.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0]),  # round 0 is warm-up
         "x": iter([9.0, 9.0, 9.0, 1.0, 5.0, 2.0, 3.0, 3.0, 30.0]),
@@ -182,6 +183,7 @@ def test_interleave_spreads_the_reference_over_the_round(monkeypatch):
     round value is the median of those steps: one slow grpo step no longer moves every ratio."""
     now, calls = [0.0], []
     monkeypatch.setattr(mo, "CLOCK", lambda: now[0])
+    monkeypatch.setattr(mo.gc, "collect", lambda: 0)  # a fake clock: no heap to settle (slow in a full suite)
     durations = {"grpo": iter([1.0, 1.0, 50.0, 2.0, 2.0, 2.0])}  # one round's 3 grpo steps, then the next's
 
     def step(name: str):

@@ -158,12 +158,12 @@ def prompt_cache(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     first, inverse = distinct_prompts(prompt_ids, prompt_mask)
     c = common_prefix_length(prompt_ids[first], prompt_mask[first])
     ids, mask = prefix_first_layout(prompt_ids, prompt_mask, c)
+    distinct_ids, distinct_mask = ids[first], mask[first]  # [U, Lp]
     if repeats > 1:
         inverse = inverse.repeat_interleave(repeats)
         ids, mask = ids.repeat_interleave(repeats, 0), mask.repeat_interleave(repeats, 0)
     lp = prompt_ids.shape[1]
     cache = _new_cache(model)
-    distinct_ids, distinct_mask = prefix_first_layout(prompt_ids[first], prompt_mask[first], c)  # [U, Lp]
     if c > 0:  # the prefix, once: [1, c], then one copy per distinct prompt
         ones = distinct_mask[:1, :c]
         _extend_cache(model, cache, distinct_ids[:1, :c], ones, position_ids_from_mask(ones))

@@ -31,11 +31,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-os.environ.setdefault("VERL_PLATFORM", "cpu")
-for _k, _v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-    os.environ.setdefault(_k, _v)
-
-import torch  # noqa: E402
+import torch
 
 N_PROMPTS, N_PER_PROMPT = 2, 4
 TOKENS = "0123456789+-*() >:="  # the countdown characters (examples/verl/cpu_prepare.py)
@@ -409,7 +405,17 @@ def _first(v):
         return None
 
 
+def _one_rank_environment() -> None:
+    """verl's platform and a one-rank process group's variables, set in this process only: set at
+    import, they would leak into a test process that imports ``tiny_llama``, and every trainer built
+    there (accelerate reads them) would then open a process group on the default port."""
+    os.environ.setdefault("VERL_PLATFORM", "cpu")
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        os.environ.setdefault(k, v)
+
+
 def main(spec_path: str, out_path: str) -> None:
+    _one_rank_environment()
     from entflow.integrations.verl import cpu
 
     cpu.enable()

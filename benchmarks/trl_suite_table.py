@@ -42,15 +42,16 @@ def suite_table(path: str | Path) -> str:
     out = [
         f"Measured {data['date']} on {data['machine']}, trl {v['trl']}, transformers {v['transformers']}, "
         f"entflow at {data['entflow_commit']}; TRL's tests at its commit {data['trl_commit'][:10]}. "
-        f"Command: `{data['command']}`. Data: `{path}`.",
+        f"Command: `{data['command']}`. Data: `{path}`." + (f" ({data['note']})" if data.get("note") else ""),
         "",
-        "| | passed | failed | skipped |",
-        "|---|---:|---:|---:|",
+        "| | passed | failed | skipped | minutes |",
+        "|---|---:|---:|---:|---:|",
     ]
     for key in ("A", "B"):
         side = data["sides"][key]
         c = side_counts(side)
-        out.append(f"| {key}, `{side['trainer']}` | " + " | ".join(str(c[k]) for k in KINDS) + " |")
+        minutes = "–" if side.get("seconds") is None else f"{side['seconds'] / 60:.1f}"
+        out.append(f"| {key}, `{side['trainer']}` | " + " | ".join(str(c[k]) for k in KINDS) + f" | {minutes} |")
     out.append("")
     diff = differing(data)
     lost = [t for t, a, _ in diff if a == "PASSED"]

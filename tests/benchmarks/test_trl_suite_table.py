@@ -41,6 +41,9 @@ def test_pytest_report_becomes_counts_and_outcomes():
         "TestGRPO::test_tools": "ERROR",
     }
     assert trl_suite.counts("") == {}
+    assert trl_suite.wall_seconds(LOG_A) == 12.34
+    assert trl_suite.wall_seconds("1 passed in 1423.20s (0:23:43)") == 1423.2
+    assert trl_suite.wall_seconds("") is None and trl_suite.wall_seconds("interrupted") is None
 
 
 def _record(tmp_path: Path, log_b: str) -> Path:
@@ -52,7 +55,12 @@ def _record(tmp_path: Path, log_b: str) -> Path:
         "trl_commit": "0123456789abcdef",
         "entflow_commit": "abc1234",
         "sides": {
-            side: {"trainer": trainer, "counts": trl_suite.counts(log), "outcomes": trl_suite.outcomes(log)}
+            side: {
+                "trainer": trainer,
+                "counts": trl_suite.counts(log),
+                "seconds": trl_suite.wall_seconds(log),
+                "outcomes": trl_suite.outcomes(log),
+            }
             for side, trainer, log in (("A", "trl.GRPOTrainer", LOG_A), ("B", "EntflowGRPOTrainer", log_b))
         },
     }
@@ -63,8 +71,8 @@ def _record(tmp_path: Path, log_b: str) -> Path:
 
 def test_the_table_counts_errors_as_failures_and_names_what_differs(tmp_path):
     table = tt.suite_table(_record(tmp_path, LOG_B))
-    assert "| A, `trl.GRPOTrainer` | 2 | 2 | 1 |" in table
-    assert "| B, `EntflowGRPOTrainer` | 1 | 3 | 1 |" in table
+    assert "| A, `trl.GRPOTrainer` | 2 | 2 | 1 | 0.2 |" in table  # 12.34 s
+    assert "| B, `EntflowGRPOTrainer` | 1 | 3 | 1 | 0.2 |" in table
     assert "1 tests differ, 1 of them passing only with `trl.GRPOTrainer`:" in table
     assert "- `TestGRPO::test_beta`: PASSED with trl.GRPOTrainer, FAILED with EntflowGRPOTrainer" in table
     assert "trl 9.9.9" in table and "commit 0123456789" in table
@@ -73,7 +81,11 @@ def test_the_table_counts_errors_as_failures_and_names_what_differs(tmp_path):
 def test_the_same_outcomes_say_so(tmp_path):
     table = tt.suite_table(_record(tmp_path, LOG_A))
     assert "Every test has the same outcome on both sides." in table
-    assert "| B, `EntflowGRPOTrainer` | 2 | 2 | 1 |" in table
+    assert "(a note)" not in table
+    noted = tmp_path / "noted.json"
+    noted.write_text(json.dumps({**json.loads(_record(tmp_path, LOG_A).read_text()), "note": "a note"}))
+    assert "Data: `" + str(noted) + "`. (a note)" in tt.suite_table(noted)
+    assert "| B, `EntflowGRPOTrainer` | 2 | 2 | 1 | 0.2 |" in table
 
 
 def test_the_record_holds_both_sides_and_where_they_ran(tmp_path):
@@ -83,4 +95,5 @@ def test_the_record_holds_both_sides_and_where_they_ran(tmp_path):
     assert rec["trl_commit"] == "unknown"  # tmp_path is no git checkout
     assert rec["sides"]["B"]["counts"] == {"passed": 1, "failed": 2, "skipped": 1, "errors": 1}
     assert rec["sides"]["B"]["outcomes"]["TestGRPO::test_beta"] == "FAILED"
+    assert rec["sides"]["A"]["seconds"] == 12.34
     assert {"date", "machine", "versions", "entflow_commit"} <= rec.keys()

@@ -22,21 +22,24 @@ both sides alike.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import importlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import this
 from pathlib import Path
 
 SWAP = (
     "from trl import GRPOConfig, GRPOTrainer\n",
     "from entflow.integrations.trl import EntflowGRPOConfig as GRPOConfig, EntflowGRPOTrainer as GRPOTrainer\n",
 )
+with contextlib.redirect_stdout(io.StringIO()):  # importing `this` prints the Zen of Python
+    import this
 ZEN = [line for line in codecs.decode(this.s, "rot13").splitlines() if line.strip()][1:]
 
 
@@ -231,6 +234,13 @@ def counts(log: str) -> dict[str, int]:
     return found
 
 
+def wall_seconds(log: str) -> float | None:
+    """The wall time pytest's final summary line reports (``… in 1423.20s (0:23:43)``), or None."""
+    last = log.strip().splitlines()[-1] if log.strip() else ""
+    found = re.search(r" in ([\d.]+)s\b", last)
+    return float(found.group(1)) if found else None
+
+
 def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
     """The run as data: counts and per-test outcomes of both sides, and where and with what they ran."""
     import datetime
@@ -258,7 +268,12 @@ def record(trl_checkout: Path, argv: list[str], logs: dict[str, str]) -> dict:
         "trl_commit": git("rev-parse", "HEAD", cwd=trl_checkout),
         "entflow_commit": git("rev-parse", "--short", "HEAD", cwd=repo),
         "sides": {
-            side: {"trainer": trainer, "counts": counts(logs[side]), "outcomes": outcomes(logs[side])}
+            side: {
+                "trainer": trainer,
+                "counts": counts(logs[side]),
+                "seconds": wall_seconds(logs[side]),
+                "outcomes": outcomes(logs[side]),
+            }
             for side, trainer in (("A", "trl.GRPOTrainer"), ("B", "EntflowGRPOTrainer"))
         },
     }

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker, none oversubscribed
+if os.environ.get("PYTEST_XDIST_WORKER"):  # under pytest-xdist: one torch thread per worker
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
 

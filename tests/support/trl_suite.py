@@ -225,9 +225,14 @@ def outcomes(log: str) -> dict[str, str]:
     return found
 
 
+def _summary_line(log: str) -> str:
+    """pytest's final summary line, the log's last non-empty line ("" for an empty log)."""
+    return log.strip().splitlines()[-1] if log.strip() else ""
+
+
 def counts(log: str) -> dict[str, int]:
     """pytest's final summary line (``111 passed, 33 failed, 31 skipped in 1200.5s``) as counts."""
-    last = log.strip().splitlines()[-1] if log.strip() else ""
+    last = _summary_line(log)
     found = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", last)}
     if "error" in found:
         found["errors"] = found.pop("error")
@@ -236,7 +241,7 @@ def counts(log: str) -> dict[str, int]:
 
 def wall_seconds(log: str) -> float | None:
     """The wall time pytest's final summary line reports (``… in 1423.20s (0:23:43)``), or None."""
-    last = log.strip().splitlines()[-1] if log.strip() else ""
+    last = _summary_line(log)
     found = re.search(r" in ([\d.]+)s\b", last)
     return float(found.group(1)) if found else None
 

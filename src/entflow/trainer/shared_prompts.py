@@ -44,7 +44,6 @@ __all__ = [
     "SharedPrompts",
     "cache_kwarg",
     "common_prefix_length",
-    "distinct_and_prefix",
     "distinct_prompts",
     "packed_length",
     "packed_response_forward",
@@ -90,7 +89,7 @@ def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) ->
     return int(same.long().cumprod(dim=0).sum())
 
 
-def distinct_and_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _distinct_and_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(first, inverse, c)``: :func:`distinct_prompts` and the distinct prompts' common prefix
     length :func:`common_prefix_length`, what every shared forward lays out first."""
     first, inverse = distinct_prompts(prompt_ids, prompt_mask)
@@ -163,7 +162,7 @@ def prompt_cache(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     row ``repeats`` times in a row, as ``generate(n=repeats)`` lays out its rows), computed once
     per distinct prompt, and the distinct prompts' common prefix once in all. Grad flows through
     it when enabled. ``prompt_ids`` / ``prompt_mask`` ``[N, Lp]``, Lp ≥ 2, the last column real."""
-    first, inverse, c = distinct_and_prefix(prompt_ids, prompt_mask)
+    first, inverse, c = _distinct_and_prefix(prompt_ids, prompt_mask)
     ids, mask = prefix_first_layout(prompt_ids, prompt_mask, c)
     distinct_ids, distinct_mask = ids[first], mask[first]  # [U, Lp]
     if repeats > 1:
@@ -234,7 +233,7 @@ def _packed_tree(
     positions [L], attends [L, L], reads [N, T])``: token i sees token j when j is i's ancestor
     or earlier in its own segment; ``reads`` are the tokens whose outputs predict each response
     token (the row's last prompt token, then its response tokens 0 … T − 2)."""
-    first, inverse, c = distinct_and_prefix(prompt_ids, prompt_mask)
+    first, inverse, c = _distinct_and_prefix(prompt_ids, prompt_mask)
     real = prompt_mask[first].bool()
     n, t = response_ids.shape
     ids, pos, seg, last = [], [], [], []
@@ -272,7 +271,7 @@ def _packed_tree(
 
 def packed_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor) -> int:
     """The length L of :func:`packed_response_forward`'s one sequence for these rows."""
-    first, _, c = distinct_and_prefix(prompt_ids, prompt_mask)
+    first, _, c = _distinct_and_prefix(prompt_ids, prompt_mask)
     rests = int(prompt_mask[first].long().sum()) - c * first.shape[0]
     return c + rests + prompt_ids.shape[0] * (response_ids.shape[1] - 1)
 

@@ -13,6 +13,12 @@ the other jobs' wall time (``other_jobs_s``, an upper bound on what they took fr
 known), it would have missed it alone too. Otherwise, and for a run that was interrupted and resumed
 (its ``time/elapsed_s`` restarts, so its wall time is only the resumed part), the table says it is
 not a measurement instead of judging it.
+
+A machine's speed varies by the day. When ``run_times.json`` has a ``speed_reference``
+(``{"then": [...], "now": [...]}``: ``benchmarks/real_step.py --out`` files, paths from the
+repository's root), the table is followed by the reference step's time on both occasions, their
+ratio, and each run's wall time scaled by it: what the run would take at the reference day's speed,
+a projection (the budget column judges only the measured wall time).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import sys
 from pathlib import Path
 
 BUDGET_MIN = 25.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def step_times(timing: list[dict]) -> tuple[list[float], list[float], bool]:
@@ -63,6 +70,29 @@ def budget_verdict(wall_min: float, resumed: bool, note: str, other_jobs_s: floa
     return f"not a measurement: {note}"
 
 
+def reference_step_s(files: list[str]) -> float:
+    """The speed reference's step in seconds: the median plain step of ``real_step.py``'s entflow arm
+    over every round in ``files`` (its ``--out`` files)."""
+    from real_step import summarize  # benchmarks/real_step.py, beside this file
+
+    return summarize([r for f in files for r in json.loads((ROOT / f).read_text())["entflow"]])["step"]
+
+
+def speed_lines(ref: dict, walls: dict[str, float]) -> list[str]:
+    """The machine's speed against the reference day's, and each run's wall time (min) scaled to it."""
+    then, now = reference_step_s(ref["then"]), reference_step_s(ref["now"])
+    ratio = now / then
+    files = lambda fs: ", ".join(f"`{f}`" for f in fs)  # noqa: E731
+    scaled = "; ".join(f"{name} {wall / ratio:.1f} min" for name, wall in walls.items())
+    return [
+        "",
+        f"Speed reference (`benchmarks/real_step.py`'s entflow arm at its own settings, one code for both): "
+        f"a step took {then:.2f} s on the reference day ({files(ref['then'])}) and {now:.2f} s around these "
+        f"runs ({files(ref['now'])}), so the machine ran {ratio:.2f}× {'slower' if ratio >= 1 else 'faster'}. "
+        f"Wall time scaled to the reference day's speed (a projection, not a measurement): {scaled}.",
+    ]
+
+
 def cost_table(root: Path) -> str:
     meta = json.loads((root / "run_times.json").read_text())
     lines = [
@@ -74,10 +104,11 @@ def cost_table(root: Path) -> str:
         "(s, mean) | within 25 min |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    walls = {}
     for name, rec in meta["runs"].items():
         timing = [json.loads(x) for x in (root / name / "timing.jsonl").read_text().splitlines() if x.strip()]
         plain, evals, resumed = step_times(timing)
-        wall = rec["wall_s"] / 60
+        wall = walls[name] = rec["wall_s"] / 60
         note = rec.get("note", "")
         verdict = budget_verdict(wall, resumed, note, rec.get("other_jobs_s"))
         train = timing[-1]["time/elapsed_s"] / 60  # since the run's start, as its config.yaml
@@ -89,6 +120,8 @@ def cost_table(root: Path) -> str:
             f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {split} | {_fmt(statistics.median, plain)} | {parts} "
             f"| {_fmt(statistics.mean, evals)} | {verdict} |"
         )
+    if "speed_reference" in meta:
+        lines += speed_lines(meta["speed_reference"], walls)
     return "\n".join(lines) + "\n"
 
 

@@ -70,3 +70,28 @@ def test_a_shared_run_says_no_only_if_it_misses_by_more_than_the_other_jobs():
     assert rc.budget_verdict(30.0, False, "tests beside it", None) == "not a measurement: tests beside it"
     assert rc.budget_verdict(20.0, True, "", None) == "not a measurement: resumed after an interruption"
     assert rc.budget_verdict(25.0, False, "", None) == "yes"
+
+
+def _reference(path: Path, steps: list[float]) -> str:
+    """A ``real_step.py --out`` file: entflow's arm, one round, plain steps 2… of ``steps`` seconds."""
+    phases = dict.fromkeys(("generation", "scoring", "old_logp", "update", "audit", "validation"), 0.0)
+    rows = [{"step": i + 2, **phases, "total": s} for i, s in enumerate(steps)]
+    path.write_text(json.dumps({"entflow": [{"rows": rows, "checkpoint_s": []}]}))
+    return str(path)
+
+
+def test_the_speed_reference_scales_each_run_to_the_reference_day(tmp_path):
+    _write(tmp_path, {"a-s0": (30 * 60, [30, 48, 90, 108], "")})
+    meta = json.loads((tmp_path / "run_times.json").read_text())
+    # reference day: median 10 s; now: median of 19, 20, 21, 25 (both files) = 20.5 s, so 2.05× slower
+    meta["speed_reference"] = {
+        "then": [_reference(tmp_path / "then.json", [9.0, 10.0, 12.0])],
+        "now": [_reference(tmp_path / "c.json", [19.0, 21.0]), _reference(tmp_path / "d.json", [20.0, 25.0])],
+    }
+    (tmp_path / "run_times.json").write_text(json.dumps(meta))
+    text = rc.cost_table(tmp_path)
+    assert "a step took 10.00 s on the reference day" in text and "20.50 s around these runs" in text
+    assert "the machine ran 2.05× slower" in text
+    assert text.rstrip().endswith("a-s0 14.6 min.")  # 30 / 2.05
+    # the budget column still judges the measured wall time
+    assert "| no (1.20× the budget) |" in text

@@ -78,17 +78,20 @@ def reference_step_s(files: list[str]) -> float:
     return summarize([r for f in files for r in json.loads((ROOT / f).read_text())["entflow"]])["step"]
 
 
+def _code_list(paths: list[str]) -> str:
+    return ", ".join(f"`{p}`" for p in paths)
+
+
 def speed_lines(ref: dict, walls: dict[str, float]) -> list[str]:
     """The machine's speed against the reference day's, and each run's wall time (min) scaled to it."""
     then, now = reference_step_s(ref["then"]), reference_step_s(ref["now"])
     ratio = now / then
-    files = lambda fs: ", ".join(f"`{f}`" for f in fs)  # noqa: E731
     scaled = "; ".join(f"{name} {wall / ratio:.1f} min" for name, wall in walls.items())
     return [
         "",
-        f"Speed reference (`benchmarks/real_step.py`'s entflow arm at its own settings, one code for both): "
-        f"a step took {then:.2f} s on the reference day ({files(ref['then'])}) and {now:.2f} s around these "
-        f"runs ({files(ref['now'])}), so the machine ran {ratio:.2f}× {'slower' if ratio >= 1 else 'faster'}. "
+        f"Speed reference (`benchmarks/real_step.py`'s entflow arm, the same step and settings on both days): "
+        f"a step took {then:.2f} s on the reference day ({_code_list(ref['then'])}) and {now:.2f} s around these "
+        f"runs ({_code_list(ref['now'])}), so the machine ran {ratio:.2f}× {'slower' if ratio >= 1 else 'faster'}. "
         f"Wall time scaled to the reference day's speed (a projection, not a measurement): {scaled}.",
     ]
 

@@ -25,6 +25,7 @@ import docs_tables  # noqa: E402  (benchmarks/docs_tables.py)
 PAGES = ("reproduction.md", "benchmarks.md")
 REGISTRY = ROOT / "src" / "entflow" / "evidence" / "claims.yaml"
 FULL = "docs/results/full_5seed_claims.json"
+FULL_RERUN = "docs/results/full_5seed_rerun_claims.json"  # the full run trained again, with per-run records
 
 
 def _copy_tree(tmp_path: Path, pages: tuple[str, ...]) -> Path:
@@ -76,11 +77,8 @@ def test_a_hand_edited_benchmark_number_is_caught(tmp_path):
 
 def test_a_hand_edited_verdict_number_is_caught(tmp_path):
     root = _copy_tree(tmp_path, ("reproduction.md",))
-    collapse = next(
-        c
-        for c in json.loads((ROOT / "docs/results/full_5seed_claims.json").read_text())["claims"]
-        if c["id"] == "003-collapse"
-    )
+    assert docs_tables.current_sources(ROOT)["003-collapse"] == FULL_RERUN
+    collapse = next(c for c in json.loads((ROOT / FULL_RERUN).read_text())["claims"] if c["id"] == "003-collapse")
     page = (root / "docs" / "reproduction.md").read_text()
     row_start = page.index("| `003-collapse`:")
     row = page[row_start : page.index("\n", row_start)]
@@ -89,9 +87,7 @@ def test_a_hand_edited_verdict_number_is_caught(tmp_path):
     edited = row.replace(shown, f"{_signed(collapse['mean'] + 0.01)} [")
     (root / "docs" / "reproduction.md").write_text(page.replace(row, edited))
     stale = docs_tables.stale_blocks(root / "docs", root=root)
-    assert stale == [
-        "reproduction.md: python benchmarks/docs_tables.py --print claims docs/results/full_5seed_claims.json"
-    ]
+    assert stale == [f"reproduction.md: python benchmarks/docs_tables.py --print claims {FULL_RERUN}"]
 
 
 def _rows_by_claim(page: str) -> dict[str, list[str]]:
@@ -360,6 +356,20 @@ def test_print_rerun_agrees_with_the_history_of_the_5_seed_run():
     assert all(cid in note for cid in changed), (changed, note)
 
 
+def test_print_rerun_agrees_with_the_history_of_the_full_run_rerun():
+    # history.json names each verdict that changed from the first full run to its rerun, and how
+    out = docs_tables.print_rerun(FULL, FULL_RERUN, ROOT)
+    history = json.loads((ROOT / "docs/results/history.json").read_text())
+    note = next(e["superseded_by"] for e in history["entries"] if e.get("data") == FULL)
+    changed = out.rstrip().rsplit(": ", 1)[1].rstrip(".").split(", ")
+    assert "twelve verdicts changed" in note and len(changed) == 12
+    rows = {line.split("`")[1]: line for line in out.splitlines() if line.startswith("| `")}
+    for cid in changed:
+        cells = [c.strip() for c in rows[cid].split("|")]
+        before, after = cells[3], cells[5].split("**")[1]
+        assert f"{cid} {before} → {after}" in note, (cid, note)
+
+
 def _family_row(cid: str, values: list[float], verdict: str, p: float, holm_p: float, verdict_holm: str) -> dict:
     n = len(values)
     mean = sum(values) / n
@@ -412,7 +422,7 @@ def test_the_family_table_quotes_only_what_reproduced_after_holm(tmp_path):
 def test_a_block_rendered_in_process_is_what_its_command_prints():
     # docs_tables renders its own `--print` blocks without a new process: the page must still show
     # exactly what a user's `python benchmarks/docs_tables.py --print ...` prints
-    command = "python benchmarks/docs_tables.py --print claims docs/results/full_5seed_claims.json"
+    command = f"python benchmarks/docs_tables.py --print claims {FULL_RERUN}"
     res = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert docs_tables.render(command) == res.stdout.rstrip("\n") + "\n"

@@ -13,7 +13,7 @@ The printers this script itself provides (the commands the blocks of docs/reprod
 docs/benchmarks.md name):
 
     --print claims FILE    the verdict table of one claims JSON: the claims whose current result it holds
-    --print other          every claims JSON that docs/results/provenance.json does not name, in full
+    --print other          every claims JSON neither provenance.json names nor a --print claims block prints
     --print pending        the registered claims that no committed claims JSON gives a verdict
     --print audit FILE     the clean estimator audit stored in a claims JSON
     --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
@@ -468,9 +468,19 @@ def print_report(run_dirs: list[str], root: Path) -> str:
     return re.sub(r"^## ", "#### ", text, flags=re.M)
 
 
+def shown_with_its_own_block(root: Path) -> set[str]:
+    """The claims JSONs that a ``--print claims`` block of docs/reproduction.md already prints."""
+    page = root / "docs" / "reproduction.md"
+    if not page.is_file():
+        return set()
+    cmds = (m["cmd"].split() for m in BLOCK.finditer(page.read_text()))
+    return {c[4] for c in cmds if c[2:4] == ["--print", "claims"] and len(c) == 5}
+
+
 def print_other(root: Path) -> str:
-    """Every claims JSON that provenance.json does not name (one dropped in later), in full."""
-    named = set(provenance(root)["claims"])
+    """Every claims JSON that provenance.json does not name and no ``--print claims`` block of the
+    page prints (one dropped in later), in full."""
+    named = set(provenance(root)["claims"]) | shown_with_its_own_block(root)
     others = [rel for rel in claims_files(root) if rel not in named]
     if not others:
         return "No other claims files.\n"

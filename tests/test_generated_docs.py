@@ -180,6 +180,16 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     assert docs_tables.stale_blocks(root / "docs", root=root) == []
 
 
+def test_a_claims_json_with_its_own_block_is_not_printed_again_under_other(tmp_path):
+    root = _copy_tree(tmp_path, ("reproduction.md",))
+    assert FULL_RERUN not in docs_tables.provenance(root)["claims"]  # it carries its own date, machine, command
+    assert f"#### `{FULL_RERUN}`" not in docs_tables.print_other(root)
+    page = root / "docs" / "reproduction.md"
+    block = f"Printed by `python benchmarks/docs_tables.py --print claims {FULL_RERUN}`:"
+    page.write_text(page.read_text().replace(block, "(the block removed)"))
+    assert f"#### `{FULL_RERUN}`" in docs_tables.print_other(root)
+
+
 def test_a_copy_of_a_claims_json_stays_with_the_recorded_measurement(tmp_path):
     root = _copy_tree(tmp_path, ())
     shutil.copy(ROOT / "docs/results/regime/sweep_followup_claims.json", root / "docs/results/copy_claims.json")

@@ -29,6 +29,7 @@ from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stat
 from entflow.core.topk import topk_logprobs
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.few_row_linear import few_row_linears
+from entflow.trainer.grouped_kv import grouped_kv_attention
 from entflow.trainer.seeds import RANDOM_REWARD, STEP, stream_seed
 from entflow.trainer.seeds import step_seed as step_seed  # its 0.2 path, kept importable
 from entflow.trainer.shared_prompts import cache_kwarg, prompt_cache, shared_response_forward, worth_sharing
@@ -107,7 +108,9 @@ def generate(
     its ``n`` rows, and the prompts' common prefix runs once in all
     (:mod:`entflow.trainer.shared_prompts`; the same logits up to float round-off). Decoding runs
     under :func:`~entflow.trainer.few_row_linear.few_row_linears` (on a CPU, the linear layers'
-    few rows per step as ``W @ xᵀ``; the same logits to round-off).
+    few rows per step as ``W @ xᵀ``; the same logits to round-off) and
+    :func:`~entflow.trainer.grouped_kv.grouped_kv_attention` (on a CPU, grouped key/value heads read
+    in place instead of copied per query head; the same logits bit for bit).
     The caller sets the mode (``model.eval()``) and the RNG.
     """
     from transformers import LogitsProcessorList
@@ -130,7 +133,8 @@ def generate(
     mode: dict[str, Any] = (
         {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     )
-    with few_row_linears(model):  # each decoding step's few rows: W @ xᵀ on a CPU (few_row_linear.py)
+    # each decoding step's few rows: W @ xᵀ on a CPU (few_row_linear.py); K, V not copied per head (grouped_kv.py)
+    with few_row_linears(model), grouped_kv_attention(model):
         out = model.generate(
             **inputs,
             **mode,

@@ -6,36 +6,24 @@ grouped heads is left alone; generate's tokens and logits are bit-identical with
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 from transformers.integrations import sdpa_attention
 
 import entflow.trainer.grouped_kv as gkv
 import entflow.trainer.rollout as rollout
+from entflow.hf.models import save_tiny_llama
 from support.real_tiny import build_tokenizer
 
 
-def tiny_llama(kv_heads: int, seed: int = 0) -> LlamaForCausalLM:
-    """A 2-layer Llama with 4 query heads and ``kv_heads`` key/value heads, SDPA attention, float32."""
-    tok = build_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=128,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.config._attn_implementation = "sdpa"
-    return model.eval()
+def tiny_llama(folder: Path, kv_heads: int, seed: int = 0) -> LlamaForCausalLM:
+    """A 2-layer Llama with 4 query heads and ``kv_heads`` key/value heads (the shared tiny builder,
+    saved under ``folder``), loaded with SDPA attention, float32, in eval mode."""
+    path = save_tiny_llama(folder / f"kv{kv_heads}-s{seed}", build_tokenizer(), num_kv_heads=kv_heads, seed=seed)
+    return LlamaForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
 
 
 @pytest.fixture
@@ -62,8 +50,8 @@ def padded_batch(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def test_masked_no_grad_attention_reads_grouped_heads_in_place_with_identical_logits(copies):
-    model = tiny_llama(kv_heads=2)
+def test_masked_no_grad_attention_reads_grouped_heads_in_place_with_identical_logits(tmp_path, copies):
+    model = tiny_llama(tmp_path, kv_heads=2)
     batch = padded_batch(model)
     with torch.no_grad():
         plain = model(**batch).logits
@@ -74,8 +62,8 @@ def test_masked_no_grad_attention_reads_grouped_heads_in_place_with_identical_lo
     assert torch.equal(fast, plain)
 
 
-def test_a_forward_recording_a_gradient_keeps_the_copy(copies):
-    model = tiny_llama(kv_heads=2)
+def test_a_forward_recording_a_gradient_keeps_the_copy(tmp_path, copies):
+    model = tiny_llama(tmp_path, kv_heads=2)
     batch = padded_batch(model)
     plain = model(**batch).logits
     plain.sum().backward()
@@ -89,8 +77,8 @@ def test_a_forward_recording_a_gradient_keeps_the_copy(copies):
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
 
 
-def test_switch_undone_on_exit_and_on_an_error(copies):
-    model = tiny_llama(kv_heads=2)
+def test_switch_undone_on_exit_and_on_an_error(tmp_path, copies):
+    model = tiny_llama(tmp_path, kv_heads=2)
     decide = sdpa_attention.use_gqa_in_sdpa
     with gkv.grouped_kv_attention(model):
         assert sdpa_attention.use_gqa_in_sdpa is not decide
@@ -103,17 +91,17 @@ def test_switch_undone_on_exit_and_on_an_error(copies):
     assert copies == [2, 2] * 2  # after the block, masked attention copies again
 
 
-def test_a_model_without_grouped_heads_is_left_alone():
-    model = tiny_llama(kv_heads=4)
-    assert not gkv.has_grouped_kv_heads(model) and gkv.has_grouped_kv_heads(tiny_llama(kv_heads=1))
+def test_a_model_without_grouped_heads_is_left_alone(tmp_path):
+    model = tiny_llama(tmp_path, kv_heads=4)
+    assert not gkv.has_grouped_kv_heads(model) and gkv.has_grouped_kv_heads(tiny_llama(tmp_path, kv_heads=1))
     decide = sdpa_attention.use_gqa_in_sdpa
     with gkv.grouped_kv_attention(model):
         assert sdpa_attention.use_gqa_in_sdpa is decide
     assert not gkv.has_grouped_kv_heads(torch.nn.Linear(2, 2))  # no config at all
 
 
-def test_unmasked_attention_is_decided_by_transformers_as_before():
-    model = tiny_llama(kv_heads=2)
+def test_unmasked_attention_is_decided_by_transformers_as_before(tmp_path):
+    model = tiny_llama(tmp_path, kv_heads=2)
     key = torch.zeros(1, 2, 3, 8)
     mask = torch.zeros(1, 1, 1, 3)
     decide = sdpa_attention.use_gqa_in_sdpa
@@ -126,10 +114,10 @@ def test_unmasked_attention_is_decided_by_transformers_as_before():
 
 
 @pytest.mark.parametrize("greedy", [True, False])
-def test_generate_is_bit_identical_with_and_without_it(copies, monkeypatch, greedy):
+def test_generate_is_bit_identical_with_and_without_it(tmp_path, copies, monkeypatch, greedy):
     """generate decodes under grouped_kv_attention: the same tokens, raw logits and entropies, bit
     for bit, as with transformers' copy; left-padded prompts of different lengths, shared or not."""
-    model = tiny_llama(kv_heads=2, seed=3)
+    model = tiny_llama(tmp_path, kv_heads=2, seed=3)
     tok = build_tokenizer()
     prompts = ["Calculate 3 + 4.", "What is 12 - 5? It is", "7"]
     outs = {}

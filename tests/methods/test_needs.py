@@ -197,6 +197,7 @@ def test_needs_of_every_registered_method(name):
         ("siren", {"top_p": 1.0}, dict(entropy_top_p=None)),  # the nucleus is the vocabulary: the full entropy
         ("siren", {"top_p": 0.3}, dict(entropy_top_p=0.3)),
         ("pkpo", {"k_end": 1}, dict(reads_step=True)),  # k annealed over training
+        ("entropy_bonus", {"schedule": "cosine", "c_end": 0.0, "steps": 5}, dict(reads_step=True)),  # c(t)
         ("simko", {"top_k": 5}, dict(topk=5)),
     ],
 )

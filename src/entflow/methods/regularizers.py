@@ -6,6 +6,7 @@ place in entflow that differentiates the entropy: it reads ``batch.entropy`` (wi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,31 +15,108 @@ import torch
 
 from entflow.errors import MissingInputError, ParameterError
 from entflow.methods._util import valid_mean
-from entflow.methods.base import NONNEG, LossContext, Method, param, register
+from entflow.methods.base import NONNEG, LossContext, Method, integer, one_of, optional, param, register
+
+ENTROPY_SCHEDULES = ("constant", "linear", "cosine", "step")
+
+
+def entropy_coef_at(schedule: str, c: float, c_end: float | None, steps: int | None, t: int) -> float:
+    """The entropy-bonus coefficient c(t) at the 0-based training step ``t`` (``TokenBatch.step``).
+
+    With s = min(max(t, 0), steps) (the step clamped to [0, steps]):
+
+    - ``constant``: c(t) = c;
+    - ``linear``:   c(t) = c + (c_end − c) · s / steps;
+    - ``cosine``:   c(t) = c_end + (c − c_end) · (1 + cos(π · s / steps)) / 2;
+    - ``step``:     c(t) = c for t < steps, then c_end.
+
+    Each starts at c (t = 0) and holds c_end from t = steps on. A pure function of t, so a
+    resumed run continues exactly.
+    """
+    if schedule == "constant":
+        return c
+    assert c_end is not None and steps is not None
+    if t >= steps:  # every schedule: c_end from t = steps on (exactly, not to round-off)
+        return c_end
+    if schedule == "step":
+        return c
+    s = max(t, 0)
+    if schedule == "linear":
+        return c + (c_end - c) * s / steps
+    if schedule == "cosine":
+        return c_end + (c - c_end) * (1 + math.cos(math.pi * s / steps)) / 2
+    raise ParameterError("entropy_bonus", "schedule", f"must be one of {ENTROPY_SCHEDULES}, got {schedule!r}")
 
 
 @register
 @dataclass(repr=False)
 class EntropyBonus(Method):
-    """Entropy regularisation: subtract ``c · mean_t H_t`` from the loss.
+    """Entropy regularisation: subtract ``c(t) · mean_t H_t`` from the loss.
 
     ``H_t`` is ``batch.entropy`` **with grad** (the current policy's full-vocabulary entropy),
-    averaged with the loss's own aggregation. Raises entropy; strength grows with ``c``.
+    averaged with the loss's own aggregation. Raises entropy; strength grows with the coefficient.
+
+    The coefficient follows ``schedule`` over the training step t = ``batch.step`` — 0-based, the
+    rollout step as every scheduled method reads it (the generic trainer's step k of
+    ``metrics.jsonl`` is t = k − 1; TRL's generation step; verl's ``global_steps`` − 1) — from
+    ``c`` at t = 0 to ``c_end`` at t = ``steps`` and after (s = min(t, steps)):
+
+    - ``constant`` (default): c(t) = c, the static bonus (``c_end`` and ``steps`` unset);
+    - ``linear``: c(t) = c + (c_end − c) · s / steps;
+    - ``cosine``: c(t) = c_end + (c − c_end) · (1 + cos(π · s / steps)) / 2;
+    - ``step``: c(t) = c while t < steps, c_end from t = steps on.
+
+    Stateless: c(t) is a pure function of t (:func:`entropy_coef_at`), so ``--resume`` continues
+    exactly. ``steps`` counts rollout steps, whatever the run's length: past it the coefficient
+    stays at ``c_end``.
     """
 
     name = "entropy_bonus"
-    formula = "loss −= c · mean_t H_t   (H with grad)"
+    formula = (
+        "loss −= c(t) · mean_t H_t   (H with grad);  c(t) = c (constant), or from c to c_end over steps: "
+        "linear, cosine, step"
+    )
     paper = "paper 000 Table 6 (entropy regularisation; Schulman et al. 2017)"
     needs = ("entropy",)
 
-    c: float = param(0.001, NONNEG, "bonus coefficient c")
+    c: float = param(0.001, NONNEG, "bonus coefficient c (the start coefficient of a schedule)")
+    schedule: str = param("constant", one_of(*ENTROPY_SCHEDULES), "how the coefficient moves from c to c_end")
+    c_end: float | None = param(None, optional(NONNEG), "coefficient reached at t = steps (not with constant)")
+    steps: int | None = param(
+        None, optional(integer(1)), "rollout steps from c to c_end (step: c_end from this 0-based step on)"
+    )
+
+    def validate(self) -> None:
+        if self.schedule == "constant":
+            for key in ("c_end", "steps"):
+                if getattr(self, key) is not None:
+                    raise ParameterError(
+                        self.name,
+                        key,
+                        f"is {getattr(self, key)!r}, but schedule='constant' keeps c fixed: "
+                        "set schedule to 'linear', 'cosine' or 'step', or leave it unset",
+                    )
+            return
+        if self.c_end is None:
+            raise ParameterError(self.name, "c_end", f"is required by schedule={self.schedule!r}: a number in [0, inf]")
+        if self.steps is None:
+            raise ParameterError(self.name, "steps", f"is required by schedule={self.schedule!r}: an integer >= 1")
+
+    @property
+    def reads_step(self) -> bool:  # type: ignore[override]
+        return self.schedule != "constant"  # c(t) from batch.step
+
+    def coef_at(self, step: int) -> float:
+        """c(t) at the 0-based training step ``step``."""
+        return entropy_coef_at(self.schedule, self.c, self.c_end, self.steps, int(step))
 
     def loss_terms(self, ctx: LossContext, agg: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         H = ctx.batch.require("entropy", "entropy_bonus")
         mean_H = agg(H)
-        ctx.metrics["entropy_bonus/coef"] = self.c
+        c = self.coef_at(ctx.batch.step)
+        ctx.metrics["entropy_bonus/coef"] = c
         ctx.metrics["entropy_bonus/entropy"] = mean_H.detach()
-        return {"entropy_bonus/loss": -self.c * mean_H}  # paper 000 Table 6: L − c·H
+        return {"entropy_bonus/loss": -c * mean_H}  # paper 000 Table 6: L − c·H
 
 
 @register

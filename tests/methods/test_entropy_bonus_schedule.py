@@ -83,6 +83,9 @@ def test_hand_values_of_each_schedule():
     # a warm-up (c_end > c) runs the same formulas upwards
     up = [scheduled("linear", c=0.0, c_end=0.3, steps=3).coef_at(t) for t in range(5)]
     assert up == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.3], abs=1e-15)
+    # c_end = 0 as a command line or JSON gives it (an int) is the float 0.0, like c
+    end = scheduled("step", c=1, c_end=0, steps=2)
+    assert type(end.c_end) is float and type(end.coef_at(5)) is float and type(end.coef_at(0)) is float
 
 
 @pytest.mark.parametrize("kind", KINDS)

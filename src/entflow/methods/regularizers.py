@@ -87,6 +87,8 @@ class EntropyBonus(Method):
     )
 
     def validate(self) -> None:
+        if isinstance(self.c_end, int):  # c_end=0 from a command line or JSON: a float like c
+            self.c_end = float(self.c_end)
         if self.schedule == "constant":
             for key in ("c_end", "steps"):
                 if getattr(self, key) is not None:

@@ -48,6 +48,8 @@ def test_the_terminal_at_80_columns_agrees_with_the_report(tmp_path, capsys, mon
 
     from entflow.analysis.collapse import suggestion_lines
 
+    # a terminal 80 columns wide: captured output is otherwise printed unwrapped (cli_console)
+    monkeypatch.setattr("entflow.cli._common._is_terminal", lambda stream: True)
     monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "out"
     assert main(["analyze", str(FIX / "trl" / "trainer_state.json"), "--out", str(out), "--json"]) == 0

@@ -83,3 +83,21 @@ def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, 
     assert main(["eval", str(run), "--k", "2"]) == 0
     out = capsys.readouterr().out
     assert "5 held-out prompts" in out and "temperature 0.7" in out
+
+
+def test_a_long_line_is_printed_whole_when_captured(tmp_path, micro_policy, capsys, monkeypatch):
+    """Captured (no terminal) and with COLUMNS unset, a line longer than 200 characters (the run's
+    path, padded) is printed on one line: rich would wrap it at 80 columns (cli_console)."""
+    from entflow.cli.main import main
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    deep = tmp_path / ("long-" * 20) / ("path-" * 20)  # a run folder ~200 characters deep
+    params = {"validation_size": 5, "max_target": 40}
+    run = train_lab(micro_run_config(deep, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))
+    assert len(str(run)) > 200
+    assert main(["eval", str(run), "--k", "2"]) == 0
+    out = capsys.readouterr().out
+    policy = run / "checkpoints" / "final"  # the policy it scores, named first on the line
+    line = next((ln for ln in out.splitlines() if ln.startswith(f"{policy}: ")), None)
+    assert line is not None, out
+    assert len(line) > 200 and line.endswith(", 5 held-out prompts, k=2, temperature 0.7"), line

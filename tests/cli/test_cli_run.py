@@ -74,7 +74,7 @@ def recorder(monkeypatch):
 
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)
     monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
-    monkeypatch.setattr(report, "print_summary", lambda dirs: None)
+    monkeypatch.setattr(report, "print_summary", lambda dirs, console=None: None)
     return trained
 
 
@@ -146,7 +146,7 @@ def real_recorder(monkeypatch):
 
     monkeypatch.setattr(compare, "train_side_by_side", fake_train_side_by_side)
     monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
-    monkeypatch.setattr(report, "print_summary", lambda dirs: None)
+    monkeypatch.setattr(report, "print_summary", lambda dirs, console=None: None)
     return trained
 
 

@@ -1,12 +1,48 @@
-"""Argument helpers shared by the lab commands."""
+"""Helpers shared by the commands: the one rich Console they print through (:func:`cli_console`)
+and the argument checks of the lab commands."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entflow.errors import PathError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The width of a console that is not a terminal (a pipe, a file, pytest's capture): rich lays a table
+# out within the console's width, squeezing its columns and cutting a number ("gree…") when it does
+# not fit, so a pipe gets a width no table reaches; tables are drawn at their natural width (none of
+# entflow's expands) and every other line is printed whole (soft wrap), however long.
+PIPE_WIDTH = 10_000
+
+
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (its own ``isatty``, not rich's guess: FORCE_COLOR makes
+    rich treat a CI log as one, at 80 columns)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def cli_console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """The ``rich`` Console a command prints through, on stdout (stderr with ``stderr``); made
+    when the command runs, so that it looks at the stream of that moment (pytest's capture included).
+
+    On a terminal it is rich's own: ``width`` if given, else ``COLUMNS``, else the terminal's.
+    Elsewhere (piped to a file, captured) nothing is wrapped, whatever ``COLUMNS`` says: every line
+    is printed whole and a table at its natural width (:data:`PIPE_WIDTH`), so that a script or a
+    test finds a phrase or a path on one line.
+    """
+    from rich.console import Console
+
+    if _is_terminal(sys.stderr if stderr else sys.stdout):
+        return Console(stderr=stderr, width=width)
+    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:

@@ -96,8 +96,9 @@ def print_analysis(analysis: Any, console: Any) -> None:
 
     console.print(render_rich(collapse_table(analysis)))
     for line in collapse_footer(analysis):
-        # a configuration line is printed whole (soft wrap), so that it can be copied
-        console.print(line, markup=False, highlight=False, soft_wrap=line.startswith("    "))
+        # a configuration line is printed whole (soft wrap), so that it can be copied; the others as
+        # the console prints (whole off a terminal)
+        console.print(line, markup=False, highlight=False, soft_wrap=True if line.startswith("    ") else None)
     for w in analysis.source.get("warnings", []):
         console.print(f"warning: {w} (--strict refuses them)", markup=False, highlight=False)
     for note in analysis.source.get("notes", []):
@@ -149,11 +150,9 @@ def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from entflow.cli._common import cli_console, output_dir
 
-    from entflow.cli._common import output_dir
-
-    console = Console()
+    console = cli_console()
     paths = [Path(r) for r in args.runs]
     if args.out is not None:  # before any work: an existing file there is refused in one line
         output_dir("--out", args.out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from entflow.cli._common import add_config_arguments, base_config, config_keys_help
+from entflow.cli._common import add_config_arguments, base_config, cli_console, config_keys_help
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +41,6 @@ def compare_and_report(
     from entflow.evidence.compare import compare_and_report as train_and_report
 
     run_dirs, report = train_and_report(base, methods_arg, name, overrides, jobs, resume, overwrite, kind=kind)
-    print_summary(run_dirs)
+    print_summary(run_dirs, cli_console())
     print(f"report: {report}")
     return 0

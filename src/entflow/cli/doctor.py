@@ -40,16 +40,16 @@ def environment() -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from entflow.cli._common import cli_console
     from entflow.doctor import run_checks
 
     only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
     t0 = time.perf_counter()
     # progress on one transient status line (a terminal only): each check is printed once, in the table
-    with Console(stderr=True).status("entflow doctor: running checks") as status:
+    with cli_console(stderr=True).status("entflow doctor: running checks") as status:
 
         def progress(r) -> None:
             status.update(f"entflow doctor: {escape(r.name)} {r.status} ({r.seconds:.1f}s), next check")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         style = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
         for r in results:
             table.add_row(escape(r.name), f"[{style[r.status]}]{r.status}[/]", escape(r.detail), f"{r.seconds:.1f}")
-        console = Console()
+        console = cli_console()
         console.print(table)
         n_skip = sum(r.status == "SKIP" for r in results)
         n_pass = len(results) - len(failed) - n_skip

@@ -22,10 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from entflow.analysis.correlation import pearson, relative_error, spearman
+    from entflow.cli._common import cli_console
     from entflow.errors import ParameterError
     from entflow.trainer.tabular import tabular_experiment
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             f"{pearson(pred, res.true_dH):+.3f}",
             f"{spearman(pred, res.true_dH):+.3f}",
         )
-    console = Console()
+    console = cli_console()
     console.print(table)
     console.print(
         f"true ΔH per state: mean {float(res.true_dH.mean()):+.3e}, |max| {float(res.true_dH.abs().max()):.3e}; "

@@ -76,9 +76,9 @@ def eval_lab_policy(
 ) -> int:
     """Evaluate a lab run (or saved lab policy) on its held-out set and print the table."""
     import torch
-    from rich.console import Console
     from rich.table import Table
 
+    from entflow.cli._common import cli_console
     from entflow.errors import ConfigError
     from entflow.lab.policy import load_policy
     from entflow.lab.pretrain import evaluate
@@ -89,7 +89,7 @@ def eval_lab_policy(
     model, tok = load_policy(policy_dir)
     torch.manual_seed(seed)
     res = evaluate(model, tok, task, task.validation_set(), k=k, temperature=temp, seed=seed)
-    console = Console()
+    console = cli_console()
     console.print(f"{policy_dir}: {task!r}, {len(task.validation_set())} held-out prompts, k={k}, temperature {temp:g}")
     names = {"acc": f"avg@{k}", "pass@k": f"pass@{k} (unbiased)", "acc_greedy": "greedy accuracy"}
     table = Table()
@@ -148,10 +148,11 @@ def _opt(args: argparse.Namespace, name: str, default: Any) -> Any:
 def print_result(res: Any, console: Any = None) -> None:
     """The table of an :class:`~entflow.hf.evaluate.EvalResult`: each metric with its standard
     error, then the extras."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from entflow.cli._common import cli_console
+
+    console = console or cli_console()
     s = res.settings
     table = Table(
         title=f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "

@@ -59,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
     import inspect
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from entflow.cli._common import cli_console
     from entflow.methods.base import Method, iter_registered, method_class
 
-    console = Console()
+    console = cli_console()
     if args.name is None:
         title = "entflow methods (docs/design.md §6) — compose with '+', e.g. clip_higher+steer"
         table = Table(title=title, show_lines=True)

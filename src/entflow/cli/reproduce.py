@@ -82,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.export_facts is not None:
         return _export(args)
 
-    from rich.console import Console
-
-    from entflow.cli._common import read_config
+    from entflow.cli._common import cli_console, read_config
     from entflow.errors import ConfigError
     from entflow.evidence.audit import AuditConfig
     from entflow.evidence.claims import DESIGN_SEEDS, MIN_SEEDS, RUNS, preset_base
@@ -150,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         # exercises every claim on its three seeds
         registered_seeds_only=claims is None and args.seeds is None and not args.quick,
     )
-    console = Console(width=200)
+    console = cli_console(width=200)
     console.print(claims_markdown(res["claims"]) + families_markdown(res["claims"]))
     if len(seeds) < MIN_SEEDS:
         console.print(
@@ -164,13 +162,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _verify(root: str) -> int:
     """``--verify``: the table of recomputed claims; 0 if every one agrees, else 1 naming each."""
-    from rich.console import Console
-
     from entflow.analysis.render import render_rich
+    from entflow.cli._common import cli_console
     from entflow.evidence.verify import verify, verify_table
 
     result = verify(root)
-    console = Console(width=200)
+    console = cli_console(width=200)
     console.print(render_rich(verify_table(result)))
     for c in result.differing:  # one line each, never wrapped: a script can grep it
         print(f"DIFFERS: {c.id} in {c.file}: {'; '.join(c.differences)}", flush=True)

@@ -238,9 +238,10 @@ def test_cli_on_verl_log_writes_report_and_json(verl_logs, tmp_path, capsys):
     assert d["fit"]["heldout_n"] == 3 and d["fit"]["selection"]["resolved"] is None and d["fit"]["model"] == "law"
     label = f"ceiling, law ({'form uncertain' if d['fit']['form_uncertain'] else 'selected'})"
     assert label in html and "plots/law_fit.png" in html
-    printed = capsys.readouterr().out  # the terminal wraps the label: its selected-form row instead
+    printed = capsys.readouterr().out  # captured: not wrapped, the label is whole on its row
     shown = "form uncertain" if d["fit"]["form_uncertain"] else "law"
     assert re.search(rf"selected form +{shown} ", printed) and "verl-jsonl" in printed
+    assert label in printed
     # a verl log gets verl's Hydra overrides for the suggested method, in the terminal and the report
     if d["suggestion"]["method"] != "grpo":
         line = f"+actor_rollout_ref.actor.policy_loss.method={d['suggestion']['method']}"

@@ -204,7 +204,8 @@ def test_cli_analyze_end_to_end(two_runs: list[Path], capsys: pytest.CaptureFixt
     assert (root / "report.html").is_file()
     assert {p.name for p in (root / "plots").glob("*.png")} == EXPECTED_PLOTS
     out = capsys.readouterr().out
-    assert "grpo-s3" in out and "report.html" in out.replace("\n", "")
+    assert "grpo-s3" in out
+    assert f"report: {root / 'report.html'}  (plots in {root / 'plots'}, summary.md, summary.json)" in out.splitlines()
 
 
 def test_cli_default_out_dir(tmp_path: Path):

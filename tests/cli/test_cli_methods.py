@@ -3,15 +3,8 @@ docstring, formula, paper, parameters with default / range / help, hooks and nee
 
 from __future__ import annotations
 
-import pytest
-
 from entflow.cli.main import main
 from support.method_defaults import DESIGN_NAMES
-
-
-@pytest.fixture(autouse=True)
-def _wide(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
 
 
 def test_methods_lists_every_spec_method(capsys):

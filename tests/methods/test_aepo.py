@@ -138,8 +138,7 @@ def test_missing_inputs_are_named():
         AEPO().reinforce_advantages(bare)
 
 
-def test_cli_lists_it_and_shows_its_paper(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
+def test_cli_lists_it_and_shows_its_paper(capsys):
     assert main(["methods"]) == 0
     assert " aepo " in capsys.readouterr().out
     assert main(["methods", "aepo"]) == 0

@@ -152,8 +152,7 @@ def test_missing_inputs_are_named():
         ef.get_method("entropic").update({"step": 1})
 
 
-def test_cli_lists_it_and_shows_its_paper(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
+def test_cli_lists_it_and_shows_its_paper(capsys):
     assert main(["methods"]) == 0
     assert " entropic " in capsys.readouterr().out
     assert main(["methods", "entropic"]) == 0

@@ -481,8 +481,7 @@ def test_bad_parameters_name_the_parameter(name, params, param):
     assert e.value.param == param and e.value.owner == name
 
 
-def test_cli_lists_them_and_shows_one(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
+def test_cli_lists_them_and_shows_one(capsys):
     assert cli_main(["methods"]) == 0
     out = capsys.readouterr().out
     for name in FIVE:

@@ -219,8 +219,7 @@ def test_missing_entropy_is_named(gen):
         ef.policy_loss(bare, ef.get_method("siren"))
 
 
-def test_cli_lists_it_and_shows_its_paper(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
+def test_cli_lists_it_and_shows_its_paper(capsys):
     assert main(["methods"]) == 0
     assert " siren " in capsys.readouterr().out
     assert main(["methods", "siren"]) == 0

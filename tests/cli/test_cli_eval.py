@@ -87,11 +87,12 @@ def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, 
 
 def test_a_long_line_is_printed_whole_when_captured(tmp_path, micro_policy, capsys, monkeypatch):
     """Captured (no terminal) and with COLUMNS unset, a line longer than 200 characters (the run's
-    path, padded) is printed on one line: rich would wrap it at 80 columns (cli_console)."""
+    path, padded) is printed on one line: rich would wrap it at 80 columns (cli_console). The
+    path's ``[seed-0]`` is printed as it is, not read as rich markup."""
     from entflow.cli.main import main
 
     monkeypatch.delenv("COLUMNS", raising=False)
-    deep = tmp_path / ("long-" * 20) / ("path-" * 20)  # a run folder ~200 characters deep
+    deep = tmp_path / ("long-" * 20) / ("path-" * 20) / "run[seed-0]"  # a run folder ~200 characters deep
     params = {"validation_size": 5, "max_target": 40}
     run = train_lab(micro_run_config(deep, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))
     assert len(str(run)) > 200

@@ -145,7 +145,7 @@ def analyze_one(path: Path, out: Path, args: argparse.Namespace, console: Any) -
     print_analysis(analysis, console)
     print_method_metrics(log, console)
     report = write_log_report(log, analysis, out, write_json=args.json)
-    console.print(f"report: {report}" + ("  analysis.json" if args.json else ""))
+    console.print(f"report: {report}" + ("  analysis.json" if args.json else ""), markup=False, highlight=False)
     return report
 
 
@@ -186,7 +186,9 @@ def _run_dirs(runs: list[Path], args: argparse.Namespace, console: Any) -> int:
     report = write_report(runs, out)
     summaries = [summarize_run(r) for r in runs]
     print_summary(summaries, console)
-    console.print(f"report: {report}  (plots in {out / 'plots'}, summary.md, summary.json)")
+    console.print(
+        f"report: {report}  (plots in {out / 'plots'}, summary.md, summary.json)", markup=False, highlight=False
+    )
     for r, analysis in analyses:
         if isinstance(analysis, LogError):
             console.print(f"collapse analysis of {r}: skipped ({analysis})", markup=False, highlight=False)

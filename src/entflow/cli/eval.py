@@ -90,7 +90,8 @@ def eval_lab_policy(
     torch.manual_seed(seed)
     res = evaluate(model, tok, task, task.validation_set(), k=k, temperature=temp, seed=seed)
     console = cli_console()
-    console.print(f"{policy_dir}: {task!r}, {len(task.validation_set())} held-out prompts, k={k}, temperature {temp:g}")
+    line = f"{policy_dir}: {task!r}, {len(task.validation_set())} held-out prompts, k={k}, temperature {temp:g}"
+    console.print(line, markup=False, highlight=False)  # a path's [x] is text, not markup
     names = {"acc": f"avg@{k}", "pass@k": f"pass@{k} (unbiased)", "acc_greedy": "greedy accuracy"}
     table = Table()
     table.add_column("metric")
@@ -148,6 +149,7 @@ def _opt(args: argparse.Namespace, name: str, default: Any) -> Any:
 def print_result(res: Any, console: Any = None) -> None:
     """The table of an :class:`~entflow.hf.evaluate.EvalResult`: each metric with its standard
     error, then the extras."""
+    from rich.markup import escape
     from rich.table import Table
 
     from entflow.cli._common import cli_console
@@ -155,8 +157,10 @@ def print_result(res: Any, console: Any = None) -> None:
     console = console or cli_console()
     s = res.settings
     table = Table(
-        title=f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "
-        f"(T={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, max_new_tokens={s['max_new_tokens']})"
+        title=escape(
+            f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "
+            f"(T={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, max_new_tokens={s['max_new_tokens']})"
+        )
     )
     table.add_column("metric")
     table.add_column("value", justify="right")

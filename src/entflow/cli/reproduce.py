@@ -156,7 +156,11 @@ def run(args: argparse.Namespace) -> int:
             f"{MIN_SEEDS} seeds (rerun with more; finished runs are kept)",
             highlight=False,
         )
-    console.print(f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s")
+    console.print(
+        f"wrote {Path(out_dir) / name / 'claims.md'} and claims.json; wall {res['wall_s']:.0f} s",
+        markup=False,
+        highlight=False,
+    )
     return 0
 
 

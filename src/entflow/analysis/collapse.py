@@ -28,7 +28,9 @@ and the verl helper (:func:`entflow.integrations.verl.monitor.analyze_metrics`) 
 * **verdict** — ``collapsed`` (retention < threshold and the reward has stalled: its late slope is
   at most ``stall_ratio`` × its early slope), ``collapsing`` (retention < threshold, reward still
   rising), ``rising`` (retention > 1/threshold), else ``healthy``; with the evidence as sentences,
-  and a suggestion of an entflow method and setting (docs/methods.md).
+  and a suggestion of an entflow method and setting (docs/methods.md);
+* **entropy surges** (:func:`analyze_log` only, which has the other curves) — a sustained rise of
+  the entropy after a stable phase, and which curve moved first (:mod:`entflow.analysis.surge`).
 
 R is the validation metric when at least :data:`~entflow.analysis.law.MIN_POINTS` validation points are given (paper 003
 fits validation accuracy), else the training reward.
@@ -61,6 +63,7 @@ from entflow.analysis.law import (
 )
 from entflow.analysis.log_keys import resolve_keys
 from entflow.analysis.log_readers import LogData, read_log
+from entflow.analysis.surge import CURVES, SurgeTriage, triage_surges
 from entflow.core.clip_settings import CLIP_EPS
 from entflow.errors import AnalysisError, LogError
 from entflow.files import json_safe
@@ -147,6 +150,7 @@ class CollapseAnalysis:
     points: tuple[np.ndarray, np.ndarray, np.ndarray] = field(repr=False, default=())
     source: dict[str, Any] = field(default_factory=dict)
     choice: FormChoice | None = field(repr=False, default=None)
+    surge: SurgeTriage | None = field(repr=False, default=None)
 
     @property
     def selected(self) -> FormFit:
@@ -241,6 +245,7 @@ class CollapseAnalysis:
             "reward": self.reward,
             "collapse": self.collapse,
             "suggestion": self.suggestion,
+            "surge": None if self.surge is None else self.surge.to_dict(),
         }
         return json_safe(out)
 
@@ -606,7 +611,9 @@ def analyze_log(
     dropped from that key's series, and counted in ``source["warnings"]``; with ``strict`` it is
     refused. ``kwargs`` go to :func:`analyze_series`. The result's ``source`` holds ``format``,
     ``path``, ``keys``, ``notes``, ``warnings`` and ``trainer`` (:func:`trainer_of`, whose lines
-    the suggestion carries).
+    the suggestion carries); its ``surge`` the entropy surges of the entropy key's series with the
+    curves of :data:`entflow.analysis.surge.CURVES` the log has
+    (:func:`entflow.analysis.surge.triage_surges`).
 
     Raises:
         LogError: anything :func:`read_log` / :func:`resolve_keys` raise, non-finite values of a
@@ -653,6 +660,8 @@ def analyze_log(
         if keys["val"] is not None:
             log.notes.append(f"{keys['val']} has fewer points than the fit needs: R is the training reward")
     trainer = trainer_of(log.format, keys["entropy"])
+    curves = {role: (keys[role], *log.series[keys[role]]) if keys.get(role) else None for role in CURVES}
+    surge = triage_surges(es, ev, curves, entropy_key=keys["entropy"])
     source = {
         "format": log.format,
         "path": str(log.path),
@@ -661,4 +670,4 @@ def analyze_log(
         "notes": list(log.notes),
         "warnings": dropped,
     }
-    return log, replace(result, source=source, suggestion=_suggest(result.collapse["verdict"], trainer))
+    return log, replace(result, source=source, suggestion=_suggest(result.collapse["verdict"], trainer), surge=surge)

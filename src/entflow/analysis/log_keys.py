@@ -48,6 +48,25 @@ KEY_TABLE: dict[str, list[str]] = {
         "response_length/mean",
     ],
     "clip": ["clip_ratio/region_mean", "train/clip_ratio/region_mean", "actor/pg_clipfrac", "clip/frac_high"],
+    # the curves an entropy surge is triaged with (analysis/surge.py), not fitted
+    "clip_high": [
+        "clip/frac_high",  # entflow
+        "clip_ratio/high_mean",  # TRL: ratio > 1 + ε_high with a positive advantage
+        "train/clip_ratio/high_mean",
+        "actor/entflow/clip/frac_high",  # entflow's loss inside verl
+    ],
+    "clip_low": ["clip/frac_low", "clip_ratio/low_mean", "train/clip_ratio/low_mean", "actor/entflow/clip/frac_low"],
+    "clip_dual": ["actor/pg_clipfrac_lower"],  # verl: dual-clip bound (ratio > clip_ratio_c, negative advantage)
+    "grad_norm": ["grad_norm", "train/grad_norm", "actor/grad_norm"],  # entflow and TRL; verl
+    "lr": ["learning_rate", "train/learning_rate", "actor/lr", "lr"],  # TRL; verl
+    # rollout engine vs trainer log-probs of the same tokens
+    "mismatch": [
+        "rollout_corr/k3_kl",  # verl: KL(π_rollout ‖ π_train), k3 estimator
+        "rollout_corr/kl",  # verl: the direct estimator
+        "training/rollout_probs_diff_mean",  # verl: mean |p_rollout − p_train|
+        "sampling/sampling_logp_difference/mean",  # TRL (vLLM): mean |logp_train − logp_rollout|
+        "train/sampling/sampling_logp_difference/mean",
+    ],
 }
 
 

@@ -21,7 +21,15 @@ from entflow.analysis.stats import band
 from entflow.analysis.tables import format_number
 from entflow.errors import AnalysisError
 
-__all__ = ["METHOD_KEYS", "PLOT_NAMES", "write_band_plots", "write_passk_plot", "write_plots"]
+__all__ = [
+    "METHOD_KEYS",
+    "PLOT_NAMES",
+    "SURGE_PLOT",
+    "write_band_plots",
+    "write_passk_plot",
+    "write_plots",
+    "write_surge_plot",
+]
 
 METHOD_KEYS = (
     "steer/weight_mean",
@@ -362,9 +370,10 @@ def _save(fig: Any, path: Path) -> Path:
 
 def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     """``entropy_reward.png`` (entropy, reward and, when logged, response length and clip fraction against
-    the step; the half-entropy step marked) and ``law_fit.png`` (R against H, both fitted forms, the
+    the step; the half-entropy step marked), ``law_fit.png`` (R against H, both fitted forms, the
     selected one solid, and its ceiling with its 95 % CI when the fit is informative, or both
-    ceilings when the form is uncertain; the title says which is drawn)."""
+    ceilings when the form is uncertain; the title says which is drawn) and, when the entropy
+    surges, ``surge.png`` (:func:`write_surge_plot`)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -429,4 +438,64 @@ def write_collapse_plots(log: Any, analysis: Any, plot_dir: Path) -> list[Path]:
     ax.set_ylabel(target_key)
     ax.legend(fontsize=7)
     out.append(_save(fig, plot_dir / "law_fit.png"))
-    return out
+    surge = write_surge_plot(log, getattr(analysis, "surge", None), plot_dir)
+    return out + ([surge] if surge is not None else [])
+
+
+SURGE_PLOT = "surge.png"
+
+
+def write_surge_plot(log: Any, triage: Any, plot_dir: Path) -> Path | None:
+    """``surge.png``: the entropy and every triage curve the log has
+    (:class:`~entflow.analysis.surge.SurgeTriage`), one panel each on a shared step axis around the
+    surges: each surge's stable window (the curves' baseline: its first half) shaded, its start a red
+    dashed line, each curve's departure a dot with a dotted line in its panel, the curve(s) that
+    moved first named in the title. Nothing is written (and a stale ``surge.png`` is removed) when
+    there is no surge."""
+    path = Path(plot_dir) / SURGE_PLOT
+    if triage is None or not triage.surges:
+        path.unlink(missing_ok=True)
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    from entflow.analysis.surge import CURVES
+
+    Path(plot_dir).mkdir(parents=True, exist_ok=True)
+    surges = triage.surges
+    keys = [m.key for m in surges[0].moves if m.status != "not in the log" and m.key in log.series]
+    labels = {m.key: m.label for m in surges[0].moves}
+    panels = [(triage.entropy_key, "entropy"), *((k, labels[k]) for k in keys)]
+    s0, s1 = log.series[triage.entropy_key][0][[0, -1]]
+    first, last = surges[0], surges[-1]
+    span = first.start_step - first.baseline_from_step
+    lo = max(float(s0), first.baseline_from_step - span)
+    hi = min(float(s1), (last.end_step if last.end_step is not None else last.confirm_step) + 2 * span)
+    fig = Figure(figsize=(8, 1.6 * len(panels) + 0.8))
+    axes = np.atleast_1d(fig.subplots(len(panels), 1, sharex=True))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        st, v = log.series[key]
+        keep = (st >= lo) & (st <= hi)
+        ax.plot(st[keep], v[keep], lw=1, color="C0")
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_title(key, fontsize=8, loc="right")
+        ax.grid(alpha=0.3)
+        for sg in surges:
+            base_to = sg.baseline_to_step if key == triage.entropy_key else sg.search_from_step
+            ax.axvspan(sg.baseline_from_step, base_to, color="0.5", alpha=0.12, lw=0)
+            ax.axvline(sg.start_step, color="C3", ls="--", lw=1)
+            move = next((m for m in sg.moves if m.key == key and m.status == "moved"), None)
+            at = sg.start_step if key == triage.entropy_key else move.step if move is not None else None
+            if at is not None:
+                ax.axvline(at, color="C1", ls=":", lw=1)
+                y = np.interp(at, st, v)
+                ax.plot([at], [y], "o", color="C1", ms=5)
+    names = {"entropy": "entropy", **CURVES}
+    firsts = "; ".join(
+        f"step {sg.start_step:g}: first {' = '.join(names.get(r, r) for r in sg.first)}" for sg in surges
+    )
+    fig.suptitle(f"Entropy surge (red: start; shaded: baselines; dots: departures) — {firsts}", fontsize=9)
+    axes[-1].set_xlabel("step")
+    return _save(fig, path)

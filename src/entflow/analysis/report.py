@@ -380,13 +380,14 @@ def _write_all_plots(summaries: Sequence[dict[str, Any]], dirs: Sequence[Path], 
 def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: bool = False) -> Path:
     """``entflow analyze`` on any trainer's log (docs/analyze.md): ``out_dir/report.html`` (the
     title once, the collapse table, the verdict with its evidence, the suggestion with the lines of
-    the log's trainer, the source and its warnings, the plots), ``out_dir/plots/*.png`` and, with
-    ``write_json``, ``out_dir/analysis.json``. Returns the report."""
+    the log's trainer, the entropy-surge triage, the source and its warnings, the plots),
+    ``out_dir/plots/*.png`` and, with ``write_json``, ``out_dir/analysis.json``. Returns the report."""
     import dataclasses
     import json
 
     from entflow import files
     from entflow.analysis.plots import write_collapse_plots
+    from entflow.analysis.surge import surge_lines
     from entflow.analysis.tables import TRAINER_NAMES, collapse_table
 
     out = Path(out_dir)
@@ -402,12 +403,14 @@ def write_log_report(log: Any, analysis: Any, out_dir: str | Path, write_json: b
     else:
         how = "<p>No change.</p>"
     items = [f"<li>{e(x)}</li>" for x in (*src.get("warnings", []), *src.get("notes", []))]
+    surge = getattr(analysis, "surge", None)
     sections = [
         render_html(dataclasses.replace(table, title="")),  # the title is the page's <h1>
         f"<h2>Verdict: {e(col['verdict'])}</h2><p>{e(col['reason'])}</p><ul>"
         + "".join(f"<li>{e(x)}</li>" for x in col["evidence"])
         + "</ul>",
         f"<h2>Suggestion: {e(sug['spec'])}</h2><p>{e(sug['why'])}</p>{how}",
+        *([] if surge is None else [f"<h2>Entropy surge</h2><pre>{e(chr(10).join(surge_lines(surge)))}</pre>"]),
         f"<h2>Source</h2><p>{e(src['format'])}: {e(str(src['path']))}</p><p>keys: {e(json.dumps(src['keys']))}</p>"
         + (f"<ul>{''.join(items)}</ul>" if items else ""),
         *(f'<p><img src="plots/{e(p.name)}" alt="{e(p.name)}" style="max-width:100%"></p>' for p in plots),

@@ -22,6 +22,7 @@ from entflow.analysis.stats import (
     audit_table,
     audited_estimators,
 )
+from entflow.analysis.surge import surge_lines
 from entflow.errors import ShapeError
 
 __all__ = [
@@ -493,12 +494,16 @@ def collapse_table(analysis: Any) -> Table:
 def collapse_footer(analysis: Any) -> list[str]:
     """The lines under the collapse table: the verdict and its reason, the suggested method and
     why, then the lines that apply it in the trainer that wrote the log (the suggestion's
-    ``lines``, :func:`~entflow.analysis.collapse.suggestion_lines`), indented by four spaces."""
+    ``lines``, :func:`~entflow.analysis.collapse.suggestion_lines`), indented by four spaces; then,
+    for a log's analysis (:func:`~entflow.analysis.collapse.analyze_log`), the entropy-surge
+    triage (:func:`~entflow.analysis.surge.surge_lines`)."""
     d = analysis.to_dict()
     col, sug = d["collapse"], d["suggestion"]
+    surge = getattr(analysis, "surge", None)
+    triage = [] if surge is None else surge_lines(surge)
     out = [f"verdict: {col['verdict']} ({col['reason']})"]
     if not sug["lines"]:
-        return [*out, f"suggestion: none, {sug['why']}"]
+        return [*out, f"suggestion: none, {sug['why']}", *triage]
     trainer = TRAINER_NAMES.get(sug.get("trainer", "entflow"), sug.get("trainer", ""))
     out += [f"suggestion: {sug['spec']}: {sug['why']}", f"in {trainer}:"]
-    return out + [f"    {line}" for line in sug["lines"]]
+    return out + [f"    {line}" for line in sug["lines"]] + triage

@@ -33,8 +33,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 PACKAGES = set(ALLOWED)
 # top-level modules: the package root re-exports core and methods (0.2 deleted the 0.1 shims);
-# errors and files are the low-level modules every layer may import
-TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set(), "files": set()}
+# errors and files are the low-level modules every layer may import; ``python -m entflow``
+# (__main__) runs the command line and nothing else, and no module imports it
+TOP_LEVEL = {"__init__": {"core", "methods"}, "errors": set(), "files": set(), "__main__": {"cli"}}
 LOW_LEVEL = {"errors", "files"}
 
 
@@ -132,6 +133,27 @@ def test_a_forbidden_import_is_reported(tmp_path, package, source, bad):
     (tmp_path / package / "planted.py").write_text(source)
     found = violations(tmp_path)
     assert len(found) == 1 and found[0].endswith(bad.split(".")[0] + "." + bad.split(".")[1]), found
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "found"),
+    [
+        ("__main__", "import sys\n\nfrom entflow.cli.main import main\n\nsys.exit(main())\n", []),
+        ("__main__", "from entflow.lab.setup import train_lab\n", ["__main__.py:1 imports entflow.lab"]),
+        ("__main__", "import entflow\n", ["__main__.py:1 imports entflow.__init__"]),
+        ("errors", "from entflow.cli.main import main\n", ["errors.py:1 imports entflow.cli"]),
+        ("core/x", "from entflow import __main__\n", ["core/x.py:1 imports entflow.__main__"]),
+    ],
+    ids=["main-runs-cli", "main-imports-lab", "main-imports-root", "errors-imports-cli", "core-imports-main"],
+)
+def test_the_top_level_modules_import_only_what_the_layout_allows(tmp_path, module, source, found):
+    """``__main__`` (``python -m entflow``) may import the command line only; no layer imports it."""
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text("")
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "__init__.py").write_text("")
+    (tmp_path / f"{module}.py").write_text(source)
+    assert violations(tmp_path) == found
 
 
 def test_a_top_level_module_outside_the_layout_is_reported(tmp_path):

@@ -41,7 +41,10 @@ def check(method: str, method_params: str, out: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("verl") is None or importlib.util.find_spec("transfer_queue") is None:
-        fail("verl and its rollout stack are not installed: pip install 'entflow[verl]'")
+        fail(
+            f"verl and its rollout stack are not installed in the Python {sys.executable}: "
+            "pip install 'entflow[verl]' into it, or set PYTHON to the Python that has them"
+        )
     import entflow as ef
     from entflow.errors import EntflowError
     from entflow.integrations.verl.spec import needs_model_entropy, registry_blockers

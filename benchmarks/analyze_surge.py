@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/analyze_surge.py docs/results/analyze-surge/verl_run.jsonl
     .venv/bin/python benchmarks/analyze_surge.py --write docs/results/analyze-surge
 
-The first form prints the lines ``entflow analyze LOG`` prints about the log's entropy surges (the
-same function, :func:`entflow.analysis.surge.surge_lines`, on the same analysis,
-:func:`entflow.analysis.collapse.analyze_log`); a ``Printed by`` block of docs/analyze.md runs it.
+The first form prints the lines ``entflow analyze LOG`` prints under its table: the verdict, the
+suggestion and the entropy-surge triage (the same function,
+:func:`entflow.analysis.tables.collapse_footer`, on the same analysis,
+:func:`entflow.analysis.collapse.analyze_log`), with ``--fenced`` inside a Markdown code fence; a
+``Printed by`` block of docs/analyze.md runs it.
 The second writes the example log (``verl_run.jsonl``: ``tests/support/surge_logs.DOCS_CASE``, a
 synthetic 300-step run logged through verl's own ``Tracking`` file logger) and the plot
 ``entflow analyze`` draws of it (``surge.png``) into the folder.
@@ -35,6 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log", nargs="?", type=Path, help="a training log (any format entflow analyze reads)")
     ap.add_argument("--write", type=Path, metavar="DIR", help="write the example log and its plot into DIR")
+    ap.add_argument("--fenced", action="store_true", help="print the lines inside a Markdown code fence")
     a = ap.parse_args()
     if a.write is not None:
         write(a.write)
@@ -42,10 +45,11 @@ def main() -> None:
     if a.log is None:
         ap.error("give a LOG or --write DIR")
     from entflow.analysis.collapse import analyze_log
-    from entflow.analysis.surge import surge_lines
+    from entflow.analysis.tables import collapse_footer
 
     _, analysis = analyze_log(a.log)
-    print("\n".join(surge_lines(analysis.surge)))
+    lines = collapse_footer(analysis)
+    print("\n".join(["```", *lines, "```"] if a.fenced else lines))
 
 
 if __name__ == "__main__":

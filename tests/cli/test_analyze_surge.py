@@ -32,7 +32,7 @@ def test_a_verl_log_with_a_surge_through_the_cli(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["analyze", str(log), "--out", str(out), "--json"]) == 0
     printed = capsys.readouterr().out
-    assert "entropy surge from step 151 (confirmed by 151, up to the last step)" in printed
+    assert "entropy surge from step 151 (confirmed by 151, up to the last step; " in printed
     assert (
         "moved first: clip fraction, high bound (actor/entflow/clip/frac_high), up at step 141, "
         "10 steps before the entropy" in printed

@@ -1,8 +1,8 @@
 """Entropy surges: a sustained rise of the policy entropy after a stable phase, and which of the
 curves verl's and TRL's users are asked for (clip fractions, response length, grad norm, learning
 rate, rollout/trainer mismatch) moved first. Pure NumPy on arrays; :func:`triage_surges` is what
-``entflow analyze`` calls (through :func:`entflow.analysis.collapse.analyze_log`), docs/analyze.md §3
-defines every number.
+``entflow analyze`` calls (through :func:`entflow.analysis.collapse.analyze_log`); docs/analyze.md §2
+("Entropy surges") defines every number.
 
 **Detection** (:func:`find_surges`), on the entropy series ``H`` ``[n]`` at its logged steps, with
 ``B`` = ``stable`` and ``W`` = ``sustain`` logged steps (:func:`window_sizes`: 10 % and 3 % of them):
@@ -97,7 +97,7 @@ _MAD = 1.4826  # MAD → σ of a normal distribution
 
 def window_sizes(n: int, stable: int | None = None, sustain: int | None = None) -> tuple[int, int]:
     """``(B, W)``: the stable window and the sustain length in logged steps for a series of ``n``:
-    ``B = clip(round(0.1·n), 10, 200)``, ``W = clip(round(0.03·n), 5, 50)`` unless given."""
+    ``B = clip(round(0.1·n), 20, 200)``, ``W = clip(round(0.03·n), 5, 50)`` unless given."""
     B = stable if stable is not None else int(np.clip(round(STABLE_FRAC * n), STABLE_MIN, STABLE_MAX))
     W = sustain if sustain is not None else int(np.clip(round(SUSTAIN_FRAC * n), SUSTAIN_MIN, SUSTAIN_MAX))
     if B < MIN_BASELINE or W < 1:
@@ -555,7 +555,8 @@ def surge_lines(triage: SurgeTriage) -> list[str]:
         until = "up to the last step" if sg.end_step is None else f"back near the baseline at {_step(sg.end_step)}"
         rel = f", {sg.rel_rise:+.0%}" if math.isfinite(sg.rel_rise) else ""
         out += [
-            f"{head} from step {_step(sg.start_step)} (confirmed by {_step(sg.confirm_step)}, {until})",
+            f"{head} from step {_step(sg.start_step)} (confirmed by {_step(sg.confirm_step)}, {until}; "
+            "the verdict judges collapse only)",
             f"  {triage.entropy_key} {_g(sg.before)} → peak {_g(sg.peak)} at step {_step(sg.peak_step)}: "
             f"{sg.rise:+.4g}{rel}",
             f"  stable window: steps {_step(sg.baseline_from_step)}–{_step(sg.baseline_to_step)} "

@@ -33,6 +33,8 @@ METHODS = [(n, BUILD.get(n, {})) for n in ef.list_methods()] + [
 STOCHASTIC = {"clip_cov", "rand_pos_clip", "quadrant"}
 # methods whose weights switch at a data-dependent threshold: rounding may move a token across it
 THRESHOLDED = {"clip_cov", "kl_cov", "forking_tokens", "rand_pos_clip", "quadrant", "steer-binary", "erc", "simko"}
+# the mismatch corrections' masks and the quantiles of their entropy-quartile metrics (methods/corrections.py)
+THRESHOLDED |= {"icepop", "rs_token", "rs_seq_sum", "rs_seq_mean", "rs_seq_max", "kpop", "m2po", "ipo", "tis"}
 
 
 def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -51,6 +53,7 @@ def batch_fields(n: int = 8, t: int = 7, seed: int = 0) -> dict[str, torch.Tenso
         "entropy": -(pi * logpi).sum(-1),
         "old_entropy": -(pi * logpi).sum(-1) + 0.05,
         "ref_logp": logp + 0.2 * torch.randn(n, t, generator=g, dtype=D),
+        "rollout_logp": logp + 0.3 * torch.randn(n, t, generator=g, dtype=D),  # the inference engine's
         "sum_p2": (pi**2).sum(-1),
         "sum_p2_logp": (pi**2 * logpi).sum(-1),
         "rewards": torch.randint(0, 2, (n,), generator=g).to(D),

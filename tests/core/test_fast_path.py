@@ -47,6 +47,11 @@ VARIANTS = [(name, BUILD.get(name, {})) for name in ef.list_methods()] + [
     ("clipb+chord+positive_nll", {"mu": 0.5}),
     ("stare", {"variant": "C2", "target_entropy": 10.0}),
     ("stare", {"adaptive": True, "target_entropy": 10.0}),  # two token masks, a loss term counted over the kept tokens
+    ("tis", {"level": "sequence", "batch_normalize": True}),
+    ("icepop", {"batch_normalize": True}),
+    ("rs_token+rs_seq_mean+tis", {"rs_token.statistic": "k3", "rs_token.threshold": 0.1}),
+    ("rs_seq_sum", {"statistic": "k2", "threshold": 0.5}),
+    ("m2po", {"threshold": 0.0}),  # drops every PPO-active token
 ]
 
 
@@ -104,6 +109,7 @@ def fast_batch(gen: torch.Generator) -> ef.TokenBatch:
     f = {k: getattr(b, k) for k in ("logp", "old_logp", "advantages", "mask", "entropy", "old_entropy", "ref_logp")}
     f["mask"][3, 2:] = 0
     f["mask"][5] = 0  # an empty response
+    f["rollout_logp"] = f["old_logp"] + 0.5 * torch.randn(8, 7, generator=gen, dtype=torch.float64)  # the engine's
     p = f["old_logp"].exp()
     return ef.TokenBatch(
         **f,
@@ -151,6 +157,7 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
             entropy=b.entropy,
             old_entropy=b.old_entropy,
             ref_logp=b.ref_logp,
+            rollout_logp=b.rollout_logp,
             sum_p2=b.sum_p2,
             sum_p2_logp=b.sum_p2_logp,
             topk_logp=b.topk_logp,
@@ -173,6 +180,7 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
                 entropy=batch.entropy.detach()[s],
                 old_entropy=batch.old_entropy[s],
                 ref_logp=batch.ref_logp[s],
+                rollout_logp=batch.rollout_logp[s],
                 sum_p2=batch.sum_p2[s],
                 sum_p2_logp=batch.sum_p2_logp[s],
                 topk_logp=batch.topk_logp[s],

@@ -162,6 +162,16 @@ EXPECTED: dict[str, dict] = {
     "positive_nll": dict(loss_fields=("rewards",)),  # NLL on the responses with R > 0
     "chord": dict(loss_fields=("expert_mask",), reads_step=True, drops_tokens=("chord",)),  # μ(step), expert rows
     "stare": dict(reads_entropy=True, statistics_fields=("logp", "old_entropy")),  # L± by −log π, gate on H̄
+    # the rollout–training mismatch corrections (methods/corrections.py): the engine's log-probs
+    **{
+        n: dict(loss_fields=("rollout_logp",), statistics_fields=("old_logp", "rollout_logp"))  # batch_normalize
+        for n in ("tis", "icepop")
+    },
+    **{n: dict(loss_fields=("rollout_logp",), drops_tokens=(n,)) for n in ("rs_token", "rs_seq_sum", "rs_seq_mean")},
+    "rs_seq_max": dict(loss_fields=("rollout_logp",), drops_tokens=("rs_seq_max",)),
+    "kpop": dict(loss_fields=("rollout_logp",)),  # Bernoulli KL of π_old and π_rollout, weight ρ
+    "m2po": dict(loss_fields=("rollout_logp",), statistics_fields=("logp", "rollout_logp")),  # (log r)² selection
+    "ipo": dict(loss_fields=("rollout_logp",)),  # |Δp| mask and r against π_rollout
     "clipb": dict(  # GRPO advantages; drops negative tokens by the rollout's p(H + log p)
         reads_entropy=True,
         advantage_fields=("rewards", "group_index"),  # H is read by its statistics, not its shaping
@@ -253,7 +263,7 @@ def test_unknown_names_raise():
 # The declarations are true: undeclared fields do not reach the statistics / the shaping
 # --------------------------------------------------------------------------------------------
 
-PER_TOKEN = ("logp", "old_logp", "entropy", "old_entropy")
+PER_TOKEN = ("logp", "old_logp", "entropy", "old_entropy", "rollout_logp")
 # parameters under which each statistic depends on its inputs on a small batch (defaults select
 # max(⌊2e-4·N⌋, 1) = 1 token, which a perturbation rarely moves)
 SENSITIVE = {
@@ -263,6 +273,8 @@ SENSITIVE = {
     "steer": {"mapping": "binary"},
     "quadrant": {"preset": "uplift"},
     "rand_pos_clip": {"ratio": 0.3},
+    "tis": {"batch_normalize": True},  # its only statistic: the batch mean of the weights
+    "icepop": {"batch_normalize": True, "upper": 1.5},
 }
 
 
@@ -296,6 +308,7 @@ STAT_METHODS = [n for n in sorted(EXPECTED) if method_class(n).batch_statistics 
 @pytest.mark.parametrize("name", STAT_METHODS)
 def test_batch_statistics_read_only_the_declared_fields(name, gen):
     batch = make_batch(gen, n=8, t=12, expert_mask=torch.arange(8) % 4 == 0)  # chord's expert rows
+    batch = dataclasses.replace(batch, rollout_logp=(batch.old_logp + 0.3 * torch.randn(8, 12, generator=gen, dtype=D)))
     declared = needs_of(build(name)).statistics_fields
     base = _statistics(name, batch)
     assert base, "the method computes statistics"
@@ -316,6 +329,7 @@ SHAPER_PARAMS = {"passk_training": {"k": 2}, "pkpo": {"k": 2}}  # the perturbed 
 def test_advantage_shapers_read_only_the_declared_fields(name, gen):
     batch = make_batch(gen, n=8, t=12, group=4)
     extra = {"sum_p2": batch.old_logp.exp() ** 2 + 0.1, "reward_baselines": torch.rand(8, generator=gen, dtype=D)}
+    extra["rollout_logp"] = batch.old_logp - 0.1  # no shaper reads the engine's log-probs
     batch = dataclasses.replace(batch, **extra)
     params = SHAPER_PARAMS.get(name, {})
     declared = needs_of(build(name, **params)).advantage_fields

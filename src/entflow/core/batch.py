@@ -21,7 +21,10 @@ class TokenBatch:
     baseline, drawn by the host); ``expert_mask`` ``[N]`` bool marks the rows that are expert
     demonstrations (reference solutions the task supplies) rather than samples of the policy (CHORD
     trains them by supervised fine-tuning); ``topk_logp`` ``[N, T, K]`` holds the current policy's
-    log-probabilities of each position's K most probable tokens, with grad (SimKO).
+    log-probabilities of each position's K most probable tokens, with grad (SimKO);
+    ``rollout_logp`` ``[N, T]`` holds the sampled tokens' log-probabilities as the inference engine
+    that drew them computed them (vLLM's, SGLang's), beside ``old_logp``, the trainer's own at
+    rollout time: the rollout–training mismatch corrections read both (methods/corrections.py).
     ``logp`` carries the gradient during an update; every other field is read detached,
     except ``entropy``, which the entropy bonus differentiates.
 
@@ -38,6 +41,7 @@ class TokenBatch:
     entropy: torch.Tensor | None = None
     old_entropy: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    rollout_logp: torch.Tensor | None = None
     sum_p2: torch.Tensor | None = None
     sum_p2_logp: torch.Tensor | None = None
     topk_logp: torch.Tensor | None = None
@@ -49,7 +53,7 @@ class TokenBatch:
     total_steps: int | None = None
     validate: bool = True
 
-    _TOKEN_FIELDS = ("old_logp", "entropy", "old_entropy", "ref_logp", "sum_p2", "sum_p2_logp")
+    _TOKEN_FIELDS = ("old_logp", "entropy", "old_entropy", "ref_logp", "rollout_logp", "sum_p2", "sum_p2_logp")
 
     def __post_init__(self) -> None:
         if not self.validate:

@@ -4,6 +4,7 @@ from entflow.methods import (  # noqa: F401  (importing a module registers its m
     aepo,
     clip,
     clipb,
+    corrections,
     covariance,
     entropic,
     exploration,

@@ -195,6 +195,11 @@ class Method:
     # the formula holds only with one gradient step per rollout batch (r ≡ 1; docs/design.md §6):
     # a trainer must refuse several epochs or mini-batches
     strict_on_policy: ClassVar[bool] = False
+    # a rollout–training mismatch correction (methods/corrections.py): "weight" — its token weights hold
+    # the ratio π_old/π_rollout (TIS, IcePop, KPop); "ratio" — its loss takes the ratio against the
+    # rollout policy π_θ/π_rollout (M2PO, IPO); "mask" — it only removes tokens (rejection sampling).
+    # At most one "weight" or "ratio" part per composition: two would correct the mismatch twice.
+    rollout_correction: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -418,6 +423,14 @@ class Composite(Method):
         if len(replacing_loss) > 1:
             raise CompositionError(
                 f"method {'+'.join(names)}: {' and '.join(replacing_loss)} both replace the per-token loss"
+            )
+        reweighting = [p for p in self._parts if p.rollout_correction in ("weight", "ratio")]
+        if len(reweighting) > 1:
+            how = {"weight": "weights each token by π_old/π_rollout", "ratio": "takes its ratio against π_rollout"}
+            raise CompositionError(
+                f"method {'+'.join(names)}: {'; '.join(f'{p.name} {how[p.rollout_correction]}' for p in reweighting)}"
+                " — together they would correct the rollout–training mismatch twice; keep one (a rejection "
+                "mask, rs_*, composes with any of them)"
             )
 
     @property

@@ -51,7 +51,8 @@ class MethodNeeds:
             ``methods.siren.topp_entropy(logits, entropy_top_p, temperature)``. ``None``: the full
             entropy. A part declares it as an ``entropy_top_p`` attribute.
     Batch fields (``TokenBatch`` names):
-        loss_fields: fields ``policy_loss`` requires (the parts' ``needs``).
+        loss_fields: fields ``policy_loss`` requires (the parts' ``needs``; ``rollout_logp`` for a
+            mismatch correction, see the ``rollout_logp`` property).
         advantage_fields: fields ``compute_advantages`` reads (the shapers' ``advantage_needs``,
             plus ``old_entropy`` for a shaper that reads H).
         statistics_fields: per-token fields ``batch_statistics`` reads (``statistics_needs``).
@@ -137,6 +138,14 @@ class MethodNeeds:
     def ref_logp(self) -> bool:
         """The loss reads reference-model log-probs (a KL to a frozen reference)."""
         return "ref_logp" in self.loss_fields
+
+    @property
+    def rollout_logp(self) -> bool:
+        """The loss reads the inference engine's log-probs of the sampled tokens, ``rollout_logp``
+        (a rollout–training mismatch correction, methods/corrections.py): the host fills it from its
+        sampler (TRL: vLLM's ``sampling_per_token_logps``; verl: ``rollout_log_probs``; the lab: its
+        own sampler) or refuses the method."""
+        return "rollout_logp" in self.loss_fields
 
     @property
     def expert_rows(self) -> bool:

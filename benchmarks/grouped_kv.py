@@ -15,6 +15,11 @@ read in place (``scaled_dot_product_attention(enable_gqa=True)``, what
    :func:`grouped_kv_attention`, interleaved, seconds per call; whether the tokens and logits of the
    two arms are bit-identical.
 
+3. ``--step0``: only the numbers a run reports at step 0 (the real-v2 design setting, seed 8: the
+   validation's sampled accuracy, length and entropy and the fixed-text probe's entropy) with
+   transformers' own decoding and with :func:`grouped_kv_attention`, each twice: whether they agree
+   bit for bit (run once per transformers release, ``--out`` one file each).
+
 ``--out r.json`` writes every call's seconds (``benchmarks/_result.py``);
 ``python benchmarks/grouped_kv.py --from-json r.json`` prints the tables from it and runs nothing.
 """
@@ -110,6 +115,30 @@ def smollm2_generate(reps: int) -> dict:
     return out
 
 
+def step0_validation(preset: Path = PRESET, repeats: int = 2) -> list[dict]:
+    """The step-0 validation metrics (``hf.setup._validate``, probe included) of ``preset`` (default
+    the real-v2 design setting) at seed 8, with transformers' own decoding and with :func:`grouped_kv_attention`,
+    alternating, ``repeats`` times each."""
+    import yaml
+
+    import entflow.trainer.rollout as rollout
+    from entflow.hf.setup import RealTrainConfig, real_setup
+    from entflow.trainer.config import build_config
+    from entflow.trainer.grouped_kv import grouped_kv_attention
+
+    raw = {k: v for k, v in yaml.safe_load(Path(preset).read_text()).items() if k != "methods"}
+    cfg = build_config(raw, ["seed=8"], cls=RealTrainConfig)
+    parts = real_setup(cfg)
+    arms = {"transformers' own": lambda m: contextlib.nullcontext(), "grouped_kv": grouped_kv_attention}
+    out = []
+    for rep in range(repeats):
+        for arm, ctx in arms.items():
+            rollout.grouped_kv_attention = ctx
+            out.append({"arm": arm, "repeat": rep, **parts.validate(parts.model, parts.tokenizer, parts.task, cfg, 0)})
+    rollout.grouped_kv_attention = grouped_kv_attention
+    return out
+
+
 def report(results: dict) -> str:
     """The two parts' tables: ms per attention call and ratio per shape; seconds per generate call."""
     med = statistics.median
@@ -134,6 +163,16 @@ def report(results: dict) -> str:
             rows.append([case, str(r["rows"]), f"{base:.2f}", f"{new:.2f}", f"{new / base:.2f}", ident])
         header = ["generate", "rows", "copy K, V s", "in place s", "ratio", "tokens and logits bit-identical"]
         parts.append(_result.markdown_table(header, rows))
+    if results.get("step0"):
+        rows = results["step0"]
+        keys = ["val/acc", "val/response_len", "val/entropy", "val/probe_entropy"]
+        same = all(r[k] == rows[0][k] for r in rows for k in keys)
+        table = [[r["arm"], str(r["repeat"] + 1), *(repr(r[k]) for k in keys)] for r in rows]
+        parts.append(
+            f"Step-0 validation of {results.get('preset', 'real_v2_design.yaml')} (seed 8): "
+            + ("every number bit-identical" if same else "NOT bit-identical")
+        )
+        parts.append(_result.markdown_table(["decoding", "repeat", *keys], table))
     return "\n\n".join(parts)
 
 
@@ -142,6 +181,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=8, help="generate calls per arm and case")
     ap.add_argument("--no-generate", action="store_true")
+    ap.add_argument("--step0", action="store_true", help="only the step-0 validation numbers, both decodings")
+    ap.add_argument("--preset", default=str(PRESET), help="--step0's setting (default: the real-v2 design preset)")
     _result.add_arguments(ap)
     a = ap.parse_args()
     if a.from_json:
@@ -152,6 +193,11 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     results: dict = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": a.threads}
+    if a.step0:
+        results["preset"] = Path(a.preset).name
+        results["step0"] = step0_validation(Path(a.preset))
+        _result.print_and_save(results, report, a.out)
+        return
     results["one_call"] = one_call()
     if not a.no_generate:
         results["generate"] = smollm2_generate(a.reps)

@@ -68,6 +68,16 @@ class ConfigError(EntflowError, ValueError):
         super().__init__(f"config key {key!r}: {message}")
 
 
+class UnsupportedVersionError(EntflowError, RuntimeError):
+    """An installed library (TRL, verl, transformers, torch) lacks, or has changed the signature of, an
+    internal that entflow overrides, calls or wraps. Raised where the adapter is built, never in the
+    middle of training; names the library, its version and the object."""
+
+    def __init__(self, library: str, version: str, obj: str, message: str):
+        self.library, self.version, self.object = library, version, obj
+        super().__init__(f"{library} {version}: {obj} {message}")
+
+
 class StatefulMethodWarning(UserWarning):
     """A stateful or stochastic method was passed by name, so it is rebuilt on every call."""
 

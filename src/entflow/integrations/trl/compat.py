@@ -1,7 +1,9 @@
-"""What the adapter knows about TRL's internals (written against TRL 1.16): the keys of the
-batch dict ``GRPOTrainer._generate_and_score_completions`` returns, TRL's rule for when it
-computes old log-probs at generation time, and its no-grad forward helper. A TRL upgrade that
-changes these changes this file (and the overridden hooks in ``trainer.py``), nothing else.
+"""What the adapter knows about TRL's internals (written against TRL 1.16): the private methods it
+overrides or calls and the attributes it reads (:data:`TRL_HOOKS`, :data:`TRL_ATTRIBUTES`, checked when
+the trainer is built), the keys of the batch dict ``GRPOTrainer._generate_and_score_completions``
+returns, TRL's rule for when it computes old log-probs at generation time, and its no-grad forward
+helper. A TRL upgrade that changes these changes this file (and the overridden hooks in
+``trainer.py``), nothing else.
 """
 
 from __future__ import annotations
@@ -13,6 +15,70 @@ from typing import Any
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
+
+from entflow.integrations.hooks import Hook, check_attributes, check_hooks
+
+# GRPOTrainer's private methods (some from transformers' Trainer) that EntflowGRPOTrainer overrides,
+# with the arguments it passes to TRL's own version, and the methods it only calls
+TRL_HOOKS = (
+    Hook("_calculate_rewards", ("inputs", "prompts", "completions", "completion_ids_list")),
+    Hook(
+        "_get_per_token_logps_and_entropies",
+        ("model", "input_ids", "attention_mask", "logits_to_keep"),
+        ("batch_size", "compute_entropy", "compute_aux_loss"),
+    ),
+    Hook("_generate_and_score_completions", ("inputs",)),
+    Hook("_compute_loss", ("model", "inputs")),
+    Hook("_save_checkpoint", ("model", "trial")),
+    Hook("_load_optimizer_and_scheduler", ("checkpoint",)),
+    Hook("_get_output_dir", (), ("trial",), overridden=False),
+    Hook(
+        "get_off_policy_mask",
+        (),
+        ("advantages", "per_token_logps", "sampling_per_token_logps", "mask", "off_policy_threshold"),
+        overridden=False,
+    ),
+    Hook("get_high_entropy_mask", ("entropies", "mask", "threshold"), overridden=False),
+)
+# what a built GRPOTrainer holds that the adapter reads (and, for the adaptive entropy bonus, writes)
+TRL_ATTRIBUTES = (
+    "_metrics",
+    "_logs",
+    "_buffered_inputs",
+    "_step",
+    "aux_loss_enabled",
+    "router_aux_loss_coef",
+    "epsilon_low",
+    "epsilon_high",
+    "loss_type",
+    "max_completion_length",
+    "num_generations",
+    "num_generations_eval",
+    "num_iterations",
+    "reward_weights",
+    "scale_rewards",
+    "temperature",
+    "use_vllm",
+    "vllm_importance_sampling_correction",
+    "use_adaptive_entropy",
+    "entropy_coef",
+    "_last_world_entropy",
+    "_entropy_window_stats",
+)
+
+
+def check_trl_hooks(cls: type, adapter: type) -> None:
+    """Every hook of :data:`TRL_HOOKS` exists on the ``GRPOTrainer`` that ``adapter`` (in ``cls``)
+    extends, with the parameters the adapter passes and no parameter its override lacks; else
+    :class:`~entflow.errors.UnsupportedVersionError` naming the hook and the TRL version."""
+    check_hooks(cls, adapter, TRL_HOOKS, "trl", "GRPOTrainer")
+
+
+def check_trl_attributes(trainer: Any) -> None:
+    """The built trainer has every attribute of :data:`TRL_ATTRIBUTES`; else
+    :class:`~entflow.errors.UnsupportedVersionError` naming it and the TRL version."""
+    check_attributes(trainer, TRL_ATTRIBUTES, "trl", "GRPOTrainer")
+
 
 # extra model inputs of multimodal batches, passed through to every forward as TRL does
 MULTIMODAL_KEYS = (

@@ -47,6 +47,8 @@ from entflow.core.distributed import StepStatistics
 from entflow.core.ppo import LossSpec
 from entflow.errors import ConfigError
 from entflow.integrations.trl.compat import (
+    check_trl_attributes,
+    check_trl_hooks,
     completion_mask,
     forward_inputs,
     no_grad_forward,
@@ -86,20 +88,24 @@ class EntflowGRPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages and loss are entflow's (see the module docstring).
 
     Takes exactly ``GRPOTrainer``'s arguments; ``args`` is an :class:`EntflowGRPOConfig` or a plain
-    ``trl.GRPOConfig`` (= ``entflow_method="grpo"`` with entflow's defaults).
+    ``trl.GRPOConfig`` (= ``entflow_method="grpo"`` with entflow's defaults). A TRL whose overridden
+    hooks or read attributes differ from those the adapter knows (``compat.TRL_HOOKS``,
+    ``compat.TRL_ATTRIBUTES``) is refused here with :class:`~entflow.errors.UnsupportedVersionError`.
     The method object is ``trainer.entflow_method`` (its state: ``trainer.entflow_method.state_dict()``).
     """
 
     def __init__(
         self, model, reward_funcs=None, args: EntflowGRPOConfig | GRPOConfig | None = None, *rest: Any, **kwargs: Any
     ):
+        check_trl_hooks(type(self), EntflowGRPOTrainer)  # before anything is loaded: a TRL it cannot run fails here
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             args = EntflowGRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
         args = from_trl_config(args)  # a plain trl.GRPOConfig means entflow_method="grpo"
         self.entflow_method = build_method(args)  # before TRL loads anything: bad input fails here
         check_compatibility(args, self.entflow_method)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        check_trl_attributes(self)
 
         needs = self.entflow_needs = needs_of(self.entflow_method)
         # grpo with a TRL-only option (loss types, sequence-level ratios, KL, entropy bonus or mask, ...):

@@ -23,7 +23,14 @@ from entflow.core.batch import TokenBatch
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.methods import Method
 from entflow.trainer.config import TrainConfig
-from entflow.trainer.rollout import Rollout, response_token_stats, sample_rollout
+from entflow.trainer.rollout import (
+    Rollout,
+    engine_logp,
+    response_logits,
+    response_token_stats,
+    sample_rollout,
+    sampling_mismatch,
+)
 
 
 def method_step(step: int) -> int:
@@ -40,11 +47,13 @@ def schedule_steps(cfg: TrainConfig) -> int:
 @dataclass
 class CollectedRollout:
     """A rollout with the rollout policy's token statistics ``[N, T]`` (and the reference policy's
-    log-probs when the method reads them)."""
+    log-probs when the method reads them; the sampler's own log-probs, ``rollout_logp``, when a
+    method reads them or a mismatch is injected)."""
 
     roll: Rollout
     old: TokenStats
     ref_logp: torch.Tensor | None  # [N, T]
+    rollout_logp: torch.Tensor | None = None  # [N, T], the law the tokens were drawn from
 
 
 def rollout_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...]) -> TokenStats:
@@ -63,9 +72,29 @@ def rollout_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str,
     )
 
 
-def _old_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...], ref_model: Any) -> CollectedRollout:
+def sampler_logp(
+    model: Any, roll: Rollout, cfg: TrainConfig, temperature: float, old_logp: torch.Tensor
+) -> torch.Tensor:
+    """The rollout's ``rollout_logp`` ``[N, T]``: the drawn tokens' log-probs under the law the
+    sampler drew them from — at ``temperature``, perturbed by ``cfg.rollout_mismatch`` when set
+    (:func:`~entflow.trainer.rollout.engine_logp`, from ``generate``'s raw logits). Without a
+    mismatch, at the training temperature, that law is the trainer's: ``old_logp`` itself."""
+    mismatch = sampling_mismatch(cfg.rollout_mismatch)
+    if mismatch is None and temperature == cfg.temperature:
+        return old_logp
+    with torch.no_grad():
+        logits = roll.logits
+        if logits is None:
+            logits = response_logits(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids, cfg.share_prompts)
+        return engine_logp(logits, roll.response_ids, temperature, mismatch, cfg.chunk_size)
+
+
+def _old_stats(
+    model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ...], ref_model: Any, with_sampler_logp: bool
+) -> CollectedRollout:
     """The rollout with its rollout-policy statistics: from ``generate``'s own raw logits when it
-    kept them (no second forward), else from a forward; and the reference's log-probs."""
+    kept them (no second forward), else from a forward; the reference's log-probs; the sampler's
+    (:func:`sampler_logp`) when ``with_sampler_logp``."""
     with torch.no_grad():
         if roll.logits is not None:
             old = token_stats(
@@ -74,7 +103,8 @@ def _old_stats(model: Any, roll: Rollout, cfg: TrainConfig, stats: tuple[str, ..
         else:
             old = rollout_stats(model, roll, cfg, stats)
         ref_logp = None if ref_model is None else rollout_stats(ref_model, roll, cfg, ("logp",)).logp
-    return CollectedRollout(roll, old, ref_logp)
+    sampled = sampler_logp(model, roll, cfg, cfg.temperature, old.logp) if with_sampler_logp else None
+    return CollectedRollout(roll, old, ref_logp, sampled)
 
 
 def collect_rollout(
@@ -86,9 +116,11 @@ def collect_rollout(
     stats: tuple[str, ...],
     ref_model: Any = None,
     timings: dict[str, float] | None = None,
+    with_sampler_logp: bool = False,
 ) -> CollectedRollout:
     """Sample and score the step's responses, then compute the rollout policy's statistics
-    ``stats`` (what the method, the audit and the §9 diagnostics read). Records into ``timings``:
+    ``stats`` (what the method, the audit and the §9 diagnostics read) and, with
+    ``with_sampler_logp``, the sampler's own log-probs (:func:`sampler_logp`). Records into ``timings``:
     ``time/rollout_s`` (generation and scoring), ``time/verify_s`` (the scoring alone, part of
     rollout_s) and ``time/old_stats_s`` (the rollout and reference policies' token statistics)."""
     timings = {} if timings is None else timings
@@ -97,7 +129,7 @@ def collect_rollout(
     timings["time/rollout_s"] = time.perf_counter() - t0
     timings["time/verify_s"] = roll.verify_s
     t0 = time.perf_counter()
-    collected = _old_stats(model, roll, cfg, stats, ref_model)
+    collected = _old_stats(model, roll, cfg, stats, ref_model, with_sampler_logp)
     timings["time/old_stats_s"] = time.perf_counter() - t0
     return collected
 
@@ -113,6 +145,7 @@ def rollout_batch(collected: CollectedRollout, cfg: TrainConfig, step: int) -> T
         mask=roll.mask,
         old_entropy=old.entropy,
         ref_logp=collected.ref_logp,
+        rollout_logp=collected.rollout_logp,
         sum_p2=old.sum_p2,
         sum_p2_logp=old.sum_p2_logp,
         rewards=roll.rewards,
@@ -153,12 +186,16 @@ def temperature_samples(
     step: int,
     stats: tuple[str, ...],
     ref_model: Any = None,
+    with_sampler_logp: bool = False,
 ) -> tuple[CollectedRollout, torch.Tensor] | None:
     """The sampler's rows: the first ``sampler.n_prompts(P)`` of the step's prompts, G responses
     each at ``sampler.temperature``, scored; ``sampler.reinforce_advantages`` keeps some (e.g.
     AEPO's rewarded ones, arXiv 2510.08141 §4; docs/methods.md "aepo"). Their rollout statistics
     ``stats`` are those of the current policy at the training temperature ``cfg.temperature`` (as
     the rest of the batch), from ``generate``'s own raw logits.
+
+    ``with_sampler_logp``: also their sampler's log-probs, at the temperature they were drawn at
+    (:func:`sampler_logp`).
 
     Returns the kept rows (group indices local to these samples) and their advantages ``[K, T]``,
     or ``None`` when none is kept.
@@ -189,7 +226,8 @@ def temperature_samples(
     old_kept = TokenStats(*(None if x is None else x[idx] for x in old))
     with torch.no_grad():
         ref_logp = None if ref_model is None else rollout_stats(ref_model, kept, cfg, ("logp",)).logp
-    return CollectedRollout(kept, old_kept, ref_logp), adv[idx]
+    sampled = sampler_logp(model, roll, cfg, sampler.temperature, old.logp)[idx] if with_sampler_logp else None
+    return CollectedRollout(kept, old_kept, ref_logp, sampled), adv[idx]
 
 
 def _pad(x: torch.Tensor | None, n: int, value: float | int = 0, left: bool = False) -> torch.Tensor | None:
@@ -228,7 +266,10 @@ def append_rows(
         verify_s=a.verify_s + b.verify_s,
     )
     old = TokenStats(*(_cat(x, y) for x, y in zip(collected.old, extra.old, strict=True)))
-    return CollectedRollout(roll, old, _cat(collected.ref_logp, extra.ref_logp)), _cat(adv, extra_adv)
+    merged = CollectedRollout(
+        roll, old, _cat(collected.ref_logp, extra.ref_logp), _cat(collected.rollout_logp, extra.rollout_logp)
+    )
+    return merged, _cat(adv, extra_adv)
 
 
 def add_rows(

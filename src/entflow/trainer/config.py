@@ -104,6 +104,18 @@ class TrainConfig:
         "advantages divided by the std of their group, of the batch, or not at all",
         allowed="group | batch | none",
     )
+    # a rollout–training mismatch injected into the sampler (trainer/rollout.py SamplingMismatch): the
+    # rollout is drawn from a perturbed law and carries its log-probs as rollout_logp, while old_logp
+    # stays the trainer's; null: the sampler is the trainer's own law (and rollout_logp = old_logp)
+    rollout_mismatch: dict[str, Any] | None = field(
+        default=None,
+        metadata=key_help(
+            "inject a rollout–training mismatch: {kind: temperature, value: 1.1} samples from softmax(z / (1.1·T)), "
+            "{kind: quantize, value: 0.5} from logits rounded to multiples of 0.5; the rollout's rollout_logp is "
+            "that law's, old_logp the trainer's (null: none)",
+            "null or {kind: temperature | quantize, value: > 0}",
+        ),
+    )
     # rewards drawn Bernoulli(1/2) per response, independent of it (Park et al. 2025, arXiv 2509.26114:
     # what clipping does to entropy when the reward carries no signal); validation still scores truly
     random_reward: bool = setting(
@@ -220,6 +232,7 @@ class TrainConfig:
         need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")
         self.validate_task()
         need(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1 or null")
+        rollout_mismatch_spec(self.rollout_mismatch)  # raises ConfigError naming rollout_mismatch
         try:
             method = get_method(self.method, **self.method_params)
         except EntflowError as e:
@@ -247,7 +260,36 @@ class TrainConfig:
         return LossSpec(self.clip_low, self.clip_high, self.dual_clip, self.agg)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as ``config.yaml`` holds it; a key of :data:`OMITTED_WHEN_NULL` is left out while
+        null, so a config that does not use it hashes as it did before the key existed."""
+        d = dataclasses.asdict(self)
+        for key in OMITTED_WHEN_NULL:
+            if d.get(key, 0) is None:
+                del d[key]
+        return d
+
+
+MISMATCH_KINDS = ("temperature", "quantize")
+
+
+def rollout_mismatch_spec(spec: Any) -> tuple[str, float] | None:
+    """``(kind, value)`` of a ``rollout_mismatch`` setting (None: none), checked: ``kind`` one of
+    :data:`MISMATCH_KINDS`, ``value`` a finite number > 0, no other key; else :class:`ConfigError`."""
+    if spec is None:
+        return None
+    allowed = f"{{kind: {' | '.join(MISMATCH_KINDS)}, value: a number > 0}}"
+    if not isinstance(spec, dict) or set(spec) != {"kind", "value"}:
+        raise ConfigError("rollout_mismatch", f"must be null or {allowed}, got {spec!r}")
+    kind, value = spec["kind"], spec["value"]
+    if kind not in MISMATCH_KINDS:
+        raise ConfigError("rollout_mismatch", f"kind must be one of {MISMATCH_KINDS}, got {kind!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ConfigError("rollout_mismatch", f"value must be a finite number > 0, got {value!r}")
+    return kind, float(value)
+
+
+# keys added after configs were recorded (evidence/records.py hashes config.yaml): written only when set
+OMITTED_WHEN_NULL = ("rollout_mismatch",)
 
 
 def key_info(cls: type, name: str) -> tuple[str, str | None]:

@@ -27,7 +27,7 @@ from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.nucleus import topp_entropy
 from entflow.core.token_stats import TokenStats, entropy_from_logits, token_stats
 from entflow.core.topk import topk_logprobs
-from entflow.trainer.config import TrainConfig
+from entflow.trainer.config import TrainConfig, rollout_mismatch_spec
 from entflow.trainer.few_row_linear import few_row_linears
 from entflow.trainer.grouped_kv import grouped_kv_attention
 from entflow.trainer.seeds import RANDOM_REWARD, STEP, stream_seed
@@ -66,6 +66,52 @@ class _EntropyRecorder:
         return scores
 
 
+@dataclass(frozen=True)
+class SamplingMismatch:
+    """A rollout–training mismatch injected into the sampler (``TrainConfig.rollout_mismatch``): the
+    law the rollout is drawn from is the model's logits ``z`` perturbed, before the temperature and
+    the other warpers, while the trainer scores the tokens with ``z`` itself.
+
+    ``temperature``: ``z / value`` (the sampler runs at ``value`` × the training temperature, as an
+    engine whose sampling temperature differs from the trainer's); ``quantize``: ``round(z / value)
+    · value`` (logits on a grid of step ``value``, as a low-precision engine). Also a logits processor
+    (``generate`` runs it first).
+    """
+
+    kind: str
+    value: float
+
+    def perturb(self, logits: torch.Tensor) -> torch.Tensor:
+        """The sampler's logits from the model's (any shape, the vocabulary last)."""
+        if self.kind == "temperature":
+            return logits / self.value
+        return torch.round(logits / self.value) * self.value
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return self.perturb(scores)
+
+
+def sampling_mismatch(spec: dict[str, Any] | None) -> SamplingMismatch | None:
+    """The :class:`SamplingMismatch` of ``TrainConfig.rollout_mismatch`` (None: none); a bad spec
+    raises :class:`~entflow.errors.ConfigError` naming ``rollout_mismatch``."""
+    checked = rollout_mismatch_spec(spec)
+    return None if checked is None else SamplingMismatch(*checked)
+
+
+def engine_logp(
+    logits: torch.Tensor,
+    response_ids: torch.Tensor,
+    temperature: float,
+    mismatch: SamplingMismatch | None,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """``[N, T]``: the log-probabilities of the drawn tokens under the law the sampler drew them from,
+    softmax(perturbed raw logits / temperature) (the rollout's ``rollout_logp``); with no mismatch,
+    the trainer's own."""
+    z = logits if mismatch is None else mismatch.perturb(logits)
+    return token_stats(z, response_ids, temperature=temperature, chunk_size=chunk_size, stats=("logp",)).logp
+
+
 def sampling_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> list[Any]:
     """transformers' warpers for temperature, top-k (0 = off) and top-p (1 = off), in ``generate``'s order."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -95,6 +141,7 @@ def generate(
     output_logits: bool = False,
     record_entropy: bool = False,
     share_prompts: bool = False,
+    mismatch: SamplingMismatch | None = None,
 ) -> Generation:
     """``n`` responses per prompt (rows ``i*n … i*n+n−1`` belong to prompt i), sampled at
     ``temperature`` with ``top_k`` / ``top_p`` (greedy decoding with ``greedy``; the warpers are
@@ -111,6 +158,8 @@ def generate(
     few rows per step as ``W @ xᵀ``; the same logits to round-off) and
     :func:`~entflow.trainer.grouped_kv.grouped_kv_attention` (on a CPU, grouped key/value heads read
     in place instead of copied per query head; the same logits bit for bit).
+    ``mismatch``: the sampler's law is the logits perturbed first (:class:`SamplingMismatch`, an
+    injected rollout–training mismatch); the raw logits kept by ``output_logits`` stay the model's.
     The caller sets the mode (``model.eval()``) and the RNG.
     """
     from transformers import LogitsProcessorList
@@ -127,6 +176,8 @@ def generate(
         shared[cache_kwarg(model)] = cached.cache
     recorder = _EntropyRecorder() if record_entropy else None
     processors = [] if greedy else sampling_warpers(temperature, top_k, top_p)
+    if mismatch is not None:  # the engine's perturbation comes before every warper
+        processors.insert(0, mismatch)
     if recorder is not None:
         processors.append(recorder)
     # generate's own warpers off (ours run above, in order); greedy decoding takes no warper at all
@@ -208,6 +259,7 @@ def sample_rollout(
 
     ``temperature`` / ``n_prompts``: sample at another temperature, and only the first
     ``n_prompts`` of the step's P prompts (AEPO's extra samples, ``MethodNeeds.temperature_samples``).
+    ``cfg.rollout_mismatch``: the sampler draws from its perturbed law (:class:`SamplingMismatch`).
     """
     problems = task.sample_problems(cfg.prompts_per_step, random.Random(stream_seed(cfg.seed, STEP, step)))
     if n_prompts is not None:
@@ -222,6 +274,7 @@ def sample_rollout(
         temperature=cfg.temperature if temperature is None else temperature,
         output_logits=True,
         share_prompts=cfg.share_prompts,
+        mismatch=sampling_mismatch(cfg.rollout_mismatch),
     )
     t0 = time.perf_counter()
     rewards = torch.tensor(

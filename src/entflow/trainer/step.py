@@ -30,6 +30,7 @@ import torch
 
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS
+from entflow.core.mismatch import QUARTILES, k3_mean, log_ratio, offpolicy_metrics, quartile_shares
 from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import TokenStats
 from entflow.methods import Method
@@ -68,6 +69,9 @@ class StepPlan:
     mini_batches: int  # optimizer steps per pass
     spec: LossSpec  # the loss's settings (TrainConfig.loss_spec), made once and carried whole to the loss
     sampler: Any = None  # the part asking for temperature samples (MethodNeeds.temperature_samples)
+    # the rollout carries its sampler's log-probs (rollout_logp): a method reads them
+    # (MethodNeeds.rollout_logp) or a mismatch is injected (TrainConfig.rollout_mismatch, its metrics)
+    sampler_logp: bool = False
 
     def rollout_stats(self, audited: bool) -> tuple[str, ...]:
         """The rollout statistics of a step with (``audited``) or without estimator scores and diagnostics."""
@@ -103,6 +107,7 @@ def plan_steps(method: Method, cfg: TrainConfig) -> StepPlan:
         mini_batches=chunks,
         spec=cfg.loss_spec(),
         sampler=temperature_sampler(method, needs.temperature_samples),
+        sampler_logp=needs.rollout_logp or cfg.rollout_mismatch is not None,
     )
 
 
@@ -148,6 +153,7 @@ def mini_batch(
         entropy=cur.entropy,
         old_entropy=full.old_entropy[idx],
         ref_logp=_rows(full.ref_logp, idx),
+        rollout_logp=_rows(full.rollout_logp, idx),
         sum_p2=_rows(full.sum_p2, idx),
         sum_p2_logp=_rows(full.sum_p2_logp, idx),
         rewards=full.rewards[idx],
@@ -254,6 +260,30 @@ def step_metrics(
     return metrics
 
 
+def mismatch_metrics(collected: CollectedRollout, weights: torch.Tensor) -> dict[str, float]:
+    """The rollout–training mismatch of the step, when the rollout carries its sampler's log-probs
+    (``rollout_logp``; else nothing), under ``mismatch/``: verl's off-policy diagnostics of
+    π_old against π_rollout (``k3_kl``, ``kl``, the perplexities, χ²; :func:`~entflow.core.mismatch.offpolicy_metrics`),
+    prime-rl's ``kl_ent_ratio`` (k3 KL over the mean rollout entropy), ``k3_kl_kept`` over the tokens
+    the update kept (first-epoch token weight ≠ 0, ``weights`` ``[N, T]``), ``removed_frac`` and
+    ``removed_frac_q1..q4``: the share of the valid tokens the update removed (weight 0, whatever
+    part removed them), overall and in each quartile of the rollout's token entropy."""
+    if collected.rollout_logp is None:
+        return {}
+    valid = collected.roll.mask.bool()
+    old, sampled, H = collected.old.logp, collected.rollout_logp, collected.old.entropy
+    out = {f"mismatch/{k}": v for k, v in offpolicy_metrics(old, sampled, valid).items()}
+    log_rho = log_ratio(old, sampled, valid)
+    kept = valid & (weights != 0)
+    mean_h = (H * valid).sum() / valid.sum().clamp(min=1)
+    out["mismatch/kl_ent_ratio"] = torch.where(mean_h > 0, out["mismatch/k3_kl"] / mean_h, torch.zeros_like(mean_h))
+    out["mismatch/k3_kl_kept"] = k3_mean(log_rho, kept)
+    out["mismatch/removed_frac"] = (valid & ~kept).sum() / valid.sum().clamp(min=1)
+    shares = quartile_shares(valid & ~kept, H, valid)
+    out.update({f"mismatch/removed_frac_{q}": shares[i] for i, q in enumerate(QUARTILES)})
+    return {k: float(v) for k, v in out.items()}
+
+
 def estimator_metrics(
     model: Any,
     collected: CollectedRollout,
@@ -304,7 +334,7 @@ def train_step(
     timings: dict[str, float] = {}
     audit = audit_due(cfg, step, diagnose)
     collected = collect_rollout(
-        model, tokenizer, task, cfg, step, plan.rollout_stats(audit or diagnose), ref_model, timings
+        model, tokenizer, task, cfg, step, plan.rollout_stats(audit or diagnose), ref_model, timings, plan.sampler_logp
     )
     t0 = time.perf_counter()
     full = rollout_batch(collected, cfg, step)
@@ -314,7 +344,9 @@ def train_step(
     rows = TrainRows(collected, full, adv)  # what the update trains on
     if plan.sampler is not None:
         t0 = time.perf_counter()
-        extra = temperature_samples(model, tokenizer, task, plan.sampler, cfg, step, plan.old_stats, ref_model)
+        extra = temperature_samples(
+            model, tokenizer, task, plan.sampler, cfg, step, plan.old_stats, ref_model, plan.sampler_logp
+        )
         rows = add_rows(rows, extra, cfg, step, tokenizer.pad_token_id)
         timings["time/temperature_samples_s"] = time.perf_counter() - t0
 
@@ -324,6 +356,7 @@ def train_step(
     timings["time/update_s"] = time.perf_counter() - t0
 
     metrics = step_metrics(collected, adv, update, tokenizer, task, cfg)
+    metrics.update(mismatch_metrics(collected, update.applied_weights))
     if audit:
         t0 = time.perf_counter()
         metrics.update(estimator_metrics(model, collected, full, adv, update.applied_weights, cfg, plan.spec))

@@ -211,3 +211,46 @@ def test_entflow_trainer_hooks(trainer_module, tmp_path):
     resumed._load_checkpoint()
     assert resumed.entflow.method.parts[2].coef == pytest.approx(1e-4)
     assert resumed.entflow.method.state_dict() == trainer.entflow.method.state_dict()
+
+
+def _with_extra(self, batch, metrics, step, *, timing=None):  # an extra positional and keyword
+    return batch
+
+
+def _without_metrics(self, batch):
+    return batch
+
+
+REFUSED_CALL = "does not take the arguments entflow's adapter passes (batch, metrics)"
+
+
+@pytest.mark.parametrize(
+    ("hook", "changed", "why"),
+    [
+        ("_update_actor", _with_extra, REFUSED_CALL),
+        ("_compute_advantage", _without_metrics, REFUSED_CALL),
+        ("_save_checkpoint", lambda self, *, keep=2: None, "has parameters entflow's override"),
+    ],
+    ids=["extra_positional_and_keyword", "fewer", "new_keyword"],
+)
+def test_a_verl_whose_hooks_changed_is_refused_when_the_trainer_is_built(trainer_module, tmp_path, hook, changed, why):
+    """EntflowTrainer checks each PPOTrainerSync hook it overrides when built (before any worker
+    starts): a changed signature is refused naming the hook and verl's version, not met as a
+    TypeError at the first step or checkpoint."""
+    from entflow.errors import UnsupportedVersionError
+    from entflow.integrations.hooks import library_version
+
+    module, _, _ = trainer_module
+    base = module.EntflowTrainer.__mro__[1]
+    config = compose(overrides(tmp_path))
+    module.EntflowTrainer(config)  # verl's own signatures pass
+    original = vars(base)[hook]
+    setattr(base, hook, changed)
+    try:
+        with pytest.raises(UnsupportedVersionError) as e:
+            module.EntflowTrainer(compose(overrides(tmp_path)))
+    finally:
+        setattr(base, hook, original)
+    msg = str(e.value)
+    assert msg.startswith(f"verl {library_version('verl')}: PPOTrainerSync.{hook}(") and why in msg, msg
+    assert msg.endswith("entflow is tested with verl 0.9.0 and 0.9.1"), msg

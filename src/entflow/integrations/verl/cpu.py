@@ -19,13 +19,18 @@ set (verl's own variable that picks the platform, read in every process, Ray wor
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
+
+from entflow.errors import UnsupportedVersionError
+from entflow.integrations.hooks import SUPPORTED, library_version, signature_of
 
 ENV = "VERL_PLATFORM"  # verl's own switch (platform_manager._detect_platform_name)
 NAME = "cpu"
@@ -194,42 +199,78 @@ def _platform_class() -> type:
     return CPUPlatform
 
 
+def _gloo_default(original: Any, sig: inspect.Signature) -> Any:
+    """``original`` (verl's ``initialize_global_process_group_ray``) asking for ``"gloo"`` when the
+    call gives no backend; every argument passed through by name, whatever else the signature holds."""
+
+    def initialize_global_process_group_ray(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:  # a call this signature refuses: verl's own error
+            return original(*args, **kwargs)
+        if bound.arguments.get("backend") is None:
+            bound.arguments["backend"] = "gloo"
+        return original(*bound.args, **bound.kwargs)
+
+    initialize_global_process_group_ray.__wrapped__ = original  # type: ignore[attr-defined]
+    initialize_global_process_group_ray._entflow_gloo = True  # type: ignore[attr-defined]
+    return initialize_global_process_group_ray
+
+
+def _warn_unpatched(what: str, why: str) -> None:
+    warnings.warn(
+        f"entflow: verl {library_version('verl')}'s {what} {why}; left as verl has it (entflow's CPU run is "
+        f"tested with verl {SUPPORTED['verl']})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def _gloo_only_process_group() -> None:
-    """The one workaround for verl 0.9.1 on a CPU (the only place entflow changes verl's behaviour).
+    """The one workaround for verl 0.9.x on a CPU (the only place entflow changes verl's behaviour).
 
     ``verl/utils/distributed.py:89`` (``initialize_global_process_group_ray``) builds the backend
     string ``f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"``, which on the ``cpu`` platform
     is ``"cpu:gloo,cpu:gloo"``; torch refuses it (``ValueError: Duplicate device type cpu in backend
     string: gloo``). This wraps that function so that, when no backend is given, it asks for
-    ``"gloo"``. verl's actor workers import the function by name (``verl/workers/engine_workers.py:38``),
+    ``"gloo"``. The wrapper takes any arguments and binds them to the signature it finds (verl 0.9's
+    is ``(timeout_second=None, backend=None)``), so a verl that adds a parameter keeps working; a
+    verl whose function has no ``backend`` parameter is left alone, with one warning naming its
+    version. verl's actor workers import the function by name (``verl/workers/engine_workers.py:38``),
     so the wrapper must be in place before that module is imported: the plugin installs it while
     ``import verl`` runs. Everything else verl does is unchanged.
     """
     from verl.utils import distributed
 
-    original = distributed.initialize_global_process_group_ray
-    if getattr(original, "_entflow_gloo", False):
+    original = getattr(distributed, "initialize_global_process_group_ray", None)
+    if original is None or getattr(original, "_entflow_gloo", False):
         return
-
-    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
-        return original(timeout_second=timeout_second, backend=backend or "gloo")
-
-    initialize_global_process_group_ray._entflow_gloo = True  # type: ignore[attr-defined]
-    distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+    sig = signature_of(original)
+    if sig is None or "backend" not in sig.parameters:
+        _warn_unpatched(f"initialize_global_process_group_ray{sig or '(unreadable)'}", "has no backend parameter")
+        return
+    wrapper = _gloo_default(original, sig)
+    distributed.initialize_global_process_group_ray = wrapper
     engine_workers = sys.modules.get("verl.workers.engine_workers")
     if engine_workers is not None:  # imported already (in-process use): rebind its copy as well
-        engine_workers.initialize_global_process_group_ray = initialize_global_process_group_ray
+        engine_workers.initialize_global_process_group_ray = wrapper
+
+
+def _no_trl(*args: Any, **kwargs: Any) -> bool:
+    """verl's ``is_trl_available`` answered False (whatever it is called with)."""
+    return False
 
 
 def _trl_without_value_head() -> None:
-    """Second workaround, for verl 0.9.1 next to TRL >= 1 (not CPU-specific).
+    """Second workaround, for verl 0.9.x next to TRL >= 1 (not CPU-specific).
 
     ``verl/models/transformers/monkey_patch.py:352-356`` (``apply_monkey_patch``, run by the FSDP
     engine for every model it builds) imports ``AutoModelForCausalLMWithValueHead`` from
     ``trl.experimental.ppo`` or ``trl`` whenever TRL is installed, to patch that class's
     ``state_dict``; TRL 1.x has neither, so building the actor fails with ``ImportError: cannot
     import name 'AutoModelForCausalLMWithValueHead' from 'trl'``. Where TRL lacks the class there is
-    nothing to patch: verl's ``is_trl_available`` is answered False in that module only.
+    nothing to patch: verl's ``is_trl_available`` is answered False in that module only (a verl
+    whose module no longer has the name is left alone).
     """
     import importlib
 
@@ -241,7 +282,38 @@ def _trl_without_value_head() -> None:
         return
     from verl.models.transformers import monkey_patch
 
-    monkey_patch.is_trl_available = lambda: False
+    if callable(getattr(monkey_patch, "is_trl_available", None)):
+        monkey_patch.is_trl_available = _no_trl
+
+
+def _register_engine() -> None:
+    """verl's FSDP engine (``FSDPEngineWithLMHead``) for the ``cpu`` device, through verl's public
+    ``EngineRegistry.register``; an engine verl (or an earlier call) registered for it is kept.
+
+    Raises:
+        UnsupportedVersionError: ``EngineRegistry.register`` does not take
+            ``(model_type=, backend=, device=)``, naming verl's version.
+    """
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    sig = signature_of(EngineRegistry.register)
+    try:
+        if sig is not None:
+            sig.bind(model_type="language_model", backend="fsdp", device=NAME)
+    except TypeError:
+        raise UnsupportedVersionError(
+            "verl",
+            library_version("verl"),
+            f"EngineRegistry.register{sig}",
+            f"does not take (model_type=, backend=, device=), so the cpu engine cannot be registered; "
+            f"entflow's CPU run is tested with verl {SUPPORTED['verl']}",
+        ) from None
+    for backend in ("fsdp", "fsdp2"):
+        try:
+            EngineRegistry.register(model_type="language_model", backend=backend, device=NAME)(FSDPEngineWithLMHead)
+        except AssertionError:  # verl asserts the key is new: registered already, kept as it is
+            pass
 
 
 def register_platform() -> type:
@@ -262,15 +334,12 @@ def enable() -> None:
     from verl.plugin.platform import platform_manager
 
     cls = register_platform()
-    if not isinstance(platform_manager._current_platform, cls):
+    # verl's public set_platform; the current one is read (verl keeps it private) only to keep an
+    # instance of this class that is already there
+    if not isinstance(getattr(platform_manager, "_current_platform", None), cls):
         platform_manager.set_platform(cls())
     _trl_without_value_head()
-    from verl.workers.engine.base import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
-
-    engines = EngineRegistry._engines.setdefault("language_model", {})
-    for backend in ("fsdp", "fsdp2"):
-        engines.setdefault(backend, {}).setdefault(NAME, FSDPEngineWithLMHead)
+    _register_engine()
     _ENABLED = True
 
 

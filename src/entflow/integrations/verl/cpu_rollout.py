@@ -246,8 +246,14 @@ def register() -> None:
     """Register the ``entflow_cpu`` rollout with verl (idempotent).
 
     ``RolloutReplicaRegistry.register`` is verl's public hook for a replica. The worker-side class
-    is looked up in ``verl/workers/rollout/base.py``'s ``_ROLLOUT_REGISTRY`` (a dict keyed by
-    ``(name, mode)``, with no register function in verl 0.9.1), so entflow adds its entry there.
+    is looked up in ``verl/workers/rollout/base.py``'s ``_ROLLOUT_REGISTRY`` (a dict from
+    ``(name, mode)`` to the class's dotted path, read by ``get_rollout_class``, with no register
+    function in verl 0.9.0 or 0.9.1), so entflow adds its entry there, after checking that the dict
+    still has that layout.
+
+    Raises:
+        UnsupportedVersionError: verl's rollout registry is not laid out as in verl 0.9 (naming its
+            version), instead of verl's "Rollout entflow_cpu with mode async not found" at startup.
     """
     global _REGISTERED
     if _REGISTERED:
@@ -255,8 +261,27 @@ def register() -> None:
     from verl.workers.rollout import base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from entflow.errors import UnsupportedVersionError
+    from entflow.integrations.hooks import SUPPORTED, library_version, signature_of
+
+    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    lookup = signature_of(getattr(base, "get_rollout_class", None))
+    laid_out = (
+        isinstance(registry, dict)
+        and all(isinstance(k, tuple) and len(k) == 2 and isinstance(v, str) for k, v in registry.items())
+        and lookup is not None
+        and tuple(lookup.parameters)[:2] == ("rollout_name", "mode")
+    )
+    if not laid_out:
+        raise UnsupportedVersionError(
+            "verl",
+            library_version("verl"),
+            "verl.workers.rollout.base._ROLLOUT_REGISTRY",
+            f"is not the {{(name, mode): 'module.Class'}} dict read by get_rollout_class(rollout_name, mode), "
+            f"so the {NAME} rollout cannot be registered; entflow's CPU run is tested with verl {SUPPORTED['verl']}",
+        )
     RolloutReplicaRegistry.register(NAME, _replica_class)
-    base._ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.CPURollout"
+    registry[(NAME, "async")] = f"{__name__}.CPURollout"
     _REGISTERED = True
 
 

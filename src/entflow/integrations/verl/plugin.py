@@ -29,13 +29,18 @@ from entflow.integrations.verl.losses import register_all
 
 LOSS_MODES = register_all()
 
-if cpu.requested():  # verl's FSDP engine for the cpu device and the entflow_cpu rollout
-    from entflow.integrations.verl import cpu_rollout
-
-    cpu.enable()
-    cpu_rollout.register()
 TRAINER_REGISTERED = False
 _log = logging.getLogger(__name__)
+
+if cpu.requested():  # verl's FSDP engine for the cpu device and the entflow_cpu rollout
+    from entflow.errors import UnsupportedVersionError
+    from entflow.integrations.verl import cpu_rollout
+
+    try:
+        cpu.enable()
+        cpu_rollout.register()
+    except UnsupportedVersionError as e:  # verl hides a plugin's import errors at debug level
+        _log.warning("entflow: verl on a CPU is not available with this verl: %s", e)
 
 if importlib.util.find_spec("transfer_queue") is None:  # cheap check first: verl's v1 trainer needs it
     _log.debug("entflow: transfer_queue is not installed, so verl's v1 trainer cannot run; losses only")

@@ -2,7 +2,8 @@
 
 A subclass of verl's synchronous trainer (``PPOTrainerSync``), registered with verl's own
 ``register_trainer``; once verl has picked it by name it sets ``trainer_mode`` back to ``"sync"``
-(verl branches on that name) and changes five hooks and nothing else:
+(verl branches on that name) and changes five hooks and nothing else (their signatures are checked
+when the trainer is built, :data:`VERL_HOOKS`):
 
 - ``on_init_end``: installs :func:`entflow_ppo_loss` on the actor workers (``set_loss_fn``), the
   loss-function path that gives a method the current and old entropy and the whole micro-batch;
@@ -33,11 +34,21 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_to_nested
 
+from entflow.integrations.hooks import Hook, check_hooks
 from entflow.integrations.verl.driver import Driver, shape_verl_advantages, shaping_metrics
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import shapes_advantages, spec_from_policy_loss
 
 logger = logging.getLogger(__name__)
+
+# PPOTrainerSync's methods EntflowTrainer overrides, with the arguments it passes to verl's own
+VERL_HOOKS = (
+    Hook("on_init_end"),
+    Hook("_compute_advantage", ("batch", "metrics")),
+    Hook("_update_actor", ("batch", "metrics")),
+    Hook("_save_checkpoint"),
+    Hook("_load_checkpoint"),
+)
 
 
 @register_trainer("entflow")
@@ -48,6 +59,8 @@ class EntflowTrainer(PPOTrainerSync):
         # imported here: config.py imports verl, whose plugin loading imports this module
         from entflow.integrations.verl.config import check_config
 
+        # a verl whose hooks differ fails here, naming the hook and verl's version, not mid-training
+        check_hooks(type(self), EntflowTrainer, VERL_HOOKS, "verl", "PPOTrainerSync")
         check_config(config)  # before any worker starts
         spec = spec_from_policy_loss(config.actor_rollout_ref.actor.policy_loss)
         assert spec is not None  # check_config refuses trainer_mode=entflow without an entflow loss mode

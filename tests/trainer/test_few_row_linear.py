@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import warnings
 
 import pytest
 import torch
@@ -96,3 +98,43 @@ def test_generate_logits_equal_the_plain_layers_to_round_off(calls, monkeypatch)
     assert calls.count(6) > 0  # the decoding steps (6 rows each) took W @ xᵀ
     assert torch.equal(fast.response_ids, plain.response_ids)
     torch.testing.assert_close(fast.logits, plain.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_a_call_by_keyword_takes_the_switch_and_one_it_does_not_read_goes_to_torch(calls):
+    layer = torch.nn.Linear(600, 600)
+    x = torch.randn(4, 600)
+    with frl.few_row_linears(torch.nn.Sequential(layer)), torch.no_grad():
+        by_name = layer(input=x)
+        assert calls == [4]
+        with pytest.raises(TypeError):  # torch's own refusal of an argument nn.Linear does not take
+            layer(x, 2.0)
+    assert calls == [4]
+    with torch.no_grad():
+        torch.testing.assert_close(by_name, layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_torch_whose_linear_forward_changed_keeps_its_own_layers(calls, monkeypatch):
+    """A torch whose ``nn.Linear.forward`` takes an extra positional and a keyword: the layers are
+    left to it (calls with the new arguments work), with one warning naming the torch version."""
+
+    def forward(self, input, scale=1.0, *, shift=False):
+        out = functional.linear(input, self.weight, self.bias) * scale
+        return out + 1.0 if shift else out
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", forward)
+    monkeypatch.setattr(frl, "_warned", set())
+    layer = torch.nn.Linear(600, 600)
+    model = torch.nn.Sequential(layer)
+    x = torch.randn(4, 600)
+    version = re.escape(str(torch.__version__))
+    with pytest.warns(RuntimeWarning, match=rf"torch {version}'s nn.Linear.forward\(self, input, scale, shift\)"):
+        with frl.few_row_linears(model), torch.no_grad():
+            changed = layer(x, 2.0, shift=True)
+            plain = model(x)
+    assert calls == [] and "forward" not in vars(layer)
+    with torch.no_grad():
+        assert torch.equal(changed, forward(layer, x, 2.0, shift=True)) and torch.equal(plain, forward(layer, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per torch version
+        with frl.few_row_linears(model):
+            pass

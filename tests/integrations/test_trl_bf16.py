@@ -62,3 +62,19 @@ def test_native_bf16_agrees_with_the_cpu_flags():
     if flags is None:
         pytest.skip("needs an x86 Linux /proc/cpuinfo")
     assert trl_config.cpu_has_native_bf16() is bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_a_torch_without_its_private_feature_checks_cannot_tell(monkeypatch, machine):
+    """``cpu_has_native_bf16`` reads torch's private ``torch.cpu._is_avx512_bf16_supported`` /
+    ``_is_amx_tile_supported`` (x86) and ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` (elsewhere):
+    a torch without them gives None (no warning), never an AttributeError."""
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
+
+    class NoMkldnn:
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(torch.ops, "mkldnn", NoMkldnn(), raising=False)
+    assert trl_config.cpu_has_native_bf16() is None

@@ -73,6 +73,7 @@ def rollout(seed: int = 0, N: int = 8, T: int = 11, noise: float = 0.3):
         old_H=torch.rand(N, T, generator=g) * 2,
         H=torch.rand(N, T, generator=g) * 2,
         ref=old + 0.2 * torch.randn(N, T, generator=g),
+        rollout=old + 0.3 * torch.randn(N, T, generator=g),  # the rollout engine's (rollout_log_probs)
     )
 
 
@@ -237,7 +238,7 @@ def _method(name: str):
 def _reference(t, method, logp, H, clip=(0.2, 0.2), dual=3.0, pinned=False, old_H=True, ref=True, agg="token-mean"):
     batch = ef.TokenBatch(
         logp, t["old"], t["adv"], t["mask"], entropy=H, old_entropy=t["old_H"] if old_H else None,
-        ref_logp=t["ref"] if ref else None,
+        ref_logp=t["ref"] if ref else None, rollout_logp=t.get("rollout"),
     )  # fmt: skip
     return ef.policy_loss(batch, method, ef.LossSpec(clip[0], clip[1], None if pinned else dual, agg)).loss
 
@@ -552,3 +553,78 @@ def test_trainer_overrides_match_verls_trainer_hooks():
 def test_method_param_keys_match_registered_methods():
     for name in ef.list_methods():
         assert method_class(name).name == name
+
+
+# --------------------------------------------------------------------------------------------
+# The rollout–training mismatch corrections: verl's rollout_log_probs as rollout_logp
+# --------------------------------------------------------------------------------------------
+
+CORRECTIONS = ["tis", "icepop", "rs_token", "rs_seq_mean", "kpop", "m2po", "ipo"]
+
+
+@pytest.mark.parametrize("name", CORRECTIONS)
+def test_corrections_read_verls_rollout_log_probs_on_the_loss_function_path(name):
+    """The loss-function path gives a correction verl's ``rollout_log_probs`` as ``rollout_logp``:
+    the loss equals ``policy_loss`` with them, and differs from the loss with other engine log-probs."""
+    t = rollout(11, noise=0.2)
+    data, flat = verl_micro_batch(t)
+    cfg = entflow_config(f"entflow.{name}")
+    WORKER_METHODS.clear()
+    lv, (gv,) = grads(lambda lp: entflow_ppo_loss(cfg, {"log_probs": flat(lp)}, data)[0], t["logp"])
+    method = _method(name)
+    lr, (gr,) = grads(lambda lp: _reference(t, method, lp, None, ref=False), t["logp"])
+    assert near(lv, lr) and close(gv, gr)
+    moved = {**t, "rollout": t["rollout"] - 0.5}
+    lm, _ = grads(lambda lp: _reference(moved, method, lp, None, ref=False), t["logp"])
+    assert not near(lm, lr)  # the engine's log-probs matter
+
+
+def test_a_correction_without_rollout_log_probs_names_the_field():
+    from entflow.errors import MissingInputError
+
+    t = {k: v for k, v in rollout(12).items() if k != "rollout"}
+    data, flat = verl_micro_batch(t)
+    WORKER_METHODS.clear()
+    with pytest.raises(MissingInputError, match="rollout_logp"):
+        entflow_ppo_loss(entflow_config("entflow.icepop"), {"log_probs": flat(t["logp"])}, data)
+
+
+def test_the_registry_path_refuses_a_correction_naming_rollout_log_probs():
+    t = rollout(13)
+    cfg = entflow_config("entflow.tis")
+    WORKER_METHODS.clear()
+    with pytest.raises(ConfigError, match=r"rollout_log_probs.*trainer_mode=entflow"):
+        core_algos.get_policy_loss_fn("entflow.tis")(t["old"], t["logp"], t["adv"], t["mask"], "token-mean", cfg)
+
+
+def test_verls_own_is_weights_next_to_a_correction_are_refused():
+    t = rollout(14)
+    data, flat = verl_micro_batch(t)
+    data["rollout_is_weights"] = torch.ones_like(t["old"])
+    WORKER_METHODS.clear()
+    with pytest.raises(ConfigError, match="twice") as e:
+        entflow_ppo_loss(entflow_config("entflow.tis"), {"log_probs": flat(t["logp"])}, data)
+    assert e.value.key == "algorithm.rollout_correction.rollout_is"
+
+
+@pytest.mark.parametrize(
+    ("method", "extra", "key"),
+    [
+        (
+            "icepop",
+            ["actor_rollout_ref.rollout.calculate_log_probs=False"],
+            "actor_rollout_ref.rollout.calculate_log_probs",
+        ),
+        ("tis", ["algorithm.rollout_correction.rollout_is=token"], "algorithm.rollout_correction.rollout_is"),
+        ("rs_token", ["algorithm.rollout_correction.bypass_mode=True"], "algorithm.rollout_correction.bypass_mode"),
+    ],
+)
+def test_config_check_names_what_a_correction_needs_from_verl(method, extra, key):
+    ov = [
+        *example_overrides("run_grpo_1node.sh", METHOD=method, METHOD_PARAMS=""),
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ]
+    assert check_config(compose(ov)).name == method  # verl's rollout log-probs on, its own correction off
+    with pytest.raises(ConfigError) as e:
+        check_config(compose([*ov, *extra]))
+    assert e.value.key == key

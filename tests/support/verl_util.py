@@ -60,6 +60,8 @@ def verl_micro_batch(t: dict, non_tensor: dict | None = None, P: int = 5, seed: 
             "advantages": t["adv"],
             "entropy": t["old_H"],  # the old-policy entropy verl's old-log-prob pass stores in the batch
             "ref_log_prob": t["ref"],
+            # the rollout engine's log-probs (rollout.calculate_log_probs), when the test gives them
+            **({"rollout_log_probs": t["rollout"]} if "rollout" in t else {}),
         },
         info,
     )

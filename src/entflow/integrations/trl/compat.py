@@ -59,6 +59,7 @@ TRL_ATTRIBUTES = (
     "scale_rewards",
     "temperature",
     "use_vllm",
+    "rollout_func",
     "vllm_importance_sampling_correction",
     "use_adaptive_entropy",
     "entropy_coef",
@@ -93,6 +94,22 @@ MULTIMODAL_KEYS = (
     "mm_token_type_ids",
     "image_position_ids",
 )
+
+
+# the sampler's log-probs of the drawn tokens in TRL's batch dict: vLLM's (``use_vllm``) or a
+# ``rollout_func``'s ``logprobs``; NaN where vLLM could not score a token (TRL's ``extract_logprobs``)
+SAMPLING_LOGPS_KEY = "sampling_per_token_logps"
+
+
+def sampling_logps(inputs: dict[str, Any], old_logp: torch.Tensor) -> torch.Tensor | None:
+    """The sampler's log-probs ``[B, T]`` of TRL's batch (the ``rollout_logp`` of the mismatch
+    corrections), or None when TRL has none (no vLLM, no ``rollout_func``). A token the sampler could
+    not score (NaN) takes ``old_logp``: no evidence of a mismatch, as TRL's own ratio is 1 there."""
+    sampled = inputs.get(SAMPLING_LOGPS_KEY)
+    if sampled is None:
+        return None
+    sampled = sampled[:, : old_logp.shape[1]].to(old_logp.dtype)
+    return torch.where(torch.isnan(sampled), old_logp.detach(), sampled)
 
 
 def completion_mask(inputs: dict[str, Any]) -> torch.Tensor:

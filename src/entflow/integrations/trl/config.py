@@ -316,6 +316,12 @@ def check_compatibility(args: GRPOConfig, method: Method) -> None:
             "baseline (ReMax, arXiv 2310.10505), an extra rollout that TRL does not draw. Use verl's own "
             "adv_estimator=remax, or another estimator (rloo, grpo)",
         )
+    if needs.rollout_logp and args.use_vllm and args.vllm_importance_sampling_correction:
+        refuse(
+            "vllm_importance_sampling_correction",
+            f"{m} corrects the rollout–training mismatch itself from vLLM's log-probs; TRL's importance-sampling "
+            "ratio on top would correct it twice. Set vllm_importance_sampling_correction=False",
+        )
     kl = _part(method, "kl_ref")
     ref_only = needs.ref_logp and kl is None  # e.g. archer: TRL's beta only loads the reference
     if ref_only and args.beta not in (0.0, REFERENCE_ONLY_BETA):

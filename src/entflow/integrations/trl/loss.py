@@ -19,7 +19,13 @@ from entflow.core.lm_head import hidden_head_reason, last_hidden_state
 from entflow.core.ppo import LossSpec
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.errors import ConfigError
-from entflow.integrations.trl.compat import causal_lm, completion_mask, forward_inputs, lm_head_tensors
+from entflow.integrations.trl.compat import (
+    causal_lm,
+    completion_mask,
+    forward_inputs,
+    lm_head_tensors,
+    sampling_logps,
+)
 from entflow.methods.base import Method
 from entflow.methods.objective import LossOutput, policy_loss
 
@@ -52,6 +58,8 @@ def token_batch(
     ``old_logp``: TRL's (or the rollout pass's) when computed, else ``logp`` detached (no
     optimizer step since generation). ``old_entropy``: read once per generation batch, else
     ``entropy`` detached when ``entropy_is_rollout`` (no optimizer step since generation).
+    ``rollout_logp``: the sampler's log-probs (vLLM's or a ``rollout_func``'s, ``compat.sampling_logps``)
+    when TRL has them.
     ``max_len``: Dr. GRPO's constant; columns past it are cut (they must be padding).
     """
     mask = completion_mask(inputs)
@@ -68,6 +76,7 @@ def token_batch(
         entropy=entropy,
         old_entropy=old_entropy,
         ref_logp=inputs.get("ref_per_token_logps"),
+        rollout_logp=sampling_logps(inputs, old_logp),
         sum_p2=inputs.get("ef_sum_p2"),
         sum_p2_logp=inputs.get("ef_sum_p2_logp"),
     )

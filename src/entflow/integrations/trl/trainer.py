@@ -45,7 +45,7 @@ from trl import GRPOConfig, GRPOTrainer
 from entflow.core.batch import TokenBatch
 from entflow.core.distributed import StepStatistics
 from entflow.core.ppo import LossSpec
-from entflow.errors import ConfigError
+from entflow.errors import ConfigError, MissingInputError
 from entflow.integrations.trl.compat import (
     check_trl_attributes,
     check_trl_hooks,
@@ -108,6 +108,13 @@ class EntflowGRPOTrainer(GRPOTrainer):
         check_trl_attributes(self)
 
         needs = self.entflow_needs = needs_of(self.entflow_method)
+        if needs.rollout_logp and not (self.use_vllm or self.rollout_func is not None):
+            raise MissingInputError(
+                "rollout_logp",
+                f"entflow_method={self.entflow_method.name!r} (a rollout–training mismatch correction): TRL gives the "
+                "sampler's log-probs of the drawn tokens only when vLLM generates (use_vllm=True) or a rollout_func "
+                "returns them",
+            )
         # grpo with a TRL-only option (loss types, sequence-level ratios, KL, entropy bonus or mask, ...):
         # advantages and loss are TRL's own, so the update is exactly TRL's
         self._ef_trl_update = trl_computes_update(self.args, self.entflow_method)

@@ -122,6 +122,28 @@ def check_config(config: Any) -> Any:
             "must be True so that verl computes reference log-probs; entflow's kl_ref then replaces verl's KL loss "
             "(actor.kl_loss_coef is ignored)",
         )
+    if needs_of(method).rollout_logp:
+        rollout = config.actor_rollout_ref.rollout
+        if not rollout.get("calculate_log_probs", False):
+            raise ConfigError(
+                "actor_rollout_ref.rollout.calculate_log_probs",
+                f"must be True: {method.name} reads the rollout engine's log-probs of the sampled tokens "
+                "(verl's rollout_log_probs)",
+            )
+        reweighting = [p.name for p in method.parts if p.rollout_correction in ("weight", "ratio")]
+        if reweighting and OmegaConf.select(config, "algorithm.rollout_correction.rollout_is") is not None:
+            raise ConfigError(
+                "algorithm.rollout_correction.rollout_is",
+                f"must be null: {', '.join(reweighting)} corrects the rollout–training mismatch itself; verl's "
+                "rollout_is_weights on top would correct it twice",
+            )
+        on_old = [p.name for p in method.parts if p.rollout_correction in ("weight", "mask")]
+        if on_old and OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
+            raise ConfigError(
+                "algorithm.rollout_correction.bypass_mode",
+                f"must be False: bypass mode sets old_log_probs = rollout_log_probs, so π_old/π_rollout ≡ 1 and "
+                f"{', '.join(on_old)} would do nothing",
+            )
     reads_old = [p.name for p in method.parts if needs_of(p).rollout_entropy]
     if reads_old and OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
         raise ConfigError(

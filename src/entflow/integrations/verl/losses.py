@@ -152,6 +152,7 @@ def compute_policy_loss(
     entropy: torch.Tensor | None = None,
     old_entropy: torch.Tensor | None = None,
     ref_log_prob: torch.Tensor | None = None,
+    rollout_log_prob: torch.Tensor | None = None,
     step: int | None = None,
     total_steps: int | None = None,
     group: Any = None,
@@ -162,7 +163,10 @@ def compute_policy_loss(
     ``group`` (:func:`entflow.prepare_statistics`; collective, every rank calls it once per
     micro-batch, as verl's engines run the same number of micro-batches on every rank).
     The batch is built on entflow's fast path (``validate=False``: no host syncs for checks;
-    verl's tensors are consistent by construction).
+    verl's tensors are consistent by construction). ``rollout_log_prob``: the rollout engine's
+    log-probs (verl's ``rollout_log_probs``), the ``rollout_logp`` of the mismatch corrections; a
+    correction that reweights by the rollout ratio refuses verl's own ``rollout_is_weights`` (the
+    mismatch would be corrected twice).
     """
     if loss_agg_mode not in VERL_AGG:
         raise ConfigError(
@@ -174,6 +178,13 @@ def compute_policy_loss(
         # a sequence-level loss (geo_mean, luspo) fixes its aggregation, whatever loss_agg_mode says (as
         # verl's geo_mean); it is normalised as verl normalises that aggregation (docs/integrations.md)
         loss_agg_mode = loss_spec.agg
+    reweighting = [p.name for p in method.parts if p.rollout_correction in ("weight", "ratio")]
+    if rollout_is_weights is not None and reweighting:
+        raise ConfigError(
+            "algorithm.rollout_correction.rollout_is",
+            f"must be null: {', '.join(reweighting)} corrects the rollout–training mismatch itself; verl's "
+            "rollout_is_weights on top would correct it twice",
+        )
     mask = response_mask.bool()
     fields = dict(
         old_logp=old_log_prob,
@@ -182,6 +193,7 @@ def compute_policy_loss(
         entropy=entropy,
         old_entropy=old_entropy,
         ref_logp=ref_log_prob,
+        rollout_logp=rollout_log_prob,
         step=int(step or 0),
         total_steps=total_steps,
         validate=False,
@@ -296,9 +308,10 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
     Reads from ``model_output``: ``log_probs`` (with grad) and ``entropy`` (current, with grad;
     present when the update pass runs with ``calculate_entropy``). Reads from ``data`` (one
     micro-batch): ``response_mask``, ``old_log_probs``, ``advantages``, the old-policy ``entropy``
-    that verl's old-log-prob pass stores in the batch, ``ref_log_prob`` and ``rollout_is_weights``
-    when present, and the entflow trainer's ``entflow_step`` / ``entflow_total_steps`` /
-    ``entflow_state`` (controller state). verl's own entropy bonus (``entropy_coeff``) and KL loss
+    that verl's old-log-prob pass stores in the batch, ``ref_log_prob``, ``rollout_is_weights`` and
+    the rollout engine's ``rollout_log_probs`` (``rollout.calculate_log_probs``) when present, and
+    the entflow trainer's ``entflow_step`` / ``entflow_total_steps`` / ``entflow_state`` (controller
+    state). verl's own entropy bonus (``entropy_coeff``) and KL loss
     (``use_kl_loss``, unless the method has ``kl_ref``) are added as in ``ppo_loss``.
 
     Returns ``(loss, metrics)`` with verl ``Metric`` objects: ``actor/pg_loss`` and entflow's
@@ -331,7 +344,7 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
     method = WORKER_METHODS.get(spec, rank=_rank(dp_group), step=step, state=state, device=log_prob.device)
 
     fields = ["response_mask", "old_log_probs", "advantages"]
-    fields += [f for f in ("rollout_is_weights", "ref_log_prob", "entropy") if f in data.keys()]
+    fields += [f for f in ("rollout_is_weights", "ref_log_prob", "entropy", "rollout_log_probs") if f in data.keys()]
     batch = data.select(*fields).to_padded_tensor()
     mask = batch["response_mask"].to(bool)
     has_kl_ref = needs_ref_logp(method)  # kl_ref, or a method with its own KL (archer)
@@ -348,6 +361,7 @@ def entflow_ppo_loss(config: Any, model_output: Mapping[str, Any], data: Any, dp
         entropy=entropy,
         old_entropy=batch.get("entropy", None),
         ref_log_prob=batch.get("ref_log_prob", None) if has_kl_ref else None,
+        rollout_log_prob=batch.get("rollout_log_probs", None),
         step=step,
         total_steps=total_steps,
         group=dp_group,

@@ -149,6 +149,11 @@ def registry_blockers(method: Method) -> list[str]:
             reasons.append(f"{p.name} differentiates the current entropy, which a registered loss does not receive")
         if needs.ref_logp:
             reasons.append(f"{p.name} needs reference log-probs, which a registered loss does not receive")
+        if needs.rollout_logp:
+            reasons.append(
+                f"{p.name} reads the rollout engine's log-probs (rollout_log_probs), which a registered loss does "
+                "not receive"
+            )
         if needs.controllers:
             reasons.append(f"{p.name} is a controller that the entflow trainer advances once per step")
         if needs.reads_step and not needs.shapes_advantages:

@@ -110,6 +110,16 @@ KIND = {
     "chord": "token mask (expert rows) + loss term (SFT)",
     "clipb": "advantage shaping + token mask (batch mean/std)",
     "stare": "token weighting (batch top-P by surprisal)",
+    # the rollout–training mismatch corrections (methods/corrections.py), reading rollout_logp
+    "tis": "token weighting (rollout ratio, truncated)",
+    "icepop": "token weighting (rollout ratio in a band)",
+    "rs_token": "token mask (rollout divergence)",
+    "rs_seq_sum": "token mask (rollout divergence, response sum)",
+    "rs_seq_mean": "token mask (rollout divergence, response mean)",
+    "rs_seq_max": "token mask (rollout divergence, response max)",
+    "kpop": "token weighting (binary KL mask, rollout ratio)",
+    "m2po": "per-token loss + token weighting (batch sort of (log r)²)",
+    "ipo": "per-token loss (ratio to the rollout policy)",
 }
 
 
@@ -268,6 +278,7 @@ def case_tensors(n: int, t: int, rounds: int, repeats: int = 1) -> dict[str, lis
     old_logp = base_logp + 0.05 * torch.randn(n, t, generator=gen)
     old_entropy = torch.rand(n, t, generator=gen) * 2
     ref_logp = base_logp + 0.1 * torch.randn(n, t, generator=gen)
+    rollout_logp = old_logp + 0.1 * torch.randn(n, t, generator=gen)  # the inference engine's
     steps = {}
     for name in method_names():
         method = build(name)
@@ -284,8 +295,9 @@ def case_tensors(n: int, t: int, rounds: int, repeats: int = 1) -> dict[str, lis
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(logp, old_logp, adv, f["mask"], entropy=entropy, old_entropy=old_entropy,
-                              ref_logp=ref_logp, group_index=f["group_index"], topk_logp=topk,
-                              step=f["step"], total_steps=f["total_steps"], **loss_rows(method, f))  # fmt: skip
+                              ref_logp=ref_logp, rollout_logp=rollout_logp, group_index=f["group_index"],
+                              topk_logp=topk, step=f["step"], total_steps=f["total_steps"],
+                              **loss_rows(method, f))  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 
         steps[name] = step
@@ -331,6 +343,7 @@ def case_model(
         old = stats(policy)[0]
         ref_logp = stats(ref)[0].logp
     old_logp, old_entropy = old.logp.detach(), old.entropy.detach()
+    rollout_logp = old_logp + 0.1 * torch.randn(n, t, generator=gen)  # the inference engine's
 
     def make_step(method: ef.Method, ref_forward: bool = False) -> Callable[[], None]:
         def step() -> None:
@@ -347,8 +360,9 @@ def case_model(
                               step=f["step"], total_steps=f["total_steps"])  # fmt: skip
             adv = ef.compute_advantages(b, method)
             b = ef.TokenBatch(s.logp, old_logp, adv, f["mask"], entropy=s.entropy, old_entropy=old_entropy,
-                              ref_logp=rl, group_index=f["group_index"], topk_logp=topk,
-                              step=f["step"], total_steps=f["total_steps"], **loss_rows(method, f))  # fmt: skip
+                              ref_logp=rl, rollout_logp=rollout_logp, group_index=f["group_index"],
+                              topk_logp=topk, step=f["step"], total_steps=f["total_steps"],
+                              **loss_rows(method, f))  # fmt: skip
             ef.policy_loss(b, method).loss.backward()
 
         return step

@@ -35,6 +35,7 @@ __all__ = [
     "NOT_JUDGED",
     "RUNS",
     "Claim",
+    "Headline",
     "Registry",
     "Setting",
     "any_of_verdict",
@@ -126,7 +127,8 @@ KINDS = ("greater", "less", "threshold", "no_worse")
 DIRECTIONS = ("higher", "lower")
 _STATUS = re.compile(r"^pre-registered \d{4}-\d{2}-\d{2}\b")
 _KEYS = {"id", "paper", "statement", "measured", "metric", "runs", "criterion", "direction", "seeds", "status"}
-_OPTIONAL = {"note", "pending", "setting", "family", "superseded"}
+_OPTIONAL = {"note", "pending", "setting", "family", "superseded", "headline", "retired"}
+_DECLARED = re.compile(r"^declared \d{4}-\d{2}-\d{2}\b")
 DEFAULT_SETTING = "demo"
 
 
@@ -305,6 +307,17 @@ def _runs_read(metric: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------------------- the claim
 @dataclass(frozen=True)
+class Headline:
+    """A headline claim's smallest effect of interest: ``delta`` > 0 on the claimed side of the
+    bound (a margin of the claim's own metric), the ``reason`` for it, and ``declared`` (the date,
+    before any run of its fresh series)."""
+
+    delta: float
+    reason: str
+    declared: str
+
+
+@dataclass(frozen=True)
 class Claim:
     """One registry entry. ``rule`` / ``bound`` is the verdict rule it reduces to
     (:meth:`verdict`, :func:`interval_verdict`): greater → (greater, 0), less → (less, 0),
@@ -327,6 +340,10 @@ class Claim:
     setting: str = DEFAULT_SETTING
     family: str | None = None
     superseded: str | None = None  # why its verdict no longer stands and what replaced it
+    # a paper's central statement: its smallest effect of interest δ (on the claimed side), the
+    # reason, and when it was declared (docs/reproduction.md, "Decisions"; evidence/decision.py)
+    headline: Headline | None = None
+    retired: str | None = None  # why its measurement is no longer a verdict of its own (never counted)
 
     def key(self, run: str) -> str:
         """The run's key in reproduce's facts and run folders (:func:`run_key` in its setting)."""
@@ -600,6 +617,24 @@ def _parse_claim(
     if family is not None and metric["name"] == "any_of":
         raise bad("family", "an any_of claim is already corrected within itself (Bonferroni); it cannot join a family")
 
+    headline = entry.get("headline")
+    if headline is not None:
+        if not isinstance(headline, dict) or set(headline) != {"delta", "reason", "declared"}:
+            raise bad("headline", f"expected {{delta, reason, declared}}, got {headline!r}")
+        delta = headline["delta"]
+        if isinstance(delta, bool) or not isinstance(delta, int | float) or not (math.isfinite(delta) and delta > 0):
+            raise bad("headline", f"delta must be a finite number > 0, got {delta!r}")
+        if not isinstance(headline["reason"], str) or not headline["reason"].strip():
+            raise bad("headline", f"expected the reason for delta, got {headline['reason']!r}")
+        if not isinstance(headline["declared"], str) or not _DECLARED.match(headline["declared"]):
+            raise bad("headline", f"expected declared: 'declared YYYY-MM-DD …', got {headline['declared']!r}")
+        if metric["name"] == "any_of":
+            raise bad("headline", "an any_of claim has no single margin to plan for")
+        headline = Headline(float(delta), headline["reason"].strip(), headline["declared"])
+    retired = entry.get("retired")
+    if retired is not None and (not isinstance(retired, str) or not retired.strip()):
+        raise bad("retired", f"expected why the claim no longer counts as a verdict, got {retired!r}")
+
     return Claim(
         id=cid,
         paper=entry["paper"],
@@ -618,4 +653,6 @@ def _parse_claim(
         setting=setting,
         family=family,
         superseded=superseded,
+        headline=headline,
+        retired=retired,
     )

@@ -188,7 +188,7 @@ def main() -> None:
     ap.add_argument("part", choices=sorted(SOURCES))
     ap.add_argument("--budget-h", type=float, required=True, help="hours of runs, one at a time")
     ap.add_argument("--run-cost", nargs="+", required=True, help="SETTING=SECONDS: one run's wall time here")
-    ap.add_argument("--cap", type=int, default=LADDER[-1], help="the most seeds any claim may plan for (the budget decides below it)")
+    ap.add_argument("--cap", type=int, default=LADDER[-1], help="most seeds a claim may plan for (budget decides)")
     ap.add_argument("--sims", type=int, default=20_000, help="simulated series per power estimate")
     a = ap.parse_args()
     cost = {k: float(v) for k, v in (x.split("=", 1) for x in a.run_cost)}

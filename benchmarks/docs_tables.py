@@ -655,6 +655,83 @@ class UsageError(ValueError):
     """``--print`` named no table it knows, or gave it the wrong number of arguments."""
 
 
+def print_plan(part: str, root: Path) -> str:
+    """The committed power plan of a part's headline claims (``src/entflow/evidence/plans/PART.json``):
+    each claim's δ, the noise of its margin from the earlier draws, its looks and maximum, the power
+    at δ, and whether it runs or is not decidable at this budget (and why)."""
+    rel = f"src/entflow/evidence/plans/{part}.json"
+    path = root / rel
+    if not path.is_file():
+        return f"No plan for `{part}` is committed yet.\n"
+    plan = _load(path)
+    out = [
+        "| claim | δ | σ of the margin (earlier values) | looks (seeds) | Pocock level α′ | power at δ | plan |",
+        "|---|---:|---:|---|---:|---:|---|",
+    ]
+    for cid, r in plan["claims"].items():
+        p = r.get("plan") or {}
+        looks = ", ".join(str(n) for n in p.get("looks", [])) or "—"
+        decision = r["decision"] if r["decision"] != "planned" else f"run, at most {p['maximum']} seeds"
+        if r.get("why") and r["decision"] != "planned":
+            decision += f": {r['why']}"
+        out.append(
+            f"| `{cid}` | {plain(r['delta'], 3)} | {plain(r['sigma'], 4)} ({r['n_earlier']}) | {looks} | "
+            f"{plain(p.get('level'), 4)} | {plain(p.get('power'), 2)} | {cell(decision)} |"
+        )
+    budget, spent = plan["budget_s"] / 3600, plan["planned_cost_s"] / 3600
+    costs = ", ".join(f"{k} {v:.0f} s" for k, v in plan["run_cost_s"].items())
+    out += [
+        "",
+        f"Budget {budget:.0f} h of runs, one at a time (a run: {costs}); the planned claims cost {spent:.1f} h at "
+        f"their maxima. One-sided α {plan['alpha']} per side over the looks (a family: α / m per member), "
+        f"power {plan['power']} at δ. Seeds {seeds_text(plan['seeds'])}. Planned {plan['date'][:10]} "
+        f"(`{plan['command']}`). Data: `{rel}`.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def print_series(part: str, root: Path) -> str:
+    """The verdicts of a part's fresh series so far (``docs/results/sequential/PART_verdicts.json``): each
+    planned claim's seeds used, mean margin and its one-sided bounds at the look's level, and the
+    verdict (``continue`` while a look is due)."""
+    rel = f"docs/results/sequential/{part}_verdicts.json"
+    path = root / rel
+    if not path.is_file():
+        return f"No run of the `{part}` series is committed yet.\n"
+    data = _load(path)
+    plan = _load(root / data["plan"])["claims"]
+    out = [
+        "| claim | δ | seeds so far (maximum) | mean margin [lower, upper bound] | verdict |",
+        "|---|---:|---|---|---|",
+    ]
+    for cid, r in data["claims"].items():
+        if r["verdict"] == "not decidable at this budget":
+            continue
+        mx = plan[cid]["plan"]["maximum"]
+        bounds = "—" if r.get("n", 0) < 3 else f"{num(r['mean'])} [{num(r['low'])}, {num(r['high'])}]"
+        out.append(
+            f"| `{cid}` | {plain(plan[cid]['delta'], 3)} | {r.get('n', 0)} ({mx}) | {bounds} | **{r['verdict']}** |"
+        )
+    undecidable = [f"`{c}`" for c, r in data["claims"].items() if r["verdict"] == "not decidable at this budget"]
+    out += [
+        "",
+        f"Not decidable at this budget (declared in the plan, never run): {', '.join(undecidable) or 'none'}. "
+        f"{len(data['runs_due'])} runs due at the open claims' next looks. Data: `{rel}` (records: "
+        f"`{data['records']}`; trained at the plan's commit {data['plan_commit'][:7]}).",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def print_verify(root: Path) -> str:
+    """What ``entflow reproduce --verify`` recomputes from the committed results, by source: how many
+    verdicts from per-run facts, how many from stored per-seed values (arithmetic only)."""
+    from entflow.evidence.verify import source_counts, verify
+
+    result = verify(root / "docs" / "results")
+    state = "every one agrees" if result.ok else f"{len(result.differing)} DIFFER"
+    return f"{len(result.checks)} published verdicts recomputed ({state}): {source_counts(result)}.\n"
+
+
 def print_table(what_and_args: list[str], root: Path) -> str:
     """The text ``--print WHAT ARGS...`` prints for the tree at ``root``."""
     what, rest = what_and_args[0], what_and_args[1:]
@@ -669,16 +746,19 @@ def print_table(what_and_args: list[str], root: Path) -> str:
         "report": lambda: print_report(rest, root),
         "rerun": lambda: print_rerun(rest[0], rest[1], root),
         "bench": lambda: print_bench(rest[0], root),
+        "verify": lambda: print_verify(root),
+        "plan": lambda: print_plan(rest[0], root),
+        "series": lambda: print_series(rest[0], root),
     }
     if (
         what not in printers
-        or (what in ("claims", "audit", "coverage", "bench", "family") and len(rest) != 1)
+        or (what in ("claims", "audit", "coverage", "bench", "family", "plan", "series") and len(rest) != 1)
         or (what == "report" and not rest)
         or (what == "rerun" and len(rest) != 2)
     ):
         raise UsageError(
             "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
-            f" rerun OLD NEW, headline, family NAME, bench KEY; got {what_and_args}"
+            f" rerun OLD NEW, headline, family NAME, bench KEY, verify, plan PART, series PART; got {what_and_args}"
         )
     return printers[what]()
 

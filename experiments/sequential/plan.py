@@ -19,7 +19,8 @@ Budget. A run's cost is the wall seconds of one run of its setting measured on t
 runs shared by claims are paid once, at the largest maximum among them. Claims are admitted
 cheapest first while the total stays within the budget; a claim that needs more than ``--cap``
 seeds, or that does not fit, is "not decidable at this budget", declared here, and never run.
-A family (Holm) is planned at α / m per member (the first step of the step-down).
+A family (Holm) is planned at α / m per member (the first step of the step-down), m its headline
+members: the fresh series is a new experiment, corrected over the claims it judges.
 """
 
 from __future__ import annotations
@@ -105,9 +106,11 @@ def run_costs(claim: Claim) -> list[str]:
 
 def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims: int) -> dict[str, Any]:
     claims = [c for c in load_registry().claims if c.headline and c.setting in SETTINGS[part] and not c.retired]
+    # a family of the fresh series: its headline members (the series is a new experiment; Holm
+    # corrects over the claims it judges)
     families: dict[str, int] = {}
-    for c in load_registry().claims:
-        if c.family and not c.retired:
+    for c in claims:
+        if c.family:
             families[c.family] = families.get(c.family, 0) + 1
     rows: dict[str, dict[str, Any]] = {}
     for c in claims:

@@ -4,13 +4,13 @@ from wherever it stopped, each run's facts committed as it finishes (docs/reprod
 
     python experiments/sequential/series.py status lab     # verdicts so far and the runs still due
     python experiments/sequential/series.py run lab        # train the due runs, one at a time, niced
-    python experiments/sequential/series.py judge lab      # write docs/results/seq-lab_claims.json
+    python experiments/sequential/series.py judge lab      # write docs/results/sequential/lab_verdicts.json
 
 The plan (``src/entflow/evidence/plans/<part>.json``, written by ``plan.py``) fixes each claim's
 δ, looks, maximum and the series' seeds. Every run trains with the code of the commit that last
 changed the plan file, checked out as a detached worktree (``.cache/series-<part>``, made if
 missing), so later changes to the package cannot change a run; 1 torch thread (the lab's default)
-and ``nice``. A run's facts record goes to ``docs/results/facts/seq-<part>/<setting>/<run>-s<seed>.json``
+and ``nice``. A run's facts record goes to ``docs/results/sequential/<part>/<setting>/<run>-s<seed>.json``
 and is committed at once with ``git commit -- <paths>`` (nothing else). A claim is looked at when
 all its runs of its next look's seeds are in; a decided claim's runs stop unless another open claim
 needs them. Where a run stopped half way (a machine that went away) it trains again from the start:
@@ -46,7 +46,12 @@ def load_plan(part: str) -> dict[str, Any]:
 
 
 def records_dir(part: str) -> Path:
-    return ROOT / "docs" / "results" / "facts" / f"seq-{part}"
+    """The series' per-run records (not a facts set of ``--verify``: its verdicts are sequential)."""
+    return ROOT / "docs" / "results" / "sequential" / part
+
+
+def verdicts_path(part: str) -> Path:
+    return ROOT / "docs" / "results" / "sequential" / f"{part}_verdicts.json"
 
 
 def plan_commit(part: str) -> str:
@@ -128,11 +133,11 @@ def judge(part: str) -> dict[str, Any]:
 
 
 def write_judged(part: str) -> Path:
-    """``docs/results/seq-<part>_claims.json``: the verdicts with the plan they follow."""
+    """``docs/results/sequential/<part>_verdicts.json``: the verdicts with the plan they follow."""
     from entflow.files import json_safe
 
     res = judge(part)
-    out = ROOT / "docs" / "results" / f"seq-{part}_claims.json"
+    out = verdicts_path(part)
     doc = {
         "part": part,
         "plan": str(plan_path(part).relative_to(ROOT)),

@@ -65,6 +65,10 @@ def test_cli_exit_0_on_the_committed_results(capsys):
     assert main(["reproduce", "--verify", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     assert "real-klcov-entropy" in out and "per-run facts" in out and "recompute from the committed files" in out
+    # the summary line says how many were recomputed from each source
+    summary = next(line for line in out.splitlines() if "recompute from the committed files" in line)
+    n_runs = sum(c.source == PER_RUN for c in verify(RESULTS).checks)
+    assert f"{n_runs} from per-run facts" in summary and "from per-seed values only" in summary
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,7 @@ def _verify(root: str) -> int:
     """``--verify``: the table of recomputed claims; 0 if every one agrees, else 1 naming each."""
     from entflow.analysis.render import render_rich
     from entflow.cli._common import cli_console
-    from entflow.evidence.verify import verify, verify_table
+    from entflow.evidence.verify import source_counts, verify, verify_table
 
     result = verify(root)
     console = cli_console(width=200)
@@ -183,7 +183,9 @@ def _verify(root: str) -> int:
             flush=True,
         )
     if result.ok:
-        console.print(f"all {n} published verdicts recompute from the committed files", highlight=False)
+        console.print(
+            f"all {n} published verdicts recompute from the committed files: {source_counts(result)}", highlight=False
+        )
         return 0
     console.print(f"{len(result.differing)} of {n} published claims differ from their recomputation", highlight=False)
     return 1

@@ -40,7 +40,16 @@ from entflow.evidence.claims import (
 )
 from entflow.evidence.records import SOURCE_FILE, read_facts_set, read_json, read_source
 
-__all__ = ["DEFAULT_DIR", "REL_TOL", "ClaimCheck", "Verification", "claims_files", "verify", "verify_table"]
+__all__ = [
+    "DEFAULT_DIR",
+    "REL_TOL",
+    "ClaimCheck",
+    "Verification",
+    "claims_files",
+    "source_counts",
+    "verify",
+    "verify_table",
+]
 
 DEFAULT_DIR = "docs/results"
 REL_TOL = 1e-12  # relative tolerance on every recomputed number
@@ -297,6 +306,17 @@ def _check_families(judged: list[tuple[dict[str, Any], dict[str, Any], ClaimChec
             _compare(check.differences, "verdict_holm", row["verdict_holm"], holm_verdict(got["verdict"], a), True)
 
 
+def source_counts(result: Verification) -> str:
+    """How many verdicts were recomputed from each source: ``N from per-run facts (each seed's value
+    recomputed from its runs' records), M from stored per-seed values (arithmetic only)``."""
+    runs = sum(c.source == PER_RUN for c in result.checks)
+    seeds = sum(c.source == PER_SEED for c in result.checks)
+    return (
+        f"{runs} from {PER_RUN} (each seed's value recomputed from its runs' records), "
+        f"{seeds} from {PER_SEED} (the interval recomputed from the published values: arithmetic only)"
+    )
+
+
 def verify_table(result: Verification) -> Any:
     """The verification as a :class:`~entflow.analysis.tables.Table`, one row per published claim."""
     from entflow.analysis.tables import Column, Table
@@ -331,7 +351,8 @@ def verify_table(result: Verification) -> Any:
         ),
         rows=rows,
         notes=(
-            f"{len(result.checks)} judged claims recomputed ({result.skipped} 'not run' rows skipped);",
+            f"{len(result.checks)} judged claims recomputed ({result.skipped} 'not run' rows skipped): "
+            f"{source_counts(result)};",
             f"verdicts, rules and n compared exactly, numbers to {REL_TOL:g} relative.",
         ),
         name="verify",

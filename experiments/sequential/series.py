@@ -11,7 +11,8 @@ The plan (``src/entflow/evidence/plans/<part>.json``, written by ``plan.py``) fi
 changed the plan file, checked out as a detached worktree (``.cache/series-<part>``, made if
 missing), so later changes to the package cannot change a run; 1 torch thread (the lab's default)
 and ``nice``. A run's facts record goes to ``docs/results/sequential/<part>/<setting>/<run>-s<seed>.json``
-and is committed at once with ``git commit -- <paths>`` (nothing else). A claim is looked at when
+and is committed at once with ``git commit -- <path>`` (nothing else); ``judge`` re-judges the
+committed records into ``docs/results/sequential/<part>_verdicts.json``, which the docs print. A claim is looked at when
 all its runs of its next look's seeds are in; a decided claim's runs stop unless another open claim
 needs them. Where a run stopped half way (a machine that went away) it trains again from the start:
 runs are deterministic on one machine, and a seed on another machine is a fresh draw anyway.
@@ -196,8 +197,10 @@ def git_commit(paths: list[Path], message: str) -> None:
 
 
 def run(part: str, max_runs: int | None = None) -> None:
-    """Train the due runs one at a time (niced, in the worktree), committing each record and the
-    verdicts as they come, until nothing is due, ``max_runs`` ran, or ``<worktree>/.stop`` exists."""
+    """Train the due runs one at a time (niced, in the worktree), committing each record as it comes,
+    until nothing is due, ``max_runs`` ran, or ``<worktree>/.stop`` exists. The verdicts file (and
+    the docs printed from it) is written by ``judge`` and committed with the docs, so that a record
+    landing never leaves a printed table stale."""
     from entflow.evidence.records import record_name
 
     tree = worktree(part)
@@ -221,16 +224,14 @@ def run(part: str, max_runs: int | None = None) -> None:
         dest = records_dir(part) / setting / rec.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(rec, dest)
-        judged = write_judged(part)
         left = len(judge(part)["due"])
         git_commit(
-            [dest, judged],
+            [dest],
             f"seq-{part}: {setting}/{name} seed {seed} trained in {time.time() - t0:.0f} s at the plan's commit "
-            f"{plan_commit(part)[:7]}; verdicts re-judged ({left} runs due at the open claims' next looks)",
+            f"{plan_commit(part)[:7]} ({left} runs due at the open claims' next looks)",
         )
         ran += 1
         print(f"{setting}/{name} seed {seed}: {time.time() - t0:.0f} s; {left} due", flush=True)
-    write_judged(part)
 
 
 def print_status(part: str) -> None:

@@ -320,6 +320,33 @@ def test_token_rejection_against_the_hand_formula():
     torch.testing.assert_close(g, grad, rtol=RTOL, atol=ATOL)
 
 
+def crafted(rho_or_pairs, adv: float = 1.0) -> ef.TokenBatch:
+    """One response per given token: ``(π_old, π_rollout)`` probability pairs, or ratios ρ on
+    π_rollout = 0.1; the current policy at π_old (r = 1), advantage ``adv``."""
+    pairs = [(0.1 * x, 0.1) if isinstance(x, float) else x for x in rho_or_pairs]
+    old = torch.tensor([[math.log(p)] for p, _ in pairs], dtype=D)
+    roll = torch.tensor([[math.log(q)] for _, q in pairs], dtype=D)
+    n = len(pairs)
+    return ef.TokenBatch(old.clone(), old, torch.full((n,), adv, dtype=D), torch.ones(n, 1, dtype=D), rollout_logp=roll)
+
+
+def test_icepop_keeps_its_band_bounds_inclusive():
+    """verl keeps lower ≤ ρ ≤ upper: ratios just inside either bound keep their weight ρ, just outside get 0."""
+    rhos = [0.5 * 1.03, 0.5 * 0.97, 5.0 * 0.97, 5.0 * 1.03, 1.0]  # (exactly at a bound: float rounding decides)
+    out, _ = run(crafted(rhos), ef.get_method("icepop"))
+    want = torch.tensor([[r if 0.5 <= r <= 5.0 else 0.0] for r in rhos], dtype=D)
+    torch.testing.assert_close(out.token_weights, want, rtol=1e-12, atol=0)
+
+
+def test_kpop_masks_on_the_larger_of_the_two_kls():
+    """π_old = 0.1, π_rollout = 0.3: KL(Bern 0.1‖Bern 0.3) ≈ 0.116 ≤ φ = 0.13 < KL(Bern 0.3‖Bern 0.1) ≈ 0.154,
+    so only the larger KL masks it (and its mirror pair); a pair below φ both ways is kept."""
+    pairs = [(0.1, 0.3), (0.3, 0.1), (0.2, 0.25)]
+    assert binary_kl(0.1, 0.3) <= 0.13 < binary_kl(0.3, 0.1)
+    out, _ = run(crafted(pairs), ef.get_method("kpop", threshold=0.13))
+    torch.testing.assert_close(out.token_weights[:, 0], torch.tensor([0.0, 0.0, 0.2 / 0.25], dtype=D))
+
+
 def binary_kl(p: float, q: float) -> float:
     p, q = (min(max(x, 1e-8), 1 - 1e-8) for x in (p, q))
     return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))

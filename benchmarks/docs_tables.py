@@ -722,6 +722,93 @@ def print_series(part: str, root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def design_judge_draws(root: Path, judge_size: int | None = None) -> dict[str, Any]:
+    """Replay the training sampler of every committed real-v2 design run
+    (``docs/results/real-v2-design/runs/*/config.yaml``: its seed, steps, prompts per step and
+    problem sets) and return the problems of the registered judge set (``real_v2.yaml``) it drew:
+    ``{runs, seeds, judge_size, drawn: sorted problem texts, positions: their 0-based places in the
+    judge set}``. ``judge_size`` replaces the size of the judge set the runs' own configs excluded
+    from training (None: their own; the registered preset's excludes the whole set)."""
+    import random
+
+    import yaml
+
+    from entflow.hf.data import load_data, normalize_problem
+    from entflow.trainer.seeds import STEP, stream_seed
+
+    reg = yaml.safe_load((root / "src/entflow/evidence/configs/real_v2.yaml").read_text())["task_params"]
+    reg_params = {k: v for k, v in reg.items() if k not in ("held_out", "eval_split", "train_seed")}
+    judge = load_data("basic_arithmetic", **reg).splits["judge"]
+    place = {normalize_problem(e.prompt): i for i, e in enumerate(judge)}
+    drawn: set[str] = set()
+    runs, seeds = [], set()
+    for cfg_path in sorted((root / "docs/results/real-v2-design/runs").glob("*/config.yaml")):
+        cfg = yaml.safe_load(cfg_path.read_text())
+        params = dict(cfg["task_params"])
+        held = [dict(h) for h in params.pop("held_out")]
+        if judge_size is not None:
+            for h in held:
+                if h["name"] == "judge":
+                    h["size"] = judge_size
+        params = {k: v for k, v in params.items() if k in reg_params or k in ("eval_split", "train_seed")}
+        data = load_data("basic_arithmetic", held_out=held, **params)
+        for step in range(1, cfg["steps"] + 1):
+            rng = random.Random(stream_seed(cfg["seed"], STEP, step))
+            for e in data.sample_train(cfg["prompts_per_step"], rng):
+                if (key := normalize_problem(e.prompt)) in place:
+                    drawn.add(key)
+        runs.append(cfg_path.parent.name)
+        seeds.add(cfg["seed"])
+    return {
+        "runs": runs,
+        "seeds": sorted(seeds),
+        "judge_size": len(judge),
+        "drawn": sorted(drawn),
+        "positions": sorted(place[d] for d in drawn),
+    }
+
+
+def print_design_draws(root: Path) -> str:
+    """The judge problems the committed real-v2 design runs drew into training (their configs
+    excluded a 400-problem judge set; the registered one has 448)."""
+    got = design_judge_draws(root)
+    where = f"positions {', '.join(str(p + 1) for p in got['positions'])} of {got['judge_size']}"
+    return (
+        f"Replaying the training sampler of the {len(got['runs'])} committed design runs (seeds "
+        f"{seeds_text(got['seeds'])}) draws {len(got['drawn'])} distinct problems of the registered "
+        f"{got['judge_size']}-problem judge set ({where}): the design runs' configs excluded only the first "
+        "400 judge problems from training. The presets now list the whole judge set in both files, and "
+        "`tests/hf/test_real_v2_preset.py` replays the design runs with today's design preset: none is drawn.\n"
+    )
+
+
+def print_klcov_selected(folder: str, root: Path) -> str:
+    """How many tokens KL-Cov penalised per mini-batch in the committed runs of ``folder`` (every
+    ``kl_cov_paper-s*`` run's metrics.jsonl): the range of ``kl_cov/n_selected`` and of ``n_tokens``
+    over every training step, and the share of tokens that is."""
+    import numpy as np
+
+    sel, tok = [], []
+    runs = sorted((root / folder).glob("kl_cov_paper-s*/metrics.jsonl"))
+    for path in runs:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "kl_cov/n_selected" in row and row.get("n_tokens"):
+                sel.append(row["kl_cov/n_selected"])
+                tok.append(row["n_tokens"])
+    if not sel:
+        return f"No KL-Cov run with kl_cov/n_selected in `{folder}`.\n"
+    s, t = np.asarray(sel), np.asarray(tok)
+    return (
+        f"KL-Cov at the paper's ratio 2e-3 in `{folder}` ({len(runs)} runs, {s.size} steps): "
+        f"`kl_cov/n_selected` (tokens penalised per mini-batch, k = max(1, ⌊2e-3·N⌋)) ranges "
+        f"{plain(s.min(), 2)}–{plain(s.max(), 2)} over mini-batches of {plain(t.min(), 1)}–{plain(t.max(), 1)} "
+        f"response tokens (mean {plain(t.mean(), 1)}): {plain(100 * (s / t).mean(), 1)} % of the tokens on "
+        "average, not the paper's 0.2 %. At this batch size the ratio does not act: KL-Cov penalises the "
+        "floor of one token per mini-batch.\n"
+    )
+
+
 def print_verify(root: Path) -> str:
     """What ``entflow reproduce --verify`` recomputes from the committed results, by source: how many
     verdicts from per-run facts, how many from stored per-seed values (arithmetic only)."""
@@ -730,6 +817,9 @@ def print_verify(root: Path) -> str:
     result = verify(root / "docs" / "results")
     state = "every one agrees" if result.ok else f"{len(result.differing)} DIFFER"
     return f"{len(result.checks)} published verdicts recomputed ({state}): {source_counts(result)}.\n"
+
+
+ONE_ARGUMENT = ("claims", "audit", "coverage", "bench", "family", "plan", "series", "klcov-selected")
 
 
 def print_table(what_and_args: list[str], root: Path) -> str:
@@ -748,17 +838,23 @@ def print_table(what_and_args: list[str], root: Path) -> str:
         "bench": lambda: print_bench(rest[0], root),
         "verify": lambda: print_verify(root),
         "plan": lambda: print_plan(rest[0], root),
+        "design-draws": lambda: print_design_draws(root),
+        "klcov-selected": lambda: print_klcov_selected(rest[0], root),
         "series": lambda: print_series(rest[0], root),
     }
     if (
         what not in printers
-        or (what in ("claims", "audit", "coverage", "bench", "family", "plan", "series") and len(rest) != 1)
+        or (
+            what in ("claims", "audit", "coverage", "bench", "family", "plan", "series", "klcov-selected")
+            and len(rest) != 1
+        )
         or (what == "report" and not rest)
         or (what == "rerun" and len(rest) != 2)
     ):
         raise UsageError(
             "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
-            f" rerun OLD NEW, headline, family NAME, bench KEY, verify, plan PART, series PART; got {what_and_args}"
+            " rerun OLD NEW, headline, family NAME, bench KEY, verify, plan PART, series PART,"
+            f" design-draws, klcov-selected DIR; got {what_and_args}"
         )
     return printers[what]()
 

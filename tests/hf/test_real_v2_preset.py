@@ -104,3 +104,23 @@ def test_bad_held_out_settings_name_the_key(kwargs, key):
     with pytest.raises(ConfigError) as e:
         load_data("basic_arithmetic", **args)
     assert e.value.key == key
+
+
+def test_design_runs_draw_no_judge_problem_replayed_with_todays_design_preset():
+    """The committed design runs' training draws, replayed (benchmarks/docs_tables.design_judge_draws):
+    their own configs excluded a 400-problem judge set, so they drew some of the registered set's last
+    48 problems; with the judge set today's presets exclude (all of it, the same list in both files)
+    the same seeds and steps draw none."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    from docs_tables import design_judge_draws
+
+    design, reg = _preset("real_v2_design.yaml"), _preset("real_v2.yaml")
+    assert design["task_params"]["held_out"] == reg["task_params"]["held_out"]  # one list of held-out sets
+    judge_size = next(h["size"] for h in reg["task_params"]["held_out"] if h["name"] == "judge")
+    then = design_judge_draws(root)
+    assert then["runs"] and then["drawn"] and all(p >= 400 for p in then["positions"])
+    now = design_judge_draws(root, judge_size=judge_size)
+    assert now["runs"] == then["runs"] and now["drawn"] == []

@@ -15,7 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="smaller shapes, fewer repetitions (< 1 min on 2 CPU cores)")
     p.add_argument("--device", default=None, help="check only this device (cpu, cuda, cuda:1, mps) [every visible one]")
     p.add_argument(
-        "--only", default=None, help="comma-separated check families (token_stats,gradients,distributed,trl,verl,speed)"
+        "--only",
+        default=None,
+        help="comma-separated check families "
+        "(token_stats,hidden_stats,gradients,distributed,real_model,trl,verl,speed)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON (attach this to a bug report)")
 

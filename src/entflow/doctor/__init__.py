@@ -7,8 +7,9 @@ injects faults into it and shows that the check then fails (tests/doctor/). docs
 what each check means.
 
 Modules, one per check family: ``token_stats``, ``hidden_stats`` (``token_stats_from_hidden``),
-``gradients`` (policy-loss gradients), ``distributed`` (2-rank statistics), ``trl``, ``verl``,
-``speed``; ``result`` holds :class:`CheckResult`.
+``gradients`` (policy-loss gradients), ``distributed`` (2-rank statistics), ``real_model`` (one
+decoding pass and one update of a tiny transformers model through entflow's generation path),
+``trl``, ``verl``, ``speed``; ``result`` holds :class:`CheckResult`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CHECKS: dict[str, tuple[str, bool]] = {
     "hidden_stats": ("entflow.doctor.hidden_stats:check_hidden_stats", True),
     "gradients": ("entflow.doctor.gradients:check_loss_gradients", True),
     "distributed": ("entflow.doctor.distributed:check_distributed", True),
+    "real_model": ("entflow.doctor.real_model:check_real_model", True),
     "trl": ("entflow.doctor.trl:check_trl", True),
     "verl": ("entflow.doctor.verl:check_verl", False),
     "speed": ("entflow.doctor.speed:check_speed", True),

@@ -1,5 +1,5 @@
 """Signature checks for the library internals the adapters override, call or wrap (docs/architecture.md,
-"What entflow patches").
+"Library internals entflow patches").
 
 The TRL adapter overrides private methods of TRL's ``GRPOTrainer`` and the verl trainer mode private
 methods of verl's ``PPOTrainerSync``; ``cpu.py`` wraps a verl function. A library release that renames

@@ -87,6 +87,54 @@ def test_set_weights_changes_the_policy_and_refuses_unknown_names(model_dir):
         s.set_weights({"not_a_weight": w})
 
 
+class _SharedDraws:
+    """A DrawCounter behind a ``.next.remote(...)`` awaitable, as the Ray actor is called."""
+
+    def __init__(self) -> None:
+        from entflow.integrations.verl.cpu_rollout import DrawCounter
+
+        counter = DrawCounter()
+
+        async def remote(*args):
+            return counter.next(*args)
+
+        self.next = SimpleNamespace(remote=remote)
+
+
+def test_sampling_depends_on_seed_weights_and_prompt_not_on_server_order_or_history(model_dir):
+    """A response's draw is seeded by (rollout seed, weights version, prompt, k-th request for the
+    prompt): a fresh server (a resumed run) draws what a server that generated before drew; requests
+    spread over two servers sharing one counter, in another order, draw the same multiset."""
+    import asyncio
+
+    def draws(servers, order, version=2):
+        for s in servers:
+            s.weights_version = version
+
+        async def go():
+            return [
+                (p, (await servers[i % len(servers)].generate("r", prompt_ids=p, sampling_params={})).token_ids)
+                for i, p in enumerate(order)
+            ]
+
+        return asyncio.run(go())
+
+    a, b = [5, 6, 7], [9, 10, 11, 12]
+    used = server(model_dir, response_length=8)
+    draws([used], [a, b, a], version=1)  # history at an older version: nothing carried over
+    first = draws([used], [a, a, a, a, b, b])
+    assert len({tuple(t) for p, t in first if p == a}) > 1  # four draws of one prompt differ
+    assert draws([server(model_dir, response_length=8)], [a, a, a, a, b, b]) == first  # a fresh server
+    shared = _SharedDraws()
+    two = [server(model_dir, response_length=8), server(model_dir, response_length=8)]
+    for s in two:
+        s.draws = shared
+    spread = draws(two, [b, a, a, b, a, a])
+    assert sorted(map(str, spread)) == sorted(map(str, first))
+    assert draws([server(model_dir, response_length=8)], [a, a, a, a, b, b], version=3) != first
+    assert generate(server(model_dir), a, temperature=0.0).token_ids  # greedy: no draw, no counter
+
+
 def _run_cpu(tmp_path, **env) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, **env}
     return subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=300)

@@ -19,10 +19,21 @@ This module gives both for a CPU, generating with ``transformers``:
 One replica per actor worker (``rollout.tensor_model_parallel_size=1``), so with 2 workers there
 are 2 servers, each generating half of the batch. Registered by :func:`register` (the plugin
 calls it when ``VERL_PLATFORM=cpu``).
+
+**Seeding.** Each response is sampled with its own generator, seeded from ``rollout.seed``, the
+weights version it is generated with (verl's ``global_steps`` of the last weight sync) and the
+prompt with its draw number: the k-th request for a prompt at a weights version (k counted by
+:class:`DrawCounter`, one Ray actor shared by all replicas). So a step's responses, as a multiset
+per prompt, depend only on the seed, the weights and the prompts: not on which replica verl's load
+balancer routes a request to, nor on the order requests arrive in, nor on what the servers
+generated before (a run resumed from a checkpoint draws what the uninterrupted run drew). Which of
+a prompt's n requests gets which draw still follows arrival order, and verl orders the batch by
+completion (docs/integrations.md, "Resuming, measured").
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -31,12 +42,38 @@ import torch
 
 NAME = "entflow_cpu"
 SERVER_PREFIX = "entflow_cpu_rollout_"
+COUNTER_NAME = "entflow_cpu_rollout_draws"
+
+
+def draw_seed(seed: int, weights_version: int | None, prompt_ids: list[int], draw: int) -> int:
+    """The generator seed of one response: a hash of the rollout seed, the weights version, the
+    prompt's token ids and the draw number (the k-th request for that prompt at that version)."""
+    key = f"{seed}|{-1 if weights_version is None else weights_version}|{draw}|{','.join(map(str, prompt_ids))}"
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") & (2**63 - 1)
+
+
+class DrawCounter:
+    """How many responses each prompt has had at each weights version: ``next`` returns 0, 1, 2, …
+    for the same key. One instance (a Ray actor, ``COUNTER_NAME``) serves every replica of a run;
+    a server without one (a test, no Ray) counts for itself. Versions older than the newest two are
+    dropped."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, dict[str, int]] = {}
+
+    def next(self, version: int, key: str) -> int:
+        seen = self.counts.setdefault(version, {})
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        for old in sorted(self.counts)[:-2]:
+            del self.counts[old]
+        return k
 
 
 class CPURolloutServer:
     """One rollout replica's generation server (a Ray actor): ``transformers`` sampling on the CPU."""
 
-    def __init__(self, config: Any, model_config: Any, replica_rank: int) -> None:
+    def __init__(self, config: Any, model_config: Any, replica_rank: int, draws: Any = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl.utils.config import omega_conf_to_dataclass
 
@@ -49,8 +86,9 @@ class CPURolloutServer:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.model.eval()
         self.weights_version: int | None = None
-        seed = int(getattr(config, "seed", 0) or 0)
-        self.generator = torch.Generator().manual_seed(seed + 1000 * replica_rank)
+        self.seed = int(getattr(config, "seed", 0) or 0)
+        self.draws = draws  # the run's DrawCounter actor; None: count here
+        self._local_draws = DrawCounter()
 
     # -- weights ------------------------------------------------------------------------------
     def set_weights(self, named: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
@@ -88,7 +126,16 @@ class CPURolloutServer:
         temperature = float(sampling_params.get("temperature", 1.0) or 0.0)
         top_p = float(sampling_params.get("top_p", 1.0) or 1.0)
         top_k = int(sampling_params.get("top_k", -1) or -1)
-        ids = self._sample(prompt_ids, limit, temperature, top_p, top_k)
+        generator = None
+        if temperature > 0:
+            version = -1 if self.weights_version is None else int(self.weights_version)
+            key = ",".join(map(str, prompt_ids))
+            if self.draws is not None:
+                draw = await self.draws.next.remote(version, key)
+            else:
+                draw = self._local_draws.next(version, key)
+            generator = torch.Generator().manual_seed(draw_seed(self.seed, self.weights_version, prompt_ids, draw))
+        ids = self._sample(prompt_ids, limit, temperature, top_p, top_k, generator)
         log_probs = self._log_probs(prompt_ids, ids, temperature) if sampling_params.get("logprobs") else None
         finished = bool(ids) and ids[-1] in self._eos_ids()
         return TokenOutput(
@@ -105,8 +152,17 @@ class CPURolloutServer:
         return set(eos if isinstance(eos, list) else [eos]) - {None}
 
     @torch.no_grad()
-    def _sample(self, prompt_ids: list[int], limit: int, temperature: float, top_p: float, top_k: int) -> list[int]:
-        """Token-by-token sampling with a KV cache: softmax(z / T), then top-k, then top-p (nucleus)."""
+    def _sample(
+        self,
+        prompt_ids: list[int],
+        limit: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        generator: torch.Generator | None = None,
+    ) -> list[int]:
+        """Token-by-token sampling with a KV cache: softmax(z / T), then top-k, then top-p (nucleus),
+        drawing from ``generator`` (greedy when ``temperature`` <= 0)."""
         eos = self._eos_ids()
         x = torch.tensor([prompt_ids])
         past = None
@@ -126,7 +182,7 @@ class CPURolloutServer:
                     sp, order = torch.sort(p, descending=True)
                     keep = torch.cumsum(sp, 0) - sp < top_p * sp.sum()  # smallest prefix with mass >= top_p
                     p = torch.zeros_like(p).scatter(0, order, sp * keep)
-                tok = int(torch.multinomial(p / p.sum(), 1, generator=self.generator))
+                tok = int(torch.multinomial(p / p.sum(), 1, generator=generator))
             out.append(tok)
             if tok in eos:
                 break
@@ -192,10 +248,11 @@ def _replica_class() -> type:
         async def launch_servers(self) -> None:
             name = server_name(self.replica_rank, self.name_suffix)
             env = {k: v for k, v in os.environ.items() if k.startswith(("VERL_", "ENTFLOW_"))}
+            draws = ray.remote(DrawCounter).options(name=COUNTER_NAME, num_cpus=0, get_if_exists=True).remote()
             server = (
                 ray.remote(CPURolloutServer)
                 .options(name=name, num_cpus=0, max_concurrency=self.max_concurrency, runtime_env={"env_vars": env})
-                .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+                .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank, draws=draws)
             )
             await server.sleep.remote()  # fails here, not at the first request, if the server cannot start
             self.servers = [server]

@@ -1,20 +1,23 @@
 """Print the docs' generated tables anew from the committed result files, or check that they are current.
 
-A printed block in ``docs/*.md`` opens with the line ``Printed by `COMMAND`:`` and a blank line, and
-closes with the line ``(End of what that command prints.)``; between them stands exactly what COMMAND
-prints (run from the repository root; COMMAND starts with ``python benchmarks/`` and reads committed
-JSON), then a blank line. Both lines show on the page, so a reader knows where the figures come from.
-Nobody edits the block by hand: a test runs ``--check``, so a typed-over number fails CI.
+A printed block in ``docs/*.md`` or the README opens with the line ``Printed by `COMMAND`:`` and a
+blank line, and closes with the line ``(End of what that command prints.)``; between them stands
+exactly what COMMAND prints (run from the repository root; COMMAND starts with ``python benchmarks/``
+and reads committed JSON), then a blank line. Both lines show on the page, so a reader knows where the
+figures come from. Nobody edits the block by hand: a test runs ``--check``, so a typed-over number fails CI.
 
     python benchmarks/docs_tables.py --write    # rewrite every printed block (also the default)
     python benchmarks/docs_tables.py --check    # exit 1, naming each block that differs
 
-The printers this script itself provides (the commands the blocks of docs/reproduction.md and
-docs/benchmarks.md name):
+A block's command is a benchmark's own printer of its result files (``--table``, ``--from-json``) or
+one of this script's printers, ``--print NAME ARGS``. The pages' one-off table scripts are folded in
+here, so their tables share one result format: an opening line with the date, machine and command of
+each measurement that records them and the committed files read, then the table:
 
     --print claims FILE    the verdict table of one claims JSON: the claims whose current result it holds
     --print other          every claims JSON neither provenance.json names nor a --print claims block prints
     --print pending        the registered claims that no committed claims JSON gives a verdict
+    --print registered     when each claim was registered (the registry's ``status``), grouped
     --print audit FILE     the clean estimator audit stored in a claims JSON
     --print coverage DIR   pass@1 and pass@n of the starting and final policy of every run DIR/<run>-s<seed>/
     --print rerun OLD NEW  each claim that two claims JSONs both judge: the earlier and the rerun's mean,
@@ -22,10 +25,26 @@ docs/benchmarks.md name):
     --print report DIR...  what `entflow run` / `entflow analyze` write to summary.md for these run directories
     --print headline       the README's results: the current verdict of each HEADLINE claim, with any
                            independent rerun that docs/results/history.json records
-    --print family NAME    the README's results of a pre-registered family (claims.yaml's ``family``): only the
+    --print family NAME    the results of a pre-registered family (claims.yaml's ``family``): only the
                            members whose Holm-corrected verdict is "reproduced", with their intervals and
                            raw and Holm p; the other members are named with their verdicts
     --print bench KEY      a benchmark table named in provenance.json's "benchmarks" (raw JSON → table)
+    --print verify         what `entflow reproduce --verify` recomputes, by source
+    --print plan PART      a sequential part's committed power plan
+    --print series PART    the verdicts of a sequential part's fresh series so far
+    --print design-draws   the judge problems the real-v2 design runs drew into training
+    --print klcov-selected DIR          the tokens KL-Cov penalised per mini-batch in DIR's runs
+    --print eval FILE      one `entflow eval` JSON, metric by metric, and where its wall time went
+    --print design-runs DIR...          real-v2 design runs: accuracy, probe entropy, retention, cost
+    --print cost DIR       what each timed real-v2 run cost against the 25-minute budget (run_times.json)
+    --print trl-crosscheck FILE...      experiments/real_trl/crosscheck.py's output, seed by seed
+    --print v1-review DIR  what the superseded v1 real-LM study got wrong, recomputed from its runs
+    --print regime-warmstarts LABEL=FILE...   candidate warm starts of the regime, pass@1 / pass@n
+    --print regime-passk FILE          one policy's pass@k on each split and the rare route's share
+    --print regime-long FILE           comparison.json's long GRPO run and its plateau
+    --print regime-comparison FILE     comparison.json's methods against GRPO
+    --print regime-flow LABEL=FILE...  flow_balance.py's entropy flows and λ* per setting
+    --print trl-suite FILE TRL's own GRPO tests with trl.GRPOTrainer and with the adapter
 
 Claims JSONs are found by name: every ``docs/results/**/*claims*.json``. A claim that several files
 hold is shown once, with the newest measurement that gives it a verdict; the other files say so.
@@ -41,6 +60,7 @@ import json
 import math
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -496,6 +516,18 @@ def registry(root: Path) -> list[dict]:
     return yaml.safe_load(found[0].read_text())["claims"]
 
 
+def print_registered(root: Path) -> str:
+    """When each claim was registered: the registry's ``status`` (pre-registered, when, and before
+    which seeds), one row per distinct status with the claims that carry it."""
+    groups: dict[str, list[str]] = {}
+    for c in registry(root):
+        groups.setdefault(c.get("status") or "no status recorded", []).append(f"`{c['id']}`")
+    out = ["| registered | claims |", "|---|---|"]
+    out += [f"| {cell(status)} | {', '.join(ids)} |" for status, ids in groups.items()]
+    rel = next(p.relative_to(root).as_posix() for p in sorted(root.glob("src/entflow/**/claims.yaml")))
+    return "\n".join([f"Data: `{rel}` (each claim's `status`).", "", *out]) + "\n"
+
+
 def print_pending(root: Path) -> str:
     """The registered claims that no committed claims JSON gives a verdict, with their status."""
     current = current_sources(root)
@@ -809,6 +841,590 @@ def print_klcov_selected(folder: str, root: Path) -> str:
     )
 
 
+# --- one result format for the pages' other tables ------------------------------------------------
+#
+# Every printer below opens with one line saying where its figures come from: "Measured DATE on
+# MACHINE. Command: `COMMAND`." for each file that records its date, machine and command (the keys
+# ``date``, ``machine``, ``command``), then "Data: `FILE`, …." naming every committed file it read;
+# then its table(s).
+
+
+def source_line(files: list[str], root: Path, metas: list[dict] | None = None) -> str:
+    """The opening line of a printed table: the measurement of each file that records its own date,
+    machine and command (or the ``metas`` given), then the committed files read."""
+    found = []
+    for m in metas if metas is not None else (_load(root / f) for f in files if str(f).endswith(".json")):
+        if isinstance(m, dict) and all(m.get(k) for k in ("date", "machine", "command")):
+            found.append(f"Measured {m['date']} on {m['machine']}. Command: `{m['command']}`.")
+    data = "Data: " + ", ".join(f"`{f}`" for f in files) + "."
+    return " ".join([*dict.fromkeys(found), data])
+
+
+# --- docs/real-models.md: evaluation, the real-v2 design and cost, the TRL cross-check -------------
+
+
+def print_eval(rel: str, root: Path) -> str:
+    """One ``entflow eval`` JSON: each metric's value and standard error, then its extras and where the
+    wall time went."""
+    d = _load(root / rel)
+    rows = [source_line([rel], root), "", "| metric | value | ± s.e. |", "|---|---:|---:|"]
+    for name, m in d["metrics"].items():
+        rows.append(f"| {name} | {plain(m['value'])} | {plain(m['se'])} |")
+    rows += [
+        f"| mean response length (tokens) | {d['response_len']:.1f} | |",
+        f"| token entropy (nats) | {plain(d['token_entropy'])} | |",
+        f"| unparseable fraction | {plain(d['unparseable_frac'])} | |",
+        f"| samples / s | {d['samples_per_s']:.2f} | |",
+        f"| reward errors / timeouts | {d['reward_errors']:.0f} / {d['reward_timeouts']:.0f} | |",
+    ]
+    parts = [(k, d.get(f"{k}_s")) for k in ("load", "sampling", "greedy", "scoring")]
+    if d.get("wall_s") is not None:
+        spent = ", ".join(f"{k} {v:,.1f} s" for k, v in parts if v is not None)
+        rows += ["", f"Wall time {d['wall_s']:,.0f} s ({d['wall_s'] / 60:.0f} min): {spent}."]
+    return "\n".join(rows) + "\n"
+
+
+def _method_label(cfg: dict) -> str:
+    params = cfg.get("method_params") or {}
+    return cfg["method"] + (f" (ratio {params['ratio']:g})" if "ratio" in params else "")
+
+
+# Common horizons of the design runs' probe retention: the registered runs' 70 steps, and 60 (the
+# shortest of the runs that compare the controls with GRPO)
+RETENTION_HORIZONS = (60, 70)
+
+
+def design_runs_table(run_dirs: list[Path]) -> str:
+    """Design runs (their committed ``config.yaml``, ``metrics.jsonl``, ``timing.jsonl``) as one
+    markdown table: held-out (design_eval) accuracy at T = 1 and greedy, the fixed-text probe's
+    entropy and the sampled entropy from the first evaluation to the last, the probe's window
+    retention (mean of the last 3 evaluations over the first 3's) over the run's own evaluations and
+    over those up to each of :data:`RETENTION_HORIZONS` (where the run got there), truncation, the tokens a
+    covariance method selected per step (its logged per-mini-batch mean × mini_batches), and the
+    wall seconds per step, evaluations included."""
+    import numpy as np
+
+    from entflow.analysis.runs import load_config, load_metrics, series
+    from entflow.analysis.stats import RETENTION_WINDOW, window_retention
+
+    head = (
+        "| run | method | lr | seed | steps | threads | acc T = 1 | greedy | probe entropy | retention (windows of 3) "
+        f"| retention, steps {' / '.join(f'0–{h}' for h in RETENTION_HORIZONS)} "
+        "| sampled entropy | truncated | selected tokens / step | wall s / step |\n"
+        "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|---|---|---:|---:|\n"
+    )
+    rows = []
+    for d in run_dirs:
+        cfg, recs = load_config(d), load_metrics(d)
+
+        def ends(key: str, fmt: str = ".3f", recs: list = recs) -> str:
+            _, v = series(recs, key)
+            return f"{v[0]:{fmt}} → {v[-1]:{fmt}}" if v.size else "–"
+
+        at, probe = series(recs, "val/probe_entropy")
+        ret = window_retention(probe, RETENTION_WINDOW) if probe.size >= 2 * RETENTION_WINDOW else float("nan")
+        upto = []  # the same retention over the evaluations up to a common step, where the run got there
+        for h in RETENTION_HORIZONS:
+            kept = probe[np.asarray(at) <= h]
+            reached = h in {int(a) for a in at} and kept.size >= 2 * RETENTION_WINDOW
+            upto.append(f"{window_retention(kept, RETENTION_WINDOW):.3f}" if reached else "–")
+        sel = [r[k] for r in recs for k in ("clip_cov/n_selected", "kl_cov/n_selected") if k in r]
+        timing = [json.loads(line) for line in (d / "timing.jsonl").read_text().splitlines() if line.strip()]
+        steps = max(r["step"] for r in recs)
+        per_step = timing[-1]["time/elapsed_s"] / max(1, len(timing)) if timing else float("nan")
+        selected = f"{np.mean(sel) * cfg['mini_batches']:.2f}" if sel else "–"
+        rows.append(
+            f"| {d.name} | {_method_label(cfg)} | {cfg['lr']:g} | {cfg['seed']} | {steps} | {cfg['threads']} "
+            f"| {ends('val/acc')} | {ends('val/acc_greedy')} | {ends('val/probe_entropy')} "
+            f"| {ret:.3f} | {' / '.join(upto)} | {ends('val/entropy')} | {ends('val/truncated_frac')} "
+            f"| {selected} | {per_step:.1f} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def print_design_runs(rels: list[str], root: Path) -> str:
+    """The real-v2 design runs named (run folders), one row each (:func:`design_runs_table`)."""
+    files = [f"{r}/" for r in rels]
+    return source_line(files, root, metas=[]) + "\n\n" + design_runs_table([root / r for r in rels])
+
+
+# What one registered real-v2 run costs, from its committed files: the wall time from the run's start to
+# its final judge-set evaluation (``run_times.json``, taken from the run folder's file times when it was
+# published by ``benchmarks/real_v2_record.py``) and, from its ``timing.jsonl``, the median training step
+# (and its two largest parts, the rollout and the update) and the mean periodic evaluation.
+#
+# Other jobs on the machine can only slow a run down, so a run that shared the machine (its ``note`` in
+# run_times.json) still answers the budget question one way: if it met the budget, a run alone would have
+# too ("yes, though shared"); if it missed the budget by more than the other jobs' wall time
+# (``other_jobs_s``, an upper bound on what they took from it, recorded when known), it would have missed
+# it alone too. Otherwise, and for a run that was interrupted and resumed (its ``time/elapsed_s``
+# restarts, so its wall time is only the resumed part), the table says it is not a measurement.
+#
+# A machine's speed varies by the day. When ``run_times.json`` has a ``speed_reference``
+# (``{"then": [...], "now": [...]}``: ``benchmarks/real_step.py --out`` files, paths from the repository's
+# root), the table is followed by the reference step's time on both occasions, their ratio, and each run's
+# wall time scaled by it: a projection (the budget column judges only the measured wall time).
+BUDGET_MIN = 25.0
+
+
+def step_times(timing: list[dict]) -> tuple[list[float], list[float], bool]:
+    """(wall seconds of each step without an evaluation, ``time/eval_s`` of each evaluation, resumed):
+    a step's wall time is the growth of ``time/elapsed_s`` since the step before it; a drop in
+    ``time/elapsed_s`` marks a resume, and the first step after one is left out."""
+    import itertools
+
+    steps, evals, resumed = [], [], False
+    for prev, cur in itertools.pairwise(timing):
+        if cur["time/elapsed_s"] < prev["time/elapsed_s"]:
+            resumed = True
+            continue
+        if "time/eval_s" in cur:
+            evals.append(cur["time/eval_s"])
+        else:
+            steps.append(cur["time/elapsed_s"] - prev["time/elapsed_s"])
+    return steps, evals, resumed
+
+
+def _stat(stat: Any, values: list[float]) -> str:
+    return f"{stat(values):.1f}" if values else "–"
+
+
+def budget_verdict(wall_min: float, resumed: bool, note: str, other_jobs_s: float | None) -> str:
+    """Whether a run alone would have met :data:`BUDGET_MIN`, as far as its wall time says: other jobs
+    only slow a run, so a shared run that met the budget says yes, and one that missed it by more than
+    ``other_jobs_s`` says no."""
+    if resumed:
+        return "not a measurement: " + "; ".join(["resumed after an interruption"] + [note] * bool(note))
+    ratio = f"{wall_min / BUDGET_MIN:.2f}× the budget"
+    if not note:
+        return "yes" if wall_min <= BUDGET_MIN else f"no ({ratio})"
+    if wall_min <= BUDGET_MIN:
+        return f"yes, though shared ({note})"
+    if other_jobs_s is not None and wall_min - other_jobs_s / 60 > BUDGET_MIN:
+        return f"no ({ratio}; over it even without the other jobs' {other_jobs_s:g} s: {note})"
+    return f"not a measurement: {note}"
+
+
+def reference_step_s(files: list[str], root: Path = ROOT) -> float:
+    """The speed reference's step in seconds: the median plain step of ``real_step.py``'s entflow arm
+    over every round in ``files`` (its ``--out`` files)."""
+    from real_step import summarize  # benchmarks/real_step.py, beside this file
+
+    return summarize([r for f in files for r in _load(root / f)["entflow"]])["step"]
+
+
+def speed_lines(ref: dict, walls: dict[str, float], root: Path = ROOT) -> list[str]:
+    """The machine's speed against the reference day's, and each run's wall time (min) scaled to it."""
+    then, now = reference_step_s(ref["then"], root), reference_step_s(ref["now"], root)
+    ratio = now / then
+    scaled = "; ".join(f"{name} {wall / ratio:.1f} min" for name, wall in walls.items())
+    code = lambda paths: ", ".join(f"`{p}`" for p in paths)  # noqa: E731
+    return [
+        "",
+        f"Speed reference (`benchmarks/real_step.py`'s entflow arm, the same step and settings on both days): "
+        f"a step took {then:.2f} s on the reference day ({code(ref['then'])}) and {now:.2f} s around these "
+        f"runs ({code(ref['now'])}), so the machine ran {ratio:.2f}× {'slower' if ratio >= 1 else 'faster'}. "
+        f"Wall time scaled to the reference day's speed (a projection, not a measurement): {scaled}.",
+    ]
+
+
+def cost_table(folder: Path, root: Path = ROOT, shown: str | None = None) -> str:
+    """What each run of ``folder`` (``run_times.json`` and ``<run>/timing.jsonl``) cost against
+    :data:`BUDGET_MIN` (see the comment above it); the speed reference's files are named from ``root``."""
+    meta = _load(folder / "run_times.json")
+    shown = shown or str(folder)
+    lines = [
+        f"Measured on {meta['machine']}. Wall time: the run folder's `config.yaml` written → its final "
+        f"`coverage.json` written. Data: `{shown}/run_times.json`, `{shown}/<run>/timing.jsonl`.",
+        "",
+        "| run | start (UTC) | wall (min) | start + steps + periodic evaluations (min) | final checkpoint + "
+        "judge-set evaluation (min) | median step (s) | of which rollout, update (s, median) | periodic evaluation "
+        f"(s, mean) | within {BUDGET_MIN:g} min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    walls = {}
+    for name, rec in meta["runs"].items():
+        timing = [json.loads(x) for x in (folder / name / "timing.jsonl").read_text().splitlines() if x.strip()]
+        steps, evals, resumed = step_times(timing)
+        wall = walls[name] = rec["wall_s"] / 60
+        verdict = budget_verdict(wall, resumed, rec.get("note", ""), rec.get("other_jobs_s"))
+        train = timing[-1]["time/elapsed_s"] / 60  # since the run's start, as its config.yaml
+        split = "– | –" if resumed else f"{train:.1f} | {wall - train:.1f}"
+        parts = ", ".join(
+            _stat(statistics.median, [r[k] for r in timing if k in r]) for k in ("time/rollout_s", "time/update_s")
+        )
+        lines.append(
+            f"| {name} | {rec['start'][11:19]} | {wall:.1f} | {split} | {_stat(statistics.median, steps)} | {parts} "
+            f"| {_stat(statistics.mean, evals)} | {verdict} |"
+        )
+    if "speed_reference" in meta:
+        lines += speed_lines(meta["speed_reference"], walls, root)
+    return "\n".join(lines) + "\n"
+
+
+def print_cost(rel: str, root: Path) -> str:
+    """The cost table of the timed runs in ``rel`` (:func:`cost_table`)."""
+    return cost_table(root / rel, root, shown=rel)
+
+
+def print_trl_crosscheck(rels: list[str], root: Path) -> str:
+    """experiments/real_trl/crosscheck.py's JSONs: per seed, the starting policy's held-out pass@1 and
+    pass@n, then per method TRL's logged entropy at the first and last optimizer step, its retention and
+    the final policy's held-out pass@1 and pass@n."""
+    data = [_load(root / r) for r in rels]
+    n = data[0]["coverage_n"]
+    versions = sorted({f"torch {d['torch']}, transformers {d['transformers']}, TRL {d['trl']}" for d in data})
+    rows = [
+        f"{source_line(rels, root)} Versions: {'; '.join(versions)}.",
+        "",
+        f"| TRL adapter | seed | device | entropy first → last | retention | held-out pass@1 | held-out pass@{n} |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for d in data:
+        w = d["warm"]["pass_at_k"]
+        seed = d["config"]["seed"]
+        rows.append(f"| starting policy | {seed} | {d['device']} | | | {plain(w['1'])} | {plain(w[str(n)])} |")
+    for name in data[0]["runs"]:
+        for d in data:
+            r = d["runs"][name]
+            c = r["coverage"]["pass_at_k"]
+            rows.append(
+                f"| {name} | {d['config']['seed']} | {d['device']} | {r['entropy_first']:.2f} → "
+                f"{r['entropy_last']:.2f} | {r['entropy_retention']:.2f} | {plain(c['1'])} | {plain(c[str(n)])} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+# --- docs/reproduction.md: what the superseded v1 real-LM study got wrong ---------------------------
+#
+# Recomputed from the v1 study's committed run folders and claims JSON (``docs/results/real-claims/``),
+# per seed and as mean [95 % t-interval] over its 5 seeds: learning to stop (GRPO's training responses
+# truncated at the 32-token cap and their mean length, step 1 → 15; its held-out greedy accuracy beside
+# the sampled pass@1 the claim used); entropy or length (KL-Cov − GRPO on training entropy retention, what
+# the claim measured, with the share of KL-Cov's responses truncated over its last three steps, and the
+# same retention of the held-out sampled entropy); multiplicity (each claim's one-sided p and its Holm p
+# over the six, computed after the fact: v1 registered no family, so it changes no published verdict).
+V1_SEEDS = range(5)
+
+
+def _t_text(values: list[float]) -> str:
+    from entflow.analysis.stats import t_interval
+
+    mean, half, _ = t_interval(values)
+    return interval_text({"mean": mean, "half": half})
+
+
+def _at(recs: list[dict], key: str, step: int) -> float:
+    from entflow.analysis.runs import series
+
+    steps, vals = series(recs, key)
+    return float(vals[list(steps).index(step)])
+
+
+def _first_last(recs: list[dict], key: str) -> tuple[float, float]:
+    from entflow.analysis.runs import series
+
+    _, vals = series(recs, key)
+    return float(vals[0]), float(vals[-1])
+
+
+def v1_stopping_rows(folder: Path) -> list[str]:
+    """GRPO per seed: training truncation and length at step 1 and the last step; greedy and sampled
+    held-out accuracy, first evaluation → last."""
+    from entflow.analysis.runs import load_metrics
+
+    rows = [
+        "| seed | truncated, step 1 → 15 | mean length, step 1 → 15 | held-out greedy, step 0 → 15 "
+        "| held-out pass@1 (T = 1), step 0 → 15 |",
+        "|---:|---|---|---|---|",
+    ]
+    greedy, sampled = [], []
+    for s in V1_SEEDS:
+        recs = load_metrics(folder / f"grpo-s{s}")
+        last = max(r["step"] for r in recs)
+        t0, t1 = _at(recs, "response/truncated_frac", 1), _at(recs, "response/truncated_frac", last)
+        l0, l1 = _at(recs, "response/len_mean", 1), _at(recs, "response/len_mean", last)
+        g0, g1 = _first_last(recs, "val/acc_greedy")
+        a0, a1 = _first_last(recs, "val/acc")
+        greedy.append(g1 - g0)
+        sampled.append(a1 - a0)
+        rows.append(f"| {s} | {t0:.2f} → {t1:.2f} | {l0:.1f} → {l1:.1f} | {g0:.3f} → {g1:.3f} | {a0:.3f} → {a1:.3f} |")
+    rows.append(f"| change, mean [95 % CI] | | | {_t_text(greedy)} | {_t_text(sampled)} |")
+    return rows
+
+
+def v1_entropy_rows(folder: Path) -> list[str]:
+    """KL-Cov − GRPO per seed: training entropy retention (the claim's fact, from claims.json), KL-Cov's
+    truncated share over its last three steps, and the same retention of the held-out sampled entropy
+    (its evaluation at step 15 over step 0's)."""
+    import numpy as np
+
+    from entflow.analysis.runs import load_metrics, series
+
+    claims = _load(folder / "claims.json")["claims"]
+    claim = next(c for c in claims if c["id"] == "real-klcov-entropy")
+    rows = [
+        "| seed | retention, KL-Cov − GRPO (the claim) | KL-Cov truncated, last 3 steps | GRPO truncated, last 3 steps "
+        "| held-out sampled entropy retention (step 15 / 0), KL-Cov − GRPO |",
+        "|---:|---|---|---|---|",
+    ]
+    held = []
+    for s, diff in zip(V1_SEEDS, claim["values"], strict=True):
+        kl, grpo = load_metrics(folder / f"kl_cov-s{s}"), load_metrics(folder / f"grpo-s{s}")
+        trunc = [float(np.mean(series(r, "response/truncated_frac")[1][-3:])) for r in (kl, grpo)]
+        (k0, k1), (g0, g1) = _first_last(kl, "val/entropy"), _first_last(grpo, "val/entropy")
+        h = k1 / k0 - g1 / g0
+        held.append(h)
+        rows.append(f"| {s} | {num(diff)} | {trunc[0]:.2f} | {trunc[1]:.2f} | {num(h)} |")
+    rows.append(f"| mean [95 % CI] | {_t_text(claim['values'])} | | | {_t_text(held)} |")
+    return rows
+
+
+def v1_holm_rows(folder: Path) -> list[str]:
+    """Each v1 claim's one-sided p and Holm-adjusted p over the six, computed after the fact."""
+    from entflow.evidence.claims import holm, holm_verdict, one_sided_p
+    from entflow.evidence.reproduce import registry as load_registry
+
+    by_id = {c.id: c for c in load_registry().claims}
+    judged = [c for c in _load(folder / "claims.json")["claims"] if c["id"] in by_id]
+    ps = [one_sided_p(c["values"], by_id[c["id"]].rule, by_id[c["id"]].bound) for c in judged]
+    rows = [
+        f"| claim | published verdict | one-sided p | Holm p ({len(judged)} claims) | verdict after Holm |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c, p, adj in zip(judged, ps, holm(ps), strict=True):
+        rows.append(f"| `{c['id']}` | {c['verdict']} | {p:.4f} | {adj:.4f} | {holm_verdict(c['verdict'], adj)} |")
+    return rows
+
+
+def print_v1_review(rel: str, root: Path) -> str:
+    """The figures behind "What v1 got wrong" (docs/real-models.md), from the v1 study's folder."""
+    folder = root / rel
+    parts = [
+        source_line([f"{rel}/claims.json", f"{rel}/<run>-s<seed>/metrics.jsonl"], root, metas=[]),
+        "",
+        "**Learning to stop** (GRPO, training responses and held-out accuracy):",
+        "",
+        *v1_stopping_rows(folder),
+        "",
+        "**Entropy or length** (KL-Cov at ratio 0.05 against GRPO):",
+        "",
+        *v1_entropy_rows(folder),
+        "",
+        "**Multiplicity** (Holm over v1's six claims, computed after the fact):",
+        "",
+        *v1_holm_rows(folder),
+    ]
+    return "\n".join(parts) + "\n"
+
+
+# --- docs/regime.md: the exploration-bound regime's warm starts, runs and entropy flows -------------
+#
+# From the committed result files in docs/results/regime/ (what experiments/regime/*.py wrote). A
+# LABEL=FILE argument names a row by the setting the file was measured at, as the page describes it.
+REGIME_SPLITS = ("val", "hard")
+REGIME_PASSK = (1, 4, 16, 64, 256)
+LONG_ROWS = (
+    ("val acc (avg@8)", "val/acc", 3),
+    ("val pass@8", "val/pass@k", 3),
+    ("hard acc (avg@8)", "hard/acc", 3),
+    ("hard pass@8", "hard/pass@k", 3),
+    ("entropy (nats)", "val/entropy", 2),
+)
+COMPARISON_COLUMNS = (
+    ("hard pass@256", "hard_pass@256_n256"),
+    ("hard pass@64", "hard_pass@64_n256"),
+    ("hard pass@1", "hard_pass@1_n256"),
+    ("hard acc, best window", "hard_acc_best_window"),
+    ("val acc, best window", "val_acc_best_window"),
+    ("entropy at the last step", "entropy_final"),
+)
+# (column, the per-setting key, digits): flow_balance.py's output
+FLOW_COLUMNS = (
+    ("acc", "acc", 3),
+    ("H", "entropy", 2),
+    ("S⁺", "S_pos", 1),
+    ("S⁻", "S_neg", 1),
+    ("λ\\*", "lambda_star", 3),
+    ("λ\\* rewards shuffled in group", "lambda_star_shuffled", 3),
+    ("λ\\* sequence-normalised", "lambda_star_seqnorm", 3),
+)
+
+
+def labelled(pairs: list[str]) -> list[tuple[str, str]]:
+    """``LABEL=FILE`` arguments as (label, file); a pair without a label is a UsageError."""
+    out = []
+    for pair in pairs:
+        label, sep, path = pair.rpartition("=")
+        if not sep or not label:
+            raise UsageError(f"expected LABEL=FILE, got {pair!r}")
+        out.append((label, path))
+    return out
+
+
+def print_regime_warmstarts(pairs: list[str], root: Path) -> str:
+    """Candidate warm starts: pass@1 and pass@n (n samples per problem) on the validation and hard splits."""
+    rows = []
+    named = labelled(pairs)
+    for label, rel in named:
+        d = _load(root / rel)
+        n = d["val"]["n"]
+        cells = " | ".join(plain(d[s][f"pass@{k}"]) for s in REGIME_SPLITS for k in (1, n))
+        rows.append(f"| {label} | {n} | {cells} |")
+    head = "| warm start | n | val pass@1 | val pass@n | hard pass@1 | hard pass@n |"
+    lines = [source_line([r for _, r in named], root), "", head, "|---|---:|---:|---:|---:|---:|", *rows]
+    return "\n".join(lines) + "\n"
+
+
+def print_regime_passk(rel: str, root: Path) -> str:
+    """One policy's pass@k (``REGIME_PASSK``) on each split, the gap pass@64 − pass@1 and the share of
+    correct samples that use the rare route."""
+    d = _load(root / rel)
+    rows = [
+        source_line([rel], root),
+        "",
+        "| split | "
+        + " | ".join(f"pass@{k}" for k in REGIME_PASSK)
+        + " | pass@64 − pass@1 | share of correct samples using the route |",
+        "|---|" + "---:|" * (len(REGIME_PASSK) + 2),
+    ]
+    for split in REGIME_SPLITS:
+        s = d[split]
+        cells = " | ".join(plain(s[f"pass@{k}"]) for k in REGIME_PASSK)
+        rows.append(
+            f"| {split} (n = {s['n']}) | {cells} | {plain(s['pass@64'] - s['pass@1'])} | "
+            f"{plain(s['route_share_of_correct'], 2)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def print_regime_long(rel: str, root: Path) -> str:
+    """comparison.json's long GRPO run: each periodic evaluation, then the plateau test's result."""
+    long = _load(root / rel)["long_grpo"]
+    evals = long["evals"]
+    rows = [
+        source_line([rel], root),
+        "",
+        "| step | " + " | ".join(str(e["step"]) for e in evals) + " |",
+        "|---|" + "---:|" * len(evals),
+    ]
+    for label, key, digits in LONG_ROWS:
+        rows.append(f"| {label} | " + " | ".join(plain(e[key], digits) for e in evals) + " |")
+    slopes = ", ".join(f"{num(m)} ± {plain(s)}" for m, s in long["window_slopes_per_100_steps"])
+    rows += [
+        "",
+        f"Plateau at step {long['plateau_step']} (windows of {long['window_evals']} evaluations; slopes of "
+        f"validation accuracy per 100 steps, ± standard error: {slopes}); mean validation accuracy after it "
+        f"{plain(long['mean_acc_after'])}; entropy at the plateau {plain(long['entropy_at_plateau'], 2)} nats, at the "
+        f"last step {plain(long['entropy_final'], 2)}.",
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def print_regime_comparison(rel: str, root: Path) -> str:
+    """comparison.json's methods: each column's mean over the method's seeds (per-seed values), and Δ, the
+    mean of the per-seed differences to ``grpo`` on the same seed."""
+    methods = _load(root / rel)["methods"]
+    order = ["grpo", *sorted(m for m in methods if m != "grpo")]
+    rows = [
+        source_line([rel], root),
+        "",
+        "| method | seeds | " + " | ".join(c for c, _ in COMPARISON_COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COMPARISON_COLUMNS),
+    ]
+    for name in order:
+        m = methods[name]
+        cells = []
+        for _, key in COMPARISON_COLUMNS:
+            v = m[key]
+            text = plain(v["mean"])
+            if len(v["per_seed"]) > 1:
+                text += " (" + ", ".join(plain(x) for x in v["per_seed"]) + ")"
+            if "minus_grpo_mean" in v:
+                text += f"; Δ {num(v['minus_grpo_mean'])}"
+            cells.append(text)
+        rows.append(f"| {name} | {','.join(str(s) for s in m['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def print_regime_flow(pairs: list[str], root: Path) -> str:
+    """flow_balance.py's settings: accuracy, entropy, the flows S⁺ and S⁻ and their ratio, λ* (the mean of
+    the per-batch values) with its two controls, and the share of S⁻ from negative-advantage tokens with
+    p < 0.2."""
+    named = labelled(pairs)
+    head = [c for c, _, _ in FLOW_COLUMNS]
+    rows = [
+        source_line([r for _, r in named], root),
+        "",
+        "| policy | P × G, τ | "
+        + " | ".join(head[:4])
+        + " | S⁻/S⁺ | "
+        + " | ".join(head[4:])
+        + " | share of S⁻ from A<0, p<0.2 |",
+        "|---|---|" + "---:|" * (len(FLOW_COLUMNS) + 2),
+    ]
+    for label, rel in named:
+        for i, s in enumerate(_load(root / rel)["settings"]):
+            cells = [plain(s[key], digits) for _, key, digits in FLOW_COLUMNS]
+            ratio = plain(s["S_neg"] / s["S_pos"], 1)
+            low_p = plain(float(s["cells"]["A<0,p<0.2"]["S_neg_share"]), 2)
+            rows.append(
+                f"| {label if i == 0 else ''} | {s['P']}×{s['G']}, {s['temperature']:.1f} | {' | '.join(cells[:4])} | "
+                f"{ratio} | {' | '.join(cells[4:])} | {low_p} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+# --- docs/integrations.md: TRL's own GRPO tests run against the adapter -----------------------------
+SUITE_KINDS = ("passed", "failed", "skipped")
+
+
+def suite_counts(side: dict[str, Any]) -> dict[str, int]:
+    """passed / failed (pytest's failures and errors together) / skipped of one side."""
+    c = side["counts"]
+    return {
+        "passed": c.get("passed", 0),
+        "failed": c.get("failed", 0) + c.get("errors", 0),
+        "skipped": c.get("skipped", 0),
+    }
+
+
+def suite_differing(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(test, outcome with trl.GRPOTrainer, outcome with EntflowGRPOTrainer) for each test whose outcome
+    differs; a test absent from a side's ``-rA`` report counts as SKIPPED there."""
+    a, b = data["sides"]["A"]["outcomes"], data["sides"]["B"]["outcomes"]
+    return [(t, a.get(t, "SKIPPED"), b.get(t, "SKIPPED")) for t in sorted(a.keys() | b.keys()) if a.get(t) != b.get(t)]
+
+
+def print_trl_suite(rel: str, root: Path) -> str:
+    """The record ``tests/support/trl_suite.py`` writes: caption, the counts of both sides, and the tests
+    whose outcome differs (or that none does)."""
+    data = _load(root / rel)
+    v = data["versions"]
+    out = [
+        f"Measured {data['date']} on {data['machine']}, trl {v['trl']}, transformers {v['transformers']}, "
+        f"entflow at {data['entflow_commit']}; TRL's tests at its commit {data['trl_commit'][:10]}. "
+        f"Command: `{data['command']}`. Data: `{rel}`." + (f" ({data['note']})" if data.get("note") else ""),
+        "",
+        "| | passed | failed | skipped | minutes |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key in ("A", "B"):
+        side = data["sides"][key]
+        c = suite_counts(side)
+        minutes = "–" if side.get("seconds") is None else f"{side['seconds'] / 60:.1f}"
+        out.append(f"| {key}, `{side['trainer']}` | " + " | ".join(str(c[k]) for k in SUITE_KINDS) + f" | {minutes} |")
+    out.append("")
+    diff = suite_differing(data)
+    lost = [t for t, a, _ in diff if a == "PASSED"]
+    if not diff:
+        out.append("Every test has the same outcome on both sides.")
+    else:
+        out.append(f"{len(diff)} tests differ, {len(lost)} of them passing only with `trl.GRPOTrainer`:")
+        out += [f"- `{t}`: {a} with trl.GRPOTrainer, {b} with EntflowGRPOTrainer" for t, a, b in diff]
+    return "\n".join(out) + "\n"
+
+
 def print_verify(root: Path) -> str:
     """What ``entflow reproduce --verify`` recomputes from the committed results, by source: how many
     verdicts from per-run facts, how many from stored per-seed values (arithmetic only)."""
@@ -819,44 +1435,47 @@ def print_verify(root: Path) -> str:
     return f"{len(result.checks)} published verdicts recomputed ({state}): {source_counts(result)}.\n"
 
 
-ONE_ARGUMENT = ("claims", "audit", "coverage", "bench", "family", "plan", "series", "klcov-selected")
+# --print NAME: (its arguments as the usage line names them, how many it takes: a number, or "+" for one
+# or more, the printer). Every docs block's command is one of these.
+PRINTERS: dict[str, tuple[str, int | str, Any]] = {
+    "claims": ("FILE", 1, lambda a, root: print_claims(a[0], root)),
+    "other": ("", 0, lambda a, root: print_other(root)),
+    "pending": ("", 0, lambda a, root: print_pending(root)),
+    "registered": ("", 0, lambda a, root: print_registered(root)),
+    "audit": ("FILE", 1, lambda a, root: print_audit(a[0], root)),
+    "coverage": ("DIR", 1, lambda a, root: print_coverage(a[0], root)),
+    "report": ("DIR...", "+", lambda a, root: print_report(a, root)),
+    "rerun": ("OLD NEW", 2, lambda a, root: print_rerun(a[0], a[1], root)),
+    "headline": ("", 0, lambda a, root: print_headline(root)),
+    "family": ("NAME", 1, lambda a, root: print_family(a[0], root)),
+    "bench": ("KEY", 1, lambda a, root: print_bench(a[0], root)),
+    "verify": ("", 0, lambda a, root: print_verify(root)),
+    "plan": ("PART", 1, lambda a, root: print_plan(a[0], root)),
+    "series": ("PART", 1, lambda a, root: print_series(a[0], root)),
+    "design-draws": ("", 0, lambda a, root: print_design_draws(root)),
+    "klcov-selected": ("DIR", 1, lambda a, root: print_klcov_selected(a[0], root)),
+    "eval": ("FILE", 1, lambda a, root: print_eval(a[0], root)),
+    "design-runs": ("DIR...", "+", lambda a, root: print_design_runs(a, root)),
+    "cost": ("DIR", 1, lambda a, root: print_cost(a[0], root)),
+    "trl-crosscheck": ("FILE...", "+", lambda a, root: print_trl_crosscheck(a, root)),
+    "v1-review": ("DIR", 1, lambda a, root: print_v1_review(a[0], root)),
+    "regime-warmstarts": ("LABEL=FILE...", "+", lambda a, root: print_regime_warmstarts(a, root)),
+    "regime-passk": ("FILE", 1, lambda a, root: print_regime_passk(a[0], root)),
+    "regime-long": ("FILE", 1, lambda a, root: print_regime_long(a[0], root)),
+    "regime-comparison": ("FILE", 1, lambda a, root: print_regime_comparison(a[0], root)),
+    "regime-flow": ("LABEL=FILE...", "+", lambda a, root: print_regime_flow(a, root)),
+    "trl-suite": ("FILE", 1, lambda a, root: print_trl_suite(a[0], root)),
+}
 
 
 def print_table(what_and_args: list[str], root: Path) -> str:
     """The text ``--print WHAT ARGS...`` prints for the tree at ``root``."""
     what, rest = what_and_args[0], what_and_args[1:]
-    printers = {
-        "claims": lambda: print_claims(rest[0], root),
-        "other": lambda: print_other(root),
-        "pending": lambda: print_pending(root),
-        "audit": lambda: print_audit(rest[0], root),
-        "coverage": lambda: print_coverage(rest[0], root),
-        "headline": lambda: print_headline(root),
-        "family": lambda: print_family(rest[0], root),
-        "report": lambda: print_report(rest, root),
-        "rerun": lambda: print_rerun(rest[0], rest[1], root),
-        "bench": lambda: print_bench(rest[0], root),
-        "verify": lambda: print_verify(root),
-        "plan": lambda: print_plan(rest[0], root),
-        "design-draws": lambda: print_design_draws(root),
-        "klcov-selected": lambda: print_klcov_selected(rest[0], root),
-        "series": lambda: print_series(rest[0], root),
-    }
-    if (
-        what not in printers
-        or (
-            what in ("claims", "audit", "coverage", "bench", "family", "plan", "series", "klcov-selected")
-            and len(rest) != 1
-        )
-        or (what == "report" and not rest)
-        or (what == "rerun" and len(rest) != 2)
-    ):
-        raise UsageError(
-            "--print takes one of: claims FILE, other, pending, audit FILE, coverage DIR, report DIR...,"
-            " rerun OLD NEW, headline, family NAME, bench KEY, verify, plan PART, series PART,"
-            f" design-draws, klcov-selected DIR; got {what_and_args}"
-        )
-    return printers[what]()
+    _, nargs, printer = PRINTERS.get(what, ("", -1, None))
+    if printer is None or (nargs == "+" and not rest) or (nargs != "+" and len(rest) != nargs):
+        known = ", ".join(f"{name} {spec[0]}".strip() for name, spec in PRINTERS.items())
+        raise UsageError(f"--print takes one of: {known}; got {what_and_args}")
+    return printer(rest, root)
 
 
 def main() -> None:
@@ -869,7 +1488,7 @@ def main() -> None:
     if args.print:
         try:
             text = print_table(args.print, ROOT)
-        except UsageError as e:
+        except (UsageError, FileNotFoundError) as e:  # a wrong name, or a file that is not there: named
             ap.error(str(e))
         sys.stdout.write(text)
         return

@@ -11,7 +11,9 @@ counts, so the between-problem variance of pass@1 (the judge set's sizing) can b
 
 ``--sizing FILE`` adds to FILE, for each candidate, the judge set's size that gives pass@1 a
 standard error <= 0.02 with m = 32 samples per problem (:func:`judge_size`), from the measured
-between-problem variance.
+between-problem variance. The design runs that followed are printed by
+``python benchmarks/docs_tables.py --print design-runs DIR...`` (docs/real-models.md); how the format was
+chosen from these files is in docs/results/history.json.
 """
 
 from __future__ import annotations
@@ -98,83 +100,6 @@ def sizing(row: dict, m: int = 32, p_ref: float = 0.4, boot: int = 2000) -> dict
     }
 
 
-def _format_name(row: dict) -> str:
-    shots = row.get("few_shot") or []
-    if shots:
-        how = "equation" if "=" in shots[0][1] else "number"
-        return f"{len(shots)} worked example{'s' * (len(shots) > 1)} ({how}), e.g. {shots[0][0]!r} → {shots[0][1]!r}"
-    return f"suffix {row['prompt_suffix']!r}" if row["prompt_suffix"] else "no suffix (v1's format)"
-
-
-def format_table(results: list[dict]) -> str:
-    """The candidates of result files as one markdown table (the caption lines give each file's
-    date, machine and command): truncation, pass@1 (T = 1) and greedy with their standard errors
-    over problems, mean response length, token entropy, the judge size at the measured p."""
-    lines = []
-    for res in results:
-        lines.append(f"- {res['date']}, {res['machine']}: `{res['command']}`")
-    lines += [
-        "",
-        "| format | new tokens | problems × samples | truncated | pass@1 (T = 1) | greedy | mean length | "
-        "token entropy | judge N at that p (s.e. ≤ 0.02, m = 32) | wall |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for res in results:
-        for r in res["candidates"]:
-            n_judge = (r.get("judge_sizing") or {}).get("n_at_p_hat")
-            lines.append(
-                f"| {_format_name(r)} | {r['max_new_tokens']} | {r['n_problems']} × {r['samples_per_problem']} "
-                f"| {r['truncated_frac']:.3f} | {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
-                f"| {r['greedy']:.3f} ± {r['greedy_se']:.3f} | {r['response_len']:.1f} | {r['token_entropy']:.2f} "
-                f"| {n_judge if n_judge is not None else '–'} | {r['wall_s']:,.0f} s |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _method_label(cfg: dict) -> str:
-    params = cfg.get("method_params") or {}
-    return cfg["method"] + (f" (ratio {params['ratio']:g})" if "ratio" in params else "")
-
-
-def runs_table(run_dirs: list[Path]) -> str:
-    """Design runs (their committed ``config.yaml``, ``metrics.jsonl``, ``timing.jsonl``) as one
-    markdown table: held-out (design_eval) accuracy at T = 1 and greedy, the fixed-text probe's
-    entropy and the sampled entropy from the first evaluation to the last, the probe's window
-    retention (mean of the last 3 evaluations over the first 3's), truncation, the tokens a
-    covariance method selected per step (its logged per-mini-batch mean × mini_batches), and the
-    wall seconds per step, evaluations included."""
-    from entflow.analysis.runs import load_config, load_metrics, series
-    from entflow.analysis.stats import RETENTION_WINDOW, window_retention
-
-    head = (
-        "| run | method | lr | seed | steps | threads | acc T = 1 | greedy | probe entropy | retention (windows of 3) "
-        "| sampled entropy | truncated | selected tokens / step | wall s / step |\n"
-        "|---|---|---:|---:|---:|---:|---|---|---|---:|---|---|---:|---:|\n"
-    )
-    rows = []
-    for d in run_dirs:
-        cfg, recs = load_config(d), load_metrics(d)
-
-        def ends(key: str, fmt: str = ".3f", recs: list = recs) -> str:
-            _, v = series(recs, key)
-            return f"{v[0]:{fmt}} → {v[-1]:{fmt}}" if v.size else "–"
-
-        _, probe = series(recs, "val/probe_entropy")
-        ret = window_retention(probe, RETENTION_WINDOW) if probe.size >= 2 * RETENTION_WINDOW else float("nan")
-        sel = [r[k] for r in recs for k in ("clip_cov/n_selected", "kl_cov/n_selected") if k in r]
-        timing = [json.loads(line) for line in (d / "timing.jsonl").read_text().splitlines() if line.strip()]
-        steps = max(r["step"] for r in recs)
-        per_step = timing[-1]["time/elapsed_s"] / max(1, len(timing)) if timing else float("nan")
-        selected = f"{np.mean(sel) * cfg['mini_batches']:.2f}" if sel else "–"
-        rows.append(
-            f"| {d.name} | {_method_label(cfg)} | {cfg['lr']:g} | {cfg['seed']} | {steps} | {cfg['threads']} "
-            f"| {ends('val/acc')} | {ends('val/acc_greedy')} | {ends('val/probe_entropy')} "
-            f"| {ret:.3f} | {ends('val/entropy')} | {ends('val/truncated_frac')} "
-            f"| {selected} | {per_step:.1f} |"
-        )
-    return head + "\n".join(rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=64)
@@ -183,15 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="candidate names to run (default: all)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--sizing", type=Path, default=None, help="add the judge sizing to this result file")
-    ap.add_argument("--table", type=Path, nargs="+", default=None, help="print these result files as one table")
-    ap.add_argument("--runs", type=Path, nargs="+", default=None, help="print these design run dirs as one table")
     args = ap.parse_args(argv)
-    if args.table is not None:
-        sys.stdout.write(format_table([json.loads(p.read_text()) for p in args.table]))
-        return 0
-    if args.runs is not None:
-        sys.stdout.write(runs_table(args.runs))
-        return 0
     if args.sizing is not None:
         res = json.loads(args.sizing.read_text())
         for row in res["candidates"]:
@@ -201,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
-    import torch  # the measurement's imports: the tables above need neither torch nor the models
+    import torch  # the measurement's imports: --sizing needs neither torch nor the models
 
     from entflow.hf.data import ChatTask, load_data
     from entflow.hf.evaluate import SamplingConfig, evaluate_task

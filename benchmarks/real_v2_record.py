@@ -1,4 +1,4 @@
-"""Record timed real-v2 runs as ``benchmarks/real_v2_cost.py`` reads them: each run's ``config.yaml``,
+"""Record timed real-v2 runs as ``benchmarks/docs_tables.py --print cost`` reads them: each run's ``config.yaml``,
 ``metrics.jsonl`` and ``timing.jsonl`` copied into ``DEST/<run>-s<seed>/``, and ``DEST/run_times.json``
 with each run's start and end (its ``config.yaml`` and its final ``coverage.json`` written, the files'
 modification times), its wall time and, with ``--then`` and ``--now``, the speed reference.
@@ -7,12 +7,12 @@ modification times), its wall time and, with ``--then`` and ``--now``, the speed
     .venv/bin/python benchmarks/real_v2_record.py runs/real-v2-timing docs/results/real-v2-timing \\
         --machine "2-core Intel Xeon (23 GiB), torch 2.13.0+cpu, 2 threads, the run alone" \\
         --then ref-day.json --now before.json after.json
-    .venv/bin/python benchmarks/real_v2_cost.py docs/results/real-v2-timing
+    .venv/bin/python benchmarks/docs_tables.py --print cost docs/results/real-v2-timing
 
 ``RUNS`` is ``entflow reproduce``'s folder (``runs/<name>``): every run folder below it that has a
 final ``coverage.json`` is recorded, one still running or stopped is refused, naming it. The speed
 reference files are ``benchmarks/real_step.py --out`` files, named by their path from the
-repository's root, as ``real_v2_cost.py`` reads them.
+repository's root, as ``docs_tables.py --print cost`` reads them.
 """
 
 from __future__ import annotations

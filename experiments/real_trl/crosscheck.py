@@ -1,6 +1,6 @@
 """The real setting through TRL: GRPO, Clip-Cov and KL-Cov in ``EntflowGRPOTrainer``, one seed.
 
-A cross-check, not a claim (docs/real-models.md, "Through TRL"): does entflow's TRL adapter move
+A cross-check, not a claim (docs/integrations.md, "A real model through the adapter"): does entflow's TRL adapter move
 entropy the way entflow's own trainer does on the registry's ``real`` setting? Two phases, so the
 training can run where reasoning-gym is not installed (a GPU machine)::
 

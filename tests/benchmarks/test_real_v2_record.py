@@ -1,4 +1,4 @@
-"""benchmarks/real_v2_record.py: a finished run recorded as real_v2_cost.py reads it (files copied,
+"""benchmarks/real_v2_record.py: a finished run recorded as ``docs_tables.py --print cost`` reads it (files copied,
 wall time from the file times, the speed reference kept), and an unfinished run refused by name."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import real_v2_cost as rc  # noqa: E402  (benchmarks/real_v2_cost.py)
+import docs_tables as dt  # noqa: E402  (benchmarks/docs_tables.py)
 import real_v2_record as rr  # noqa: E402  (benchmarks/real_v2_record.py)
 
 START = 1_764_400_000.0  # 2025-11-29T07:06:40Z
@@ -51,7 +51,7 @@ def test_a_finished_run_is_recorded_as_the_cost_table_reads_it(tmp_path):
         assert (dest / "kl_cov_paper-s8" / f).read_bytes() == (runs / "real_v2" / "kl_cov_paper" / f).read_bytes()
     del meta["speed_reference"]  # the printer's own check of the reference files is tested in its tests
     (dest / "run_times.json").write_text(json.dumps(meta))
-    table = rc.cost_table(dest)
+    table = dt.cost_table(dest)
     # 30 s of steps (10 s each), then 20.1 min to the final coverage.json; within 25 minutes
     assert "| kl_cov_paper-s8 | 07:06:40 | 20.6 | 0.5 | 20.1 | 10.0 | 2.0, 5.0 | – | yes |" in table
 

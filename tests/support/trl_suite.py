@@ -14,7 +14,7 @@ nothing of it is kept here.
 
 prints the counts of A and B and every test whose outcome differs, and writes them to
 ``WORKDIR/trl_suite.json`` (with the date, machine, command, versions and TRL's commit) for
-``benchmarks/trl_suite_table.py`` to print. Vision models (the ``zen-image``
+``python benchmarks/docs_tables.py --print trl-suite FILE`` to print. Vision models (the ``zen-image``
 sets), models with remote code and GPU-only kernels have no stand-in; those tests fail or skip on
 both sides alike.
 """

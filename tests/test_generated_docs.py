@@ -29,14 +29,15 @@ FULL_RERUN = "docs/results/full_5seed_rerun_claims.json"  # the full run trained
 
 
 def _copy_tree(tmp_path: Path, pages: tuple[str, ...]) -> Path:
-    """A repository root in ``tmp_path`` with ``pages``, the result files, the benchmarks and the registry."""
+    """A repository root in ``tmp_path`` with ``pages``, the result files, the benchmarks and the evidence
+    folder the printers read (the registry, its presets and the sequential plans)."""
     (tmp_path / "docs").mkdir()
     for page in pages:
         shutil.copy(ROOT / "docs" / page, tmp_path / "docs" / page)
     shutil.copytree(ROOT / "docs" / "results", tmp_path / "docs" / "results")
     shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
-    (tmp_path / REGISTRY.relative_to(ROOT)).parent.mkdir(parents=True)
-    shutil.copy(REGISTRY, tmp_path / REGISTRY.relative_to(ROOT))
+    evidence = REGISTRY.parent.relative_to(ROOT)
+    shutil.copytree(ROOT / evidence, tmp_path / evidence, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     return tmp_path
 
 
@@ -137,6 +138,9 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
     for rel in docs_tables.claims_files(root):  # start from a tree where passk-training has no verdict
         if any(c["id"] == "passk-training" for c in json.loads((root / rel).read_text())["claims"]):
             (root / rel).unlink()
+    for source in (root / "docs/results/facts").glob("*/source.json"):  # and no facts set of a removed file
+        if not (source.parent / json.loads(source.read_text())["claims_json"]).is_file():
+            shutil.rmtree(source.parent)
     docs_tables.stale_blocks(root / "docs", root=root, write=True)
     assert "passk-training" in docs_tables.print_pending(root)
     full = json.loads((ROOT / "docs/results/full_5seed_claims.json").read_text())
@@ -158,6 +162,7 @@ def test_a_new_claims_json_is_picked_up_and_supersedes_older_values(tmp_path):
         "date": "2099-01-01",
         "machine": "a test machine",
         "command": "entflow reproduce --test",
+        "seeds": [40, 41, 42, 43, 44],
         "claims": [collapse, passk],
     }
     (root / "docs/results/regime/rerun_claims.json").write_text(json.dumps(new))
@@ -437,3 +442,126 @@ def test_a_block_rendered_in_process_is_what_its_command_prints():
     assert res.returncode == 0, res.stderr
     assert docs_tables.render(command) == res.stdout.rstrip("\n") + "\n"
     assert "003-collapse" in res.stdout
+
+
+# --- numbers typed into a results sentence ----------------------------------------------------------
+#
+# The rule. A results page's *prose* is its text outside the printed blocks, fenced code blocks (```),
+# indented code (4 spaces after a blank line), inline code spans, headings and link targets (the
+# ``(...)`` of ``[text](...)``); hand-typed table rows count as prose. In that prose a *typed result* is
+#   - a decimal with two or more digits after the point (0.673, 0.05; 0.3 or 2.6 are not flagged),
+#   - a number with an explicit sign (+0.028, −0.111, ±0.04, -0.5),
+#   - a percentage (12 %, 0.2 %),
+#   - a count "N of M" (3 of 5 seeds, 12 of the full run's 62 verdicts),
+#   - a date (2026-11-28): the pages give current figures; dates belong in the printed captions and in
+#     docs/results/history.json.
+# A measured figure belongs in a printed block (benchmarks/docs_tables.py --print …) or is not on the page.
+RESULTS_PAGES = ("README.md", "docs/reproduction.md", "docs/real-models.md", "docs/regime.md")
+TYPED_RESULT = re.compile(
+    r"(?<![\w.])\d+\.\d{2,}(?![\w.])"  # a decimal with ≥ 2 digits after the point
+    r"|(?<![\w.)\]])[+−±∓]\d|(?<=[\s(\[])-\d*\.\d"  # a signed number
+    r"|(?<![\w.])\d+(?:\.\d+)?\s?%"  # a percentage
+    r"|\b\d+ of (?:[^\s\d]+ ){0,3}\d+\b"  # a count "N of M"
+    r"|\b20\d\d-\d\d-\d\d\b"  # a date
+)
+# Settings and formula constants, not results: a number inside one of these phrases is allowed (a space
+# in a pattern matches any whitespace, so a phrase may wrap). Each entry says why; an entry that no page
+# uses any more fails the test (drop it).
+ALLOWED_IN_PROSE: tuple[tuple[str, str], ...] = (
+    (
+        r"ratio 0\.05",
+        "a method's ratio setting (Clip-Cov / KL-Cov at 0.05: the lab's selection, v1's and the TRL check's)",
+    ),
+    (r"ε_high 0\.28", "Clip-higher's paper setting (DAPO), a hyperparameter"),
+    (r"(?:α|p) [=<] 0\.025", "the registered one-sided level of every claim and family (claims.yaml's header)"),
+    (r"1 − 0\.05/m", "the Bonferroni level of an any_of claim's components, a formula"),
+    (r"\b(?:95|80) %", "the interval's confidence level and the plan's power target: settings of the statistics"),
+    (r"first 15 / 30 / 50 %|a 15 % fit", "the early-prediction claims' fitting windows (paper 003 App. B.3), settings"),
+    (r"arXiv \d{4}\.\d{4,5}", "an arXiv identifier"),
+    (r"Paper 000 reports 0\.04–0\.08 for Cov against 0\.61–0\.72 for Ω", "paper 000's published figures, quoted"),
+)
+
+
+def _wrapping(pattern: str) -> str:
+    return pattern.replace(" ", r"\s+")
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, prose) of each line of a page: blocks, code, headings and link targets blanked."""
+    text = docs_tables.BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    out, fence, prev_blank = [], False, True
+    for n, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = not fence
+            continue
+        code = fence or (line.startswith("    ") and prev_blank and not stripped.startswith(("-", "*")))
+        prev_blank = not stripped or (code and prev_blank)
+        if code or stripped.startswith("#"):
+            continue
+        line = re.sub(r"`[^`]*`", " ", line)  # code spans
+        line = re.sub(r"\]\([^)]*\)", "]", line)  # link targets
+        out.append((n, line))
+    return out
+
+
+def typed_results(text: str, allowed: tuple[tuple[str, str], ...] = ALLOWED_IN_PROSE) -> list[tuple[int, str, str]]:
+    """(line number, typed result, the line) of each typed result in ``text``'s prose (see the rule above).
+    Allowed phrases are matched across line breaks (a sentence may wrap)."""
+    lines = prose_lines(text)
+    joined = "\n".join(line for _, line in lines)
+    for pattern, _ in allowed:
+        joined = re.sub(_wrapping(pattern), lambda m: re.sub(r"[^\n]", " ", m.group(0)), joined)
+    found = []
+    for (n, _), line in zip(lines, joined.split("\n"), strict=True):
+        found += [(n, m.group(0), line.strip()) for m in TYPED_RESULT.finditer(line)]
+    return found
+
+
+def results_text(rel: str, root: Path = ROOT) -> str:
+    """The part of a results page the rule reads: the README's "## Results" section, a docs page whole."""
+    text = (root / rel).read_text()
+    if rel != "README.md":
+        return text
+    start = text.index("## Results\n")
+    end = text.find("\n## ", start + 1)
+    return "\n" * text[:start].count("\n") + text[start : end if end > 0 else None]
+
+
+def test_no_result_is_typed_into_a_results_sentence():
+    typed = [
+        f"{rel}:{n}: {hit!r} in {line[:100]!r}"
+        for rel in RESULTS_PAGES
+        for n, hit, line in typed_results(results_text(rel))
+    ]
+    assert typed == [], "print these figures from committed JSON (benchmarks/docs_tables.py --print …) or drop them"
+
+
+def test_every_allowed_phrase_is_still_used():
+    pages = "\n".join("\n".join(line for _, line in prose_lines(results_text(rel))) for rel in RESULTS_PAGES)
+    unused = [pattern for pattern, _ in ALLOWED_IN_PROSE if not re.search(_wrapping(pattern), pages)]
+    assert unused == []
+
+
+def test_the_rule_flags_typed_results_and_spares_settings_and_printed_text():
+    page = "\n".join(
+        [
+            "GRPO keeps 0.673 over steps 0–60, +0.028 more than Clip-Cov, −0.111 on pass@256.",  # 3
+            "It selects 12 % of the tokens on 3 of 5 seeds; measured 2026-11-28.",  # 3
+            "Ratio 0.3, lr 3e-6, 16 new tokens and seeds 0–7 are settings.",  # 0
+            "At ratio 0.05 with α = 0.025 and a 95 % interval.",  # 0: allowed phrases
+            "`0.673` in code, a [link](x-0.12.md), and:",  # 0
+            "```",
+            "0.999 in a fence",
+            "```",
+            "## A heading with 0.55",
+            "Printed by `python benchmarks/docs_tables.py --print verify`:",
+            "",
+            "0.777 printed",
+            "",
+            "(End of what that command prints.)",
+            "| typed | 0.42 |",  # 1
+        ]
+    )
+    hits = [hit for _, hit, _ in typed_results(page)]
+    assert hits == ["0.673", "+0", "−0", "12 %", "3 of 5", "2026-11-28", "0.42"], hits

@@ -732,6 +732,7 @@ def print_series(part: str, root: Path) -> str:
         return f"No run of the `{part}` series is committed yet.\n"
     data = _load(path)
     plan = _load(root / data["plan"])["claims"]
+    said = {c["id"]: c["statement"] for c in registry(root)}
     out = [
         "| claim | δ | seeds so far (maximum) | mean margin [lower, upper bound] | verdict |",
         "|---|---:|---|---|---|",
@@ -741,9 +742,8 @@ def print_series(part: str, root: Path) -> str:
             continue
         mx = plan[cid]["plan"]["maximum"]
         bounds = "—" if r.get("n", 0) < 3 else f"{num(r['mean'])} [{num(r['low'])}, {num(r['high'])}]"
-        out.append(
-            f"| `{cid}` | {plain(plan[cid]['delta'], 3)} | {r.get('n', 0)} ({mx}) | {bounds} | **{r['verdict']}** |"
-        )
+        delta, claim = plain(plan[cid]["delta"], 3), f"`{cid}`: {cell(said.get(cid, ''))}"
+        out.append(f"| {claim} | {delta} | {r.get('n', 0)} ({mx}) | {bounds} | **{r['verdict']}** |")
     undecidable = [f"`{c}`" for c, r in data["claims"].items() if r["verdict"] == "not decidable at this budget"]
     out += [
         "",

@@ -10,6 +10,8 @@ replacement.
   (``os.replace``, atomic on POSIX and Windows).
 * :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`write_json` — whole contents
   through :func:`atomic_file`.
+* :func:`unfinished_writes` — the temporary files :func:`atomic_file` left beside a target when
+  its process was killed mid-write (no ``except`` runs on SIGKILL), for a resumed run to remove.
 
 Standard library only: importing this module costs nothing (``entflow analyze`` imports no torch).
 """
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_file", "atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
+__all__ = ["atomic_file", "atomic_write_bytes", "atomic_write_text", "json_safe", "unfinished_writes", "write_json"]
 
 
 def json_safe(value: Any) -> Any:
@@ -67,6 +69,18 @@ def atomic_file(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def unfinished_writes(path: str | os.PathLike) -> list[Path]:
+    """The temporary files of :func:`atomic_file` writes of ``path`` that never finished (their
+    process was killed before the rename), sorted: never read, safe to remove once no process
+    writes ``path``."""
+    import glob
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.glob(glob.escape(f".{path.name}.") + "*") if p.is_file())
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -88,8 +88,9 @@ def test_stop_between_checkpoints_loses_only_those_steps_and_resume_is_exact(tmp
     wa = load_checkpoint(full / "checkpoints" / "last.pt")["model"]
     wb = load_checkpoint(resumed / "checkpoints" / "last.pt")["model"]
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    # timings: each step at most once (step 5's were never written: the stop came in its metrics)
-    assert [r["step"] for r in read_jsonl(resumed / "timing.jsonl")] == [1, 2, 3, 4, 6, 7]
+    # timings and samples: each step once (step 5's were written before its record, whose on_step stopped the run)
+    assert [r["step"] for r in read_jsonl(resumed / "timing.jsonl")] == [1, 2, 3, 4, 5, 6, 7]
+    assert (full / "samples.jsonl").read_text() == (resumed / "samples.jsonl").read_text()
 
 
 def test_stop_before_the_first_checkpoint_resumes_from_step_0_exactly(tmp_path, micro_policy, monkeypatch):

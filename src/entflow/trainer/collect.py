@@ -23,6 +23,7 @@ from entflow.core.batch import TokenBatch
 from entflow.core.token_stats import TokenStats, token_stats
 from entflow.methods import Method
 from entflow.trainer.config import TrainConfig
+from entflow.trainer.faults import kill_point
 from entflow.trainer.rollout import (
     Rollout,
     engine_logp,
@@ -126,6 +127,7 @@ def collect_rollout(
     timings = {} if timings is None else timings
     t0 = time.perf_counter()
     roll = sample_rollout(model, tokenizer, task, cfg, step)
+    kill_point("rollout", step)  # a test hook (trainer/faults.py)
     timings["time/rollout_s"] = time.perf_counter() - t0
     timings["time/verify_s"] = roll.verify_s
     t0 = time.perf_counter()

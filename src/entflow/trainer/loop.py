@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,10 +38,11 @@ from typing import Any
 import torch
 
 from entflow.errors import ConfigError
-from entflow.files import write_json
+from entflow.files import unfinished_writes, write_json
 from entflow.methods import Method
 from entflow.trainer.collect import method_step, schedule_steps
 from entflow.trainer.config import TrainConfig
+from entflow.trainer.faults import kill_point
 from entflow.trainer.progress import ProgressBar, quiet_transformers
 from entflow.trainer.rollout import Rollout
 from entflow.trainer.rundir import (
@@ -176,6 +179,9 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool, method: Method
         method.load_state_dict(ck["method"])
         set_rng_state(ck["rng"])
         start = int(ck["step"])
+        _say(f"resuming {cfg.run_dir} from step {start} ({ckpt_path.relative_to(cfg.run_dir)}, its last checkpoint)")
+    elif resume and (cfg.run_dir / "metrics.jsonl").exists():
+        _say(f"resuming {cfg.run_dir} from step 0: it has no checkpoint yet")
     resolved = cfg.to_dict() | {"policy_path": str(parts.policy_path)}
     if resume:
         _check_resumable(cfg.run_dir, resolved, type(cfg)().to_dict() if _defaults_buildable(cfg) else None)
@@ -186,7 +192,10 @@ def _start_state(parts: RunSetup, cfg: TrainConfig, resume: bool, method: Method
 def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: RunLog) -> dict[str, Any]:
     """One step of the run: train, update the method's controllers, validate when due, write the
     record, samples and timings, checkpoint. Returns the step's record."""
+    # the global RNGs the step runs under, torch's and Python's (whose states the checkpoint holds:
+    # Python's, never seeded, was the interpreter's own random state, another in every process)
     torch.manual_seed(stream_seed(cfg.seed, STEP, step))
+    random.seed(stream_seed(cfg.seed, STEP, step))
     due = _due_eval(cfg, step)
     metrics, roll, timings = train_step(
         parts.model,
@@ -206,9 +215,7 @@ def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: 
         t0 = time.perf_counter()
         record.update(parts.validate(parts.model, parts.tokenizer, parts.task, cfg, step))
         timings["time/eval_s"] = time.perf_counter() - t0
-    log.metrics(record)
-    log.samples(step, roll, cfg, whole_groups=due)
-    log.timings(step, timings)
+    log.step(record, roll, cfg, timings, whole_groups=due)
     if _due_checkpoint(cfg, step, _now() - state.last_checkpoint):
         save_checkpoint(
             checkpoint_path(cfg.run_dir),
@@ -220,6 +227,11 @@ def _run_step(parts: RunSetup, state: _State, cfg: TrainConfig, step: int, log: 
         )
         state.last_checkpoint = _now()
     return record
+
+
+def _say(line: str) -> None:
+    """One line about the run on stderr (where the progress bar writes)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _now() -> float:
@@ -344,31 +356,54 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
 
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resume:  # what a process killed inside an atomic write left: never read, removed
+        for target in (checkpoint_path(run_dir), run_dir / "config.yaml", run_dir / "coverage.json"):
+            for tmp in unfinished_writes(target):
+                size = tmp.stat().st_size
+                tmp.unlink()
+                _say(f"removed {tmp.name} from {tmp.parent}: an unfinished write of {target.name} ({size} bytes)")
 
 
 class RunLog:
     """The run directory's logs: ``metrics.jsonl`` (+ TensorBoard, + ``on_step``), ``samples.jsonl``
-    and ``timing.jsonl``. Steps already in ``metrics.jsonl`` (written before a crash) are not
-    written again: the resumed step reproduces them."""
+    and ``timing.jsonl``.
+
+    A step is logged samples, timings, TensorBoard scalars, and its ``metrics.jsonl`` line last:
+    that line marks the step logged. Opening the logs of a killed run repairs them to the marked
+    steps: a half-written last line is dropped, the samples and timings of a step without its
+    line are cut off, and TensorBoard is told to purge its scalars from the first unmarked step
+    on (``purge_step``); the resumed run writes them once, whole. A marked step is not written
+    again: the resumed run recomputes it from the checkpoint (the same numbers)."""
 
     def __init__(self, run_dir: Path, on_step: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self._metrics = JsonlWriter(run_dir / "metrics.jsonl")  # a torn last line dropped first
         self.done_steps = {int(r["step"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r}
-        self._metrics, self._samples, self._timing = (
-            JsonlWriter(run_dir / f) for f in ("metrics.jsonl", "samples.jsonl", "timing.jsonl")
+        self._samples, self._timing = (
+            JsonlWriter(run_dir / f, keep_steps=self.done_steps) for f in ("samples.jsonl", "timing.jsonl")
         )
-        self._tb = _tensorboard(run_dir)
+        resumed = any(run_dir.glob("events.out.tfevents.*"))
+        self._tb = _tensorboard(run_dir, purge_step=max(self.done_steps, default=-1) + 1 if resumed else None)
         self._on_step = on_step
         self._t0 = time.perf_counter()
+
+    def step(
+        self, record: dict[str, Any], roll: Rollout, cfg: TrainConfig, timings: dict[str, float], whole_groups: bool
+    ) -> None:
+        """A training step's samples, timings and record, in that order (the record marks it logged)."""
+        self.samples(record["step"], roll, cfg, whole_groups)
+        self.timings(record["step"], timings)
+        self.metrics(record)
 
     def metrics(self, record: dict[str, Any]) -> None:
         if record["step"] in self.done_steps:
             return
-        self._metrics.write(record)
         if self._tb is not None:
             for k, v in record.items():
                 if k != "step" and isinstance(v, float) and math.isfinite(v):
                     self._tb.add_scalar(k, v, record["step"])
             self._tb.flush()
+        written = self._metrics.write(record)  # the step's mark, written last
+        kill_point("metrics", record["step"], self._metrics.file, written)  # a test hook (trainer/faults.py)
         if self._on_step is not None:
             self._on_step(record)
 
@@ -380,7 +415,7 @@ class RunLog:
         for i in range(min(cfg.samples_logged, cfg.prompts_per_step)):
             first = i * cfg.group_size
             for j in range(first, first + (cfg.group_size if whole_groups else 1)):
-                self._samples.write(
+                written = self._samples.write(
                     {
                         "step": step,
                         "group": i,
@@ -389,6 +424,7 @@ class RunLog:
                         "reward": float(roll.rewards[j]),
                     }
                 )
+                kill_point("samples", step, self._samples.file, written)  # a test hook (trainer/faults.py)
 
     def timings(self, step: int, timings: dict[str, float]) -> None:
         if step not in self.done_steps:
@@ -468,9 +504,11 @@ def _check_resumable(run_dir: Path, resolved: dict[str, Any], defaults: dict[str
         raise ConfigError(changed[0], f"differs from the run being resumed in {run_dir} ({diffs}); start a fresh run")
 
 
-def _tensorboard(run_dir: Path):
+def _tensorboard(run_dir: Path, purge_step: int | None = None):
+    """A TensorBoard writer into ``run_dir``; ``purge_step``: a resumed run's first unlogged step,
+    from which TensorBoard hides what the killed process's event files hold."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is in the `lab` extra; metrics.jsonl has everything anyway
         return None
-    return SummaryWriter(log_dir=str(run_dir))
+    return SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import yaml
 
 from entflow.analysis.runs import read_jsonl as read_jsonl  # the one run-directory reader, re-exported
 from entflow.files import atomic_file, atomic_write_bytes, json_safe
+from entflow.trainer.faults import kill_point
 
 
 def default_cache_dir() -> Path:
@@ -41,24 +43,52 @@ def cache_folder_of(path: str | os.PathLike) -> Path | None:
 
 
 class JsonlWriter:
-    """Append-only JSON-lines file, flushed and fsynced after every record."""
+    """Append-only JSON-lines file, flushed and fsynced after every record. Opening an existing
+    file drops a half-written last line (a process killed mid-write), and, with ``keep_steps``,
+    every line from the first whose ``step`` is not in it on (the records of a step a killed
+    process did not finish, which the resumed run writes again)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, keep_steps: set[int] | None = None):
         self.path = path
         if path.exists() and path.stat().st_size:
-            with open(path, "rb+") as f:  # drop a half-written last line left by a crash
+            with open(path, "rb+") as f:
                 data = f.read()
-                if not data.endswith(b"\n"):
-                    f.truncate(data.rfind(b"\n") + 1)
+                end = data.rfind(b"\n") + 1  # drop a half-written last line
+                if keep_steps is not None:
+                    end = _end_of_steps(data[:end], keep_steps)
+                if end < len(data):
+                    f.truncate(end)
+                    os.fsync(f.fileno())
         self._f = open(path, "a")
 
-    def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(json_safe(record)) + "\n")
+    def write(self, record: dict[str, Any]) -> int:
+        """Append ``record`` as one line; returns the line's length in bytes (JSON is ASCII)."""
+        line = json.dumps(json_safe(record)) + "\n"
+        self._f.write(line)
         self._f.flush()
         os.fsync(self._f.fileno())
+        return len(line)
+
+    @property
+    def file(self):
+        return self._f
 
     def close(self) -> None:
         self._f.close()
+
+
+def _end_of_steps(data: bytes, steps: set[int]) -> int:
+    """The offset in the JSON lines ``data`` of the first line whose ``step`` is not in ``steps``
+    (``len(data)`` when every line's is)."""
+    offset = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            if json.loads(line).get("step") not in steps:
+                break
+        except ValueError:  # not a record: nothing after it is kept either
+            break
+        offset += len(line)
+    return offset
 
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:
@@ -76,9 +106,27 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(path: Path, **state: Any) -> None:
     """``torch.save`` the state straight into :func:`entflow.files.atomic_file`: ``path`` holds the old checkpoint
-    or the new one, never half, and no second in-memory copy of the state is made."""
+    or the new one, never half, and no second in-memory copy of the state is made (its containers are
+    rebuilt, :func:`_canonical`; tensors are not copied)."""
     with atomic_file(path) as f:
-        torch.save(state, f)
+        torch.save(_canonical(state), f)
+        kill_point("checkpoint", state.get("step"), f, f.tell())  # a test hook (trainer/faults.py)
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with its dicts, lists and tuples rebuilt and its strings interned, so that equal
+    states pickle to equal bytes: ``pickle`` writes an object it has written before as a reference
+    to it, so the bytes depended on which equal strings happened to be one object (a resumed run's
+    optimizer keys were the strings of the checkpoint it loaded, an uninterrupted run's those of
+    AdamW's source, one object with ``step``, the checkpoint's own key)."""
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value)
+    if kind is dict:
+        return {_canonical(k): _canonical(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_canonical(v) for v in value)
+    return value
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

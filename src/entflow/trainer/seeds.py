@@ -20,7 +20,7 @@ Two offsets are shared by two streams (kept, because changing either would chang
 from __future__ import annotations
 
 #: the step's own stream: its prompts (``random.Random``), the update's mini-batch order (a
-#: ``torch.Generator``) and the global torch RNG the step runs under
+#: ``torch.Generator``) and the global torch and Python RNGs the step runs under
 STEP = 0
 #: the validation samples of every evaluation step (the lab's and a real model's ``val/*``)
 VALIDATION = 1

@@ -49,6 +49,7 @@ from entflow.trainer.collect import (
 from entflow.trainer.config import TrainConfig
 from entflow.trainer.diagnostics import rollout_diagnostics
 from entflow.trainer.estimator_scores import score_estimators
+from entflow.trainer.faults import kill_point
 from entflow.trainer.rollout import Rollout, response_token_stats, response_topk_stats
 from entflow.trainer.seeds import STEP, stream_seed
 
@@ -208,6 +209,7 @@ def policy_update(
             if cfg.grad_clip is not None:
                 result.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)))
             optimizer.step()
+            kill_point("update", step)  # a test hook (trainer/faults.py)
             result.n_updates += 1
             if epoch == 0:
                 result.applied_weights[idx] = out.token_weights

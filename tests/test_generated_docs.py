@@ -81,7 +81,7 @@ def test_a_hand_edited_verdict_number_is_caught(tmp_path):
     assert docs_tables.current_sources(ROOT)["003-collapse"] == FULL_RERUN
     collapse = next(c for c in json.loads((ROOT / FULL_RERUN).read_text())["claims"] if c["id"] == "003-collapse")
     page = (root / "docs" / "reproduction.md").read_text()
-    row_start = page.index("| `003-collapse`:")
+    row_start = page.index("| `003-collapse`:", page.index(f"--print claims {FULL_RERUN}`"))
     row = page[row_start : page.index("\n", row_start)]
     shown = f"{_signed(collapse['mean'])} ["
     assert shown in row
@@ -91,9 +91,23 @@ def test_a_hand_edited_verdict_number_is_caught(tmp_path):
     assert stale == [f"reproduction.md: python benchmarks/docs_tables.py --print claims {FULL_RERUN}"]
 
 
+# blocks that show a claim outside its verdict table: the fresh series' decisions, its plan, and the
+# lab's question before the series (each claim's own verdict row is in a `--print claims` table)
+OTHER_VIEWS = ("--print series ", "--print plan ", "--print headline")
+
+
+def _verdict_tables(page: str) -> str:
+    """The page without the blocks of :data:`OTHER_VIEWS`."""
+    for view in OTHER_VIEWS:
+        while (i := page.find(f"Printed by `python benchmarks/docs_tables.py {view}")) >= 0:
+            j = page.index(docs_tables.END, i) + len(docs_tables.END)
+            page = page[:i] + page[j:]
+    return page
+
+
 def _rows_by_claim(page: str) -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
-    for line in page.splitlines():
+    for line in _verdict_tables(page).splitlines():
         m = re.match(r"\| `([^`]+)`:", line)
         if m:
             rows.setdefault(m[1], []).append(line)
@@ -255,13 +269,15 @@ def test_the_readmes_results_are_printed_from_the_current_verdicts():
     first = readme[: readme.index("## Results\n")].count("\n") + 1
     last = first + results.count("\n")
     assert [n for n in docs_tables.table_lines_outside_blocks(page) if first <= n <= last] == []
-    assert "Printed by `python benchmarks/docs_tables.py --print headline`:" in results
-    current = docs_tables.current_sources(ROOT)
-    for cid in docs_tables.HEADLINE:
+    assert "Printed by `python benchmarks/docs_tables.py --print series lab`:" in results
+    judged = json.loads((ROOT / "docs/results/sequential/lab_verdicts.json").read_text())["claims"]
+    planned = [cid for cid, r in judged.items() if r["verdict"] != "not decidable at this budget"]
+    assert planned
+    for cid in planned:
         row = next(line for line in lines[first - 1 : last] if line.startswith(f"| `{cid}`"))
-        claim = next(c for c in json.loads((ROOT / current[cid]).read_text())["claims"] if c["id"] == cid)
-        assert f"{_signed(claim['mean'])} [{_signed(claim['ci_low'])}, {_signed(claim['ci_high'])}]" in row, row
-        assert f"**{claim['verdict']}**" in row, row
+        assert f"**{judged[cid]['verdict']}**" in row, row
+    for cid in set(judged) - set(planned):  # named as not decidable, below the table
+        assert f"`{cid}`" in results
 
 
 def test_the_headline_follows_a_newer_verdict_and_the_recorded_rerun(tmp_path):

@@ -135,6 +135,25 @@ def test_sampling_depends_on_seed_weights_and_prompt_not_on_server_order_or_hist
     assert generate(server(model_dir), a, temperature=0.0).token_ids  # greedy: no draw, no counter
 
 
+def test_placement_asks_for_a_slot_where_the_cluster_declares_slots(monkeypatch):
+    """verl builds each placement bundle as {"CPU": k, platform.ray_resource_name(): 1}: the cpu
+    platform names ``entflow_cpu_slot`` where the Ray cluster declares it (a node then hosts as many
+    actor workers as it has slots, as with GPUs), and plain ``CPU`` otherwise (or without Ray)."""
+    import ray
+
+    from entflow.integrations.verl import cpu
+
+    platform = cpu._platform_class()()
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert platform.ray_resource_name() == "CPU"
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0})
+    assert platform.ray_resource_name() == "CPU"
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0, cpu.SLOT: 2.0})
+    assert platform.ray_resource_name() == cpu.SLOT
+    assert platform.ray_resource_options(1 / 3) == {"num_cpus": 1 / 3}  # the worker itself asks for CPU only
+
+
 def _run_cpu(tmp_path, **env) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHON": sys.executable, **env}
     return subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=300)
@@ -149,6 +168,8 @@ def test_run_cpu_refuses_bad_input_before_ray_starts(tmp_path):
     assert r.returncode == 2 and "parent folder" in r.stderr and str(tmp_path / "missing") in r.stderr
     r = _run_cpu(tmp_path, METHOD="grpo", OUT="")
     assert r.returncode == 2 and "OUT is not set" in r.stderr
+    r = _run_cpu(tmp_path, METHOD="grpo", NODES="3", OUT=str(tmp_path / "out"))
+    assert r.returncode == 2 and "NODES=3: must be 1 or 2" in r.stderr and not (tmp_path / "out").exists()
 
 
 def test_merge_joins_attempts_and_writes_verls_own_step_timings(tmp_path):

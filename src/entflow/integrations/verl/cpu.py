@@ -6,7 +6,9 @@ the registered platforms (CUDA, NPU, ROCm) and, finding none, falls back to CUDA
 device without patching verl; this module adds one, ``cpu``:
 
 - :class:`CPUPlatform`, registered with ``PlatformRegistry`` under ``"cpu"``: device ``cpu``,
-  communication backend ``gloo``, Ray resource ``CPU`` (each worker asks Ray for whole CPUs),
+  communication backend ``gloo``, Ray resource ``CPU`` (each worker asks Ray for CPUs; where the
+  Ray cluster declares :data:`SLOT` resources, verl's placement bundles ask for one slot each, as
+  they ask for one GPU: a node then hosts as many actor workers as it declares slots),
   and a device module (:data:`CPU_DEVICE`) that answers the ``torch.cuda`` calls verl makes
   (memory statistics are 0, seeding seeds the CPU generator, synchronize and empty_cache do nothing);
 - verl's FSDP training engine (``FSDPEngineWithLMHead``, registered by verl for ``cuda`` and ``npu``
@@ -34,6 +36,17 @@ from entflow.integrations.hooks import SUPPORTED, library_version, signature_of
 
 ENV = "VERL_PLATFORM"  # verl's own switch (platform_manager._detect_platform_name)
 NAME = "cpu"
+SLOT = "entflow_cpu_slot"  # a Ray resource a node may declare: how many actor workers it hosts
+
+
+def _cluster_declares(resource: str) -> bool:
+    """True when this process is connected to a Ray cluster that declares ``resource``."""
+    try:
+        import ray
+
+        return bool(ray.is_initialized() and ray.cluster_resources().get(resource, 0) > 0)
+    except Exception:  # no Ray, or a cluster that cannot be asked: the plain CPU resource
+        return False
 
 
 class _CPUDevice(ModuleType):
@@ -182,7 +195,9 @@ def _platform_class() -> type:
             return None
 
         def ray_resource_name(self) -> str:
-            return "CPU"
+            # verl's placement bundles are {"CPU": k, <this>: 1} (single_controller/ray/base.py:144-148):
+            # with the cluster's slots a bundle takes one, so workers spread over nodes as over GPUs
+            return SLOT if _cluster_declares(SLOT) else "CPU"
 
         def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
             return {"num_cpus": num_gpus}

@@ -11,7 +11,8 @@ This module gives both for a CPU, generating with ``transformers``:
   log-probs when ``rollout.calculate_log_probs``). The memory calls verl makes around weight sync
   (``sleep``, ``wake_up``, KV-cache release) have nothing to free on a CPU and return at once.
 - :class:`CPURolloutReplica` (registered with ``RolloutReplicaRegistry``): starts one server per
-  replica, named ``entflow_cpu_rollout_<replica rank>``.
+  replica, named ``entflow_cpu_rollout_<replica rank>``, on the node of the replica's actor worker
+  (as verl places vLLM's servers), so on several Ray nodes each node generates with its own server.
 - :class:`CPURollout` (the worker-side ``BaseRollout``): ``update_weights`` collects the full
   weights verl's FSDP engine yields (every rank must consume them: gathering a sharded tensor is
   collective) and the first rank of each replica sends them to that replica's server.
@@ -249,9 +250,21 @@ def _replica_class() -> type:
             name = server_name(self.replica_rank, self.name_suffix)
             env = {k: v for k, v in os.environ.items() if k.startswith(("VERL_", "ENTFLOW_"))}
             draws = ray.remote(DrawCounter).options(name=COUNTER_NAME, num_cpus=0, get_if_exists=True).remote()
+            where = {}
+            if self.workers:  # on the node of the replica's first actor worker, as verl places vLLM's server
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                node = await self.workers[0].__ray_call__.remote(lambda w: ray.get_runtime_context().get_node_id())
+                where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
             server = (
                 ray.remote(CPURolloutServer)
-                .options(name=name, num_cpus=0, max_concurrency=self.max_concurrency, runtime_env={"env_vars": env})
+                .options(
+                    name=name,
+                    num_cpus=0,
+                    max_concurrency=self.max_concurrency,
+                    runtime_env={"env_vars": env},
+                    **where,
+                )
                 .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank, draws=draws)
             )
             await server.sleep.remote()  # fails here, not at the first request, if the server cannot start

@@ -224,7 +224,7 @@ if [ "$rc" != 0 ]; then
     resume="rerun the same command to resume from the checkpoint of step ${last:-?} (verl's resume_mode=auto)"
     [ -n "$last" ] || resume="no checkpoint was saved: rerunning the same command starts again from step 1"
     if [ -n "$lost" ]; then
-        echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo ended (exit $rc; verl's error above); $resume" >&2
+        echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo ended (exit $rc; its error above: Ray's for the actors lost with the node); $resume" >&2
     else
         echo "run_cpu.sh: main_ppo failed (exit $rc; its error above); $resume" >&2
     fi

@@ -1,7 +1,9 @@
 """The layout's dependency rules (docs/architecture.md §1), checked on the source with ``ast``.
 
 Every ``import entflow.x`` and ``from entflow.x import …`` counts, including the lazy ones inside
-functions: a lazy import is still a dependency.
+functions and those under ``TYPE_CHECKING``: a lazy import is still a dependency. Two checks: no
+package imports a layer it may not (none imports a higher one), and no two files import each other,
+directly or through others (no circle between files).
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ ALLOWED: dict[str, set[str]] = {
     "trainer": {"core", "methods", "analysis"},
     "lab": {"core", "methods", "analysis", "trainer"},
     "hf": {"core", "methods", "analysis", "trainer"},
-    # the evidence (claims registry, facts, reproduce, compare, audit) sits above the lab and real
-    # models: it trains both; neither imports it
-    "evidence": {"core", "methods", "analysis", "trainer", "lab", "hf"},
+    # the settings (the registry of the lab and real models, runs side by side, compare) sit above
+    # both: they choose and train either; neither imports them
+    "settings": {"core", "methods", "analysis", "trainer", "lab", "hf"},
+    # the evidence (claims registry, facts, records, reproduce, verify, audit) sits above the
+    # settings: it trains a claim's runs through them; none of them imports it
+    "evidence": {"core", "methods", "analysis", "trainer", "lab", "hf", "settings"},
     "integrations": {"core", "methods", "analysis"},
     "doctor": {"core", "methods", "analysis", "trainer", "integrations"},
-    "cli": {"core", "methods", "analysis", "trainer", "lab", "hf", "evidence", "integrations", "doctor", "__init__"},
+    # the command line reaches the lab and real models through the registry of settings only
+    "cli": {"core", "methods", "analysis", "trainer", "settings", "evidence", "integrations", "doctor", "__init__"},
 }
 PACKAGES = set(ALLOWED)
 # top-level modules: the package root re-exports core and methods (0.2 deleted the 0.1 shims);
@@ -112,6 +118,86 @@ def test_the_allowed_graph_has_no_cycles():
             visit(package)
 
 
+def module_of(path: Path, src: Path) -> str:
+    """The dotted module of a file under ``src`` (a package's ``__init__.py`` is the package)."""
+    parts = path.relative_to(src.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def file_graph(src: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``src`` it imports: ``from entflow.a import b`` is ``entflow.a.b``
+    where that is a module, else ``entflow.a``; ``import entflow.a.b`` the longest module prefix."""
+    files = {module_of(p, src): p for p in sorted(src.rglob("*.py"))}
+
+    def known(name: str) -> str:
+        while name not in files and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {known(a.name) for a in node.names if a.name.split(".")[0] == src.name}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == src.name:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    targets.add(full if full in files else known(node.module))
+        graph[module] = (targets & set(files)) - {module}
+    return graph
+
+
+def file_circles(src: Path) -> list[list[str]]:
+    """Every circle of files (a strongly connected set of more than one module), each sorted."""
+    graph = file_graph(src)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_two_files_import_each_other():
+    """No circle between files, lazy imports included: a file that needs another's name imports it,
+    and nothing it imports (directly or through others) imports it back."""
+    assert file_circles(SRC) == []
+
+
+def test_a_circle_between_files_is_found(tmp_path):
+    """The checker itself: a planted circle of three files (one import lazy) is found, a chain is not."""
+    pkg = tmp_path / "entflow" / "pkg"
+    pkg.mkdir(parents=True)
+    (tmp_path / "entflow" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from entflow.pkg.b import f\n")
+    (pkg / "b.py").write_text("from entflow.pkg import c\n")
+    (pkg / "c.py").write_text("def g():\n    import entflow.pkg.d\n")
+    (pkg / "d.py").write_text("")
+    assert file_circles(tmp_path / "entflow") == []
+    (pkg / "d.py").write_text("def h():\n    from entflow.pkg.a import f\n")
+    assert file_circles(tmp_path / "entflow") == [["entflow.pkg.a", "entflow.pkg.b", "entflow.pkg.c", "entflow.pkg.d"]]
+
+
 @pytest.mark.parametrize(
     ("package", "source", "bad"),
     [
@@ -119,8 +205,12 @@ def test_the_allowed_graph_has_no_cycles():
         ("core", "def f():\n    import entflow.methods.base\n", "entflow.methods"),
         ("hf", "from entflow import lab\n", "entflow.lab"),
         ("lab", "def f():\n    from entflow.evidence.claims import RUNS\n", "entflow.evidence"),
-        ("hf", "from entflow.evidence import settings\n", "entflow.evidence"),
-        ("evidence", "from entflow.cli.compare import compare_and_report\n", "entflow.cli"),
+        ("hf", "from entflow.settings import registry\n", "entflow.settings"),
+        ("lab", "def f():\n    from entflow.settings.compare import compare_configs\n", "entflow.settings"),
+        ("settings", "from entflow.evidence.claims import RUNS\n", "entflow.evidence"),
+        ("evidence", "from entflow.cli.compare import print_report\n", "entflow.cli"),
+        ("cli", "def run():\n    from entflow.lab.config import LabConfig\n", "entflow.lab"),
+        ("cli", "from entflow.hf.setup import train_real\n", "entflow.hf"),
         ("analysis", "from entflow.methods.objective import policy_loss\n", "entflow.methods"),
         ("integrations", "import entflow as ef\n\nloss = ef.policy_loss\n", "entflow.__init__"),
         ("doctor", "def f():\n    import entflow\n", "entflow.__init__"),

@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from entflow.lab.pretrain import generate_responses, load_policy
+from entflow.lab.evaluate import generate_responses
+from entflow.lab.policy import load_policy
 from entflow.lab.tasks import get_task
 from entflow.trainer.config import parse_override
 from entflow.trainer.evaluate import pass_at_k

@@ -47,8 +47,8 @@ def variants() -> list[dict[str, Any]]:
 
 
 def train(out_dir: str) -> int:
-    from entflow.evidence.compare import compare_and_report
     from entflow.evidence.reproduce import setting_compare_base
+    from entflow.settings.compare import compare_and_report
 
     base = setting_compare_base("regime", ["grpo"], seed=SEEDS[0]) | {"methods": variants()}
     seeds = "seeds=" + ",".join(map(str, SEEDS))

@@ -15,7 +15,8 @@ import argparse
 import dataclasses
 
 from entflow.lab.config import build_config
-from entflow.lab.setup import evaluate_hard_set, lab_setup, validate_policy
+from entflow.lab.evaluate import evaluate_hard_set, validate_policy
+from entflow.lab.setup import lab_setup
 from entflow.trainer.config import load_yaml
 from entflow.trainer.loop import train
 from entflow.trainer.seeds import REGIME_HARD_SET

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from entflow.evidence.reproduce import registry, reproduce
-from entflow.evidence.settings import COMMON_OVERRIDES
+from entflow.settings.lab import COMMON_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
 KEEP = ROOT / "experiments" / "reruns" / "kept"

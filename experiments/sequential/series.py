@@ -171,10 +171,9 @@ def train_one(part: str, setting: str, run: str, seed: int, out: Path) -> Path:
     ``out``; returns its record. Runs inside the worktree's own code (``run`` starts it there)."""
     from entflow.evidence.records import record_name
     from entflow.evidence.reproduce import registry, reproduce
-    from entflow.evidence.settings import COMMON_OVERRIDES, REAL_COMMON_OVERRIDES
 
     s = registry().settings[setting]
-    common = list(REAL_COMMON_OVERRIDES if s.kind == "real" else COMMON_OVERRIDES)
+    common = list(s.runner.common_overrides)  # its kind's (entflow.settings: the lab's or a real model's)
     reproduce({setting: s.base()}, common, [seed], out, jobs=1, runs=[run])
     return out / "facts" / setting / record_name(run, seed)
 

@@ -61,7 +61,7 @@ def test_seed_groups_aggregate_with_intervals(tmp_path: Path):
 
 def test_compare_with_seeds_names_and_seeds_runs(tmp_path: Path):
     from entflow.errors import ConfigError
-    from entflow.evidence.compare import compare_configs, parse_seeds
+    from entflow.settings.compare import compare_configs, parse_seeds
 
     assert parse_seeds("0,1,2") == [0, 1, 2] and parse_seeds([3, 4]) == [3, 4] and parse_seeds(5) == [5]
     for bad in ("0,0", "a", "-1", ""):

@@ -70,8 +70,8 @@ def test_cli_eval_bad_input_exit_code(tmp_path, capsys):
 
 
 def test_eval_uses_the_runs_task_params_and_temperature(tmp_path, micro_policy, capsys):
-    from entflow.cli.eval import lab_eval_settings
     from entflow.cli.main import main
+    from entflow.lab.evaluate import eval_settings as lab_eval_settings
 
     params = {"validation_size": 5, "max_target": 40}
     run = train_lab(micro_run_config(tmp_path, micro_policy, name="e", steps=1, task_params=params, temperature=0.7))

@@ -21,8 +21,8 @@ SHIFT = {0: 0.0, 1: 0.02, 2: -0.01, 3: 0.03, 4: 0.01}
 def recorder(monkeypatch):
     """Replace training by a recorder; each fake run's facts depend on its run type and seed."""
     from entflow.analysis import report
-    from entflow.evidence import compare
     from entflow.evidence import reproduce as rep
+    from entflow.settings import lab, side_by_side
 
     trained: list[tuple[str, int]] = []
 
@@ -39,8 +39,8 @@ def recorder(monkeypatch):
     def fake_train_side_by_side(configs, train, jobs, resume=False, overwrite=False, progress=True, on_done=None):
         return fake_run_compare(configs)  # a real setting's runs (the `real` kind trains through it)
 
-    monkeypatch.setattr(compare, "run_compare", fake_run_compare)
-    monkeypatch.setattr(compare, "train_side_by_side", fake_train_side_by_side)
+    monkeypatch.setattr(lab, "train_lab_runs", fake_run_compare)
+    monkeypatch.setattr(side_by_side, "train_side_by_side", fake_train_side_by_side)
     monkeypatch.setattr(report, "summarize_run", lambda d: {})
     monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
     monkeypatch.setattr(rep, "run_facts", fake_facts)

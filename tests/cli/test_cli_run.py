@@ -15,9 +15,9 @@ import pytest
 from entflow.cli.main import main
 from entflow.cli.run import EXPLORATION_RUNS, REAL_DEMO_EVALUATION, REAL_RUNS, demo_base
 from entflow.errors import ConfigError
-from entflow.evidence.compare import compare_run_configs
 from entflow.evidence.reproduce import COVERAGE_N, _setting_configs, registry, setting_compare_base
-from entflow.evidence.settings import COMMON_OVERRIDES
+from entflow.settings.compare import compare_run_configs
+from entflow.settings.lab import COMMON_OVERRIDES
 from entflow.trainer.config import load_yaml
 
 COLLAPSE_RUNS = ("grpo", "steer", "kl_cov", "adaptive_entropy")
@@ -64,7 +64,7 @@ def test_setting_compare_base_refuses_runs_it_cannot_reproduce(runs, needle):
 def recorder(monkeypatch):
     """Replace training and the report by a recorder of (folder, run, seed)."""
     from entflow.analysis import report
-    from entflow.evidence import compare
+    from entflow.settings import lab
 
     trained: list[tuple[str, str, int]] = []
 
@@ -72,7 +72,7 @@ def recorder(monkeypatch):
         trained.extend((Path(c.out_dir).name, c.group, c.seed) for c in configs)
         return []
 
-    monkeypatch.setattr(compare, "run_compare", fake_run_compare)
+    monkeypatch.setattr(lab, "train_lab_runs", fake_run_compare)
     monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
     monkeypatch.setattr(report, "print_summary", lambda dirs, console=None: None)
     return trained
@@ -135,7 +135,7 @@ def test_real_preset_is_the_reproduce_real_runs():
 def real_recorder(monkeypatch):
     """Replace real training and the report by a recorder of (folder, run, seed, config class)."""
     from entflow.analysis import report
-    from entflow.evidence import compare
+    from entflow.settings import side_by_side
 
     trained: list[tuple[str, str, int, str]] = []
 
@@ -144,7 +144,7 @@ def real_recorder(monkeypatch):
         trained.extend((Path(c.out_dir).name, c.group, c.seed, type(c).__name__) for c in configs)
         return []
 
-    monkeypatch.setattr(compare, "train_side_by_side", fake_train_side_by_side)
+    monkeypatch.setattr(side_by_side, "train_side_by_side", fake_train_side_by_side)
     monkeypatch.setattr(report, "write_report", lambda dirs, out: Path(out) / "report.html")
     monkeypatch.setattr(report, "print_summary", lambda dirs, console=None: None)
     return trained

@@ -1,5 +1,5 @@
 """The claims pipeline flows one way: ``evidence/claims.py`` (the registry, importing of the evidence
-package only the registry of setting kinds) → ``evidence/facts.py`` (a run directory → facts) →
+package nothing, and the registry of settings) → ``evidence/facts.py`` (a run directory → facts) →
 ``evidence/reproduce.py`` (→ ``evidence/records.py``, per-run records) → ``evidence/verify.py``;
 the list of facts is what the producers return, and no YAML is read when the modules are imported."""
 
@@ -21,7 +21,10 @@ EVIDENCE = Path(entflow.evidence.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _imports(module: str, prefixes: tuple[str, ...] = ("entflow.evidence", "entflow.lab", "entflow.hf")) -> set[str]:
+PREFIXES = ("entflow.evidence", "entflow.settings", "entflow.lab", "entflow.hf")
+
+
+def _imports(module: str, prefixes: tuple[str, ...] = PREFIXES) -> set[str]:
     """The modules of ``prefixes`` that ``evidence/<module>.py`` imports (lazy imports included)."""
     found = set()
     for node in ast.walk(ast.parse((EVIDENCE / f"{module}.py").read_text())):
@@ -33,20 +36,20 @@ def _imports(module: str, prefixes: tuple[str, ...] = ("entflow.evidence", "entf
 
 
 def test_the_pipeline_imports_one_way():
-    assert _imports("claims") == {"entflow.evidence.settings"}
+    assert _imports("claims") == {"entflow.settings.base", "entflow.settings.registry"}
     assert _imports("facts") == set()
-    assert _imports("reproduce") - {"entflow.evidence.audit", "entflow.lab.setup", "entflow.evidence.compare"} == {
+    assert _imports("reproduce") - {"entflow.evidence.audit", "entflow.lab.setup", "entflow.settings.compare"} == {
         "entflow.evidence.claims",
         "entflow.evidence.facts",
         "entflow.evidence.records",
-        "entflow.evidence.settings",
+        "entflow.settings.registry",
     }
     # the records read a run directory's facts; the verifier judges with the registry's functions
     assert _imports("records") == {"entflow.evidence.facts", "entflow.evidence.claims"}
     assert _imports("verify") == {"entflow.evidence.claims", "entflow.evidence.records", "entflow.evidence.reproduce"}
-    # only the registry of setting kinds reaches a real model
-    assert {m for m in ("claims", "facts", "reproduce", "compare", "audit") if _imports(m, ("entflow.hf",))} == set()
-    assert _imports("settings", ("entflow.hf",)) == {"entflow.hf.setup"}
+    # only the settings reach a real model (entflow.settings.real): no module of the evidence does
+    modules = ("claims", "decision", "facts", "records", "reproduce", "verify", "audit")
+    assert {m for m in modules if _imports(m, ("entflow.hf",))} == set()
 
 
 def test_run_facts_returns_exactly_the_facts_claims_may_read(tmp_path):

@@ -224,12 +224,12 @@ def test_reproduce_prints_and_writes_raw_and_holm_verdicts_of_a_family(tmp_path,
 
     from entflow.analysis import report
     from entflow.cli.main import main
-    from entflow.evidence import compare
     from entflow.evidence import reproduce as rep
     from entflow.evidence.claims import holm, one_sided_p
+    from entflow.settings import lab
 
     shift = {"clip_cov": [0.03, 0.01, 0.02, 0.0, 0.04], "kl_cov": [0.031, 0.01, 0.02, 0.0, 0.04]}
-    monkeypatch.setattr(compare, "run_compare", lambda configs, **kw: [f"{c.group}/{c.seed}" for c in configs])
+    monkeypatch.setattr(lab, "train_lab_runs", lambda configs, **kw: [f"{c.group}/{c.seed}" for c in configs])
     monkeypatch.setattr(report, "summarize_run", lambda d: {})
     monkeypatch.setattr(report, "write_report", lambda dirs, out: None)
 

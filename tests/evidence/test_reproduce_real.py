@@ -15,11 +15,13 @@ import yaml
 
 from entflow.errors import ConfigError
 from entflow.evidence import reproduce as rep
-from entflow.evidence import settings as kinds
 from entflow.evidence.claims import load_registry, load_settings, registry_path
 from entflow.evidence.facts import FACTS
 from entflow.hf.rewards import REWARDS
 from entflow.hf.setup import RealTrainConfig
+from entflow.settings import registry as kinds
+from entflow.settings.lab import COMMON_OVERRIDES
+from entflow.settings.real import REAL_COMMON_OVERRIDES
 from support.real_tiny import parity_reward, save_tiny_model
 
 SEEDS = [0, 1]
@@ -126,7 +128,7 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
         "lr": 1e-2,
         "progress": False,
     }
-    overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]  # as `entflow reproduce` passes them
+    overrides = [*COMMON_OVERRIDES, "steps=2"]  # as `entflow reproduce` passes them
     out = tmp_path / "rep"
     res = rep.reproduce({"real": base}, overrides, SEEDS, out, jobs=2)  # the setting's kind trains it
 
@@ -185,12 +187,12 @@ def test_reproduce_trains_and_judges_a_real_setting(tmp_path, real_registry, mon
 
 
 def test_real_runs_do_not_take_the_lab_checkpoint_policy():
-    lab_only = [o for o in kinds.COMMON_OVERRIDES if o not in kinds.REAL_COMMON_OVERRIDES]
+    lab_only = [o for o in COMMON_OVERRIDES if o not in REAL_COMMON_OVERRIDES]
     assert lab_only == ["checkpoint_every=20"]
-    assert kinds.kind_overrides("real", [*kinds.COMMON_OVERRIDES, "steps=3"]) == ["audit=false", "steps=3"]
+    assert kinds.kind_overrides("real", [*COMMON_OVERRIDES, "steps=3"]) == ["audit=false", "steps=3"]
     # a user's own equal override after reproduce's common ones stays
-    real = kinds.kind_overrides("real", [*kinds.COMMON_OVERRIDES, "checkpoint_every=20"])
+    real = kinds.kind_overrides("real", [*COMMON_OVERRIDES, "checkpoint_every=20"])
     assert real == ["audit=false", "checkpoint_every=20"]
-    assert kinds.kind_overrides("lab", [*kinds.COMMON_OVERRIDES, "steps=3"]) == [*kinds.COMMON_OVERRIDES, "steps=3"]
+    assert kinds.kind_overrides("lab", [*COMMON_OVERRIDES, "steps=3"]) == [*COMMON_OVERRIDES, "steps=3"]
     assert list(kinds.get_setting_kind("real").common_overrides) == ["audit=false"]
-    assert list(kinds.get_setting_kind("lab").common_overrides) == kinds.COMMON_OVERRIDES
+    assert list(kinds.get_setting_kind("lab").common_overrides) == COMMON_OVERRIDES

@@ -16,7 +16,8 @@ import pytest
 
 from entflow.errors import ConfigError
 from entflow.lab.config import build_config
-from entflow.lab.setup import coverage_splits, train_lab
+from entflow.lab.evaluate import coverage_splits
+from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
 
 ROUTES_PARAMS = {"validation_size": 6, "hard_size": 5}
@@ -97,7 +98,7 @@ def test_coverage_json_schema_and_exact_pass_at_k(routes_runs):
 def test_warm_curve_is_the_warm_start_under_the_same_seeds(routes_runs, micro_policy, length_rewarded):
     """The stored warm entry is reproduced by evaluating the warm start again (seeds per split, not
     per step), and the final entry by evaluating the final checkpoint."""
-    from entflow.lab.pretrain import load_policy
+    from entflow.lab.policy import load_policy
     from entflow.lab.tasks import get_task
 
     on, _ = routes_runs
@@ -145,7 +146,7 @@ def test_bad_coverage_keys_name_the_key(tmp_path, micro_policy, override, key):
 
 
 def test_coverage_k_selects_the_curve_points(tmp_path, micro_policy, length_rewarded):
-    from entflow.lab.pretrain import load_policy
+    from entflow.lab.policy import load_policy
     from entflow.lab.tasks import get_task
 
     cfg = micro_config(tmp_path, micro_policy, coverage_n=6, coverage_k=[1, 3, 6])
@@ -166,16 +167,16 @@ def test_warm_coverage_is_cached_per_warm_start_and_seed(tmp_path, micro_policy,
     never written to."""
     import shutil
 
-    import entflow.lab.setup as lab_setup
+    import entflow.lab.evaluate as lab_evaluate
 
     calls: list[int] = []
-    real = lab_setup.coverage_splits
+    real = lab_evaluate.coverage_splits
 
     def counted(model, tokenizer, task, cfg):
         calls.append(cfg.seed)
         return real(model, tokenizer, task, cfg)
 
-    monkeypatch.setattr(lab_setup, "coverage_splits", counted)
+    monkeypatch.setattr(lab_evaluate, "coverage_splits", counted)
     cache = tmp_path / "cache"
     policy = shutil.copytree(micro_policy, cache / "countdown-micro")
     monkeypatch.setenv("ENTFLOW_CACHE", str(cache))

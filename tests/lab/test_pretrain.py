@@ -1,6 +1,5 @@
-"""Lab warm start: SFT batches, cache (atomic, reused), load, evaluate (docs/design.md §10)."""
+"""Lab warm start: SFT batches, cache (atomic, reused), load (docs/design.md §10)."""
 
-import math
 import os
 import time
 
@@ -15,14 +14,12 @@ from entflow.lab.pretrain import (
     INFO_FILE,
     PretrainConfig,
     cache_path,
-    evaluate,
     load_policy,
     make_sft_batch,
     pretrain,
     read_info,
 )
-from entflow.lab.tasks import LAB_ALPHABET, get_task
-from entflow.trainer.rollout import Generation
+from entflow.lab.tasks import LAB_ALPHABET
 
 TINY = PolicyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=32)
 
@@ -121,47 +118,6 @@ def test_env_cache_dir_and_atomic_failure(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         pretrain(cfg, progress=False)
     assert list((tmp_path / "env").iterdir()) == []  # nothing half-written
-
-
-def test_evaluate_ranges_and_seed():
-    task = get_task("countdown")
-    tok = build_tokenizer(task.alphabet)
-    model = build_policy(tok, TINY, seed=0)
-    model.train()
-    probs = task.validation_set()[:8]
-    r = evaluate(model, tok, task, probs, k=3, greedy=True, seed=0)
-    assert model.training  # mode restored
-    assert 0 <= r["acc"] <= r["pass@k"] <= 1
-    assert 0 <= r["acc_greedy"] <= 1
-    assert all(isinstance(v, (int, float)) for v in r.values())
-    assert 0 < r["entropy"] <= math.log(len(tok)) + 1e-5  # random init: near uniform
-    assert 1 <= r["response_len"] <= task.max_response_len
-    assert 0 <= r["distinct_correct"] <= 3
-    assert evaluate(model, tok, task, probs, k=3, seed=0)["entropy"] == r["entropy"]
-    assert evaluate(model, tok, task, probs, k=3, seed=0)["acc_greedy"] == r["acc_greedy"]  # always computed
-    with pytest.raises(ParameterError):
-        evaluate(model, tok, task, probs, k=0)
-
-
-def test_evaluate_counts_a_perfect_policy_as_perfect(monkeypatch):
-    """Feed evaluate a policy that always answers a known solution: acc = pass@k = 1."""
-    task = get_task("countdown")
-    tok = build_tokenizer(task.alphabet)
-    model = build_policy(tok, TINY, seed=0)
-    probs = task.validation_set()[:4]
-    sols = [task.solutions(p)[0] for p in probs]
-
-    def fake(model, tok, prompts, n, max_new_tokens, *, greedy=False, **settings):
-        texts = [sols[[p.prompt for p in probs].index(q)] for q in prompts for _ in range(n)]
-        ids = torch.full((len(texts), 3), tok.pad_token_id, dtype=torch.long)
-        ids[:, 0] = tok.eos_token_id
-        mask = torch.zeros(len(texts), 3)
-        mask[:, 0] = 1.0
-        return [Generation(ids, mask, ids, mask, texts, None, torch.zeros(len(texts), 3))]
-
-    monkeypatch.setattr(pt, "generate_in_batches", fake)
-    r = evaluate(model, tok, task, probs, k=2, greedy=True)
-    assert r["acc"] == r["pass@k"] == r["acc_greedy"] == 1.0 and r["distinct_correct"] == 1.0
 
 
 def test_refuses_a_foreign_directory_at_the_cache_path(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "entflow"
-FILE_PATH = r"`((?:core|methods|analysis|trainer|lab|hf|evidence|integrations|doctor)/[\w/]+)\.py`"
+FILE_PATH = r"`((?:core|methods|analysis|trainer|lab|hf|settings|evidence|integrations|doctor)/[\w/]+)\.py`"
 SNAPSHOT_PATH = Path(__file__).with_name("public_names_v0_2.json")
 CHANGELOG = ROOT / "CHANGELOG.md"
 # the tables of moves and renames, by release (0.2.0's; the next release's, under "Unreleased")

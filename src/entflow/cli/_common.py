@@ -91,10 +91,10 @@ def model_argument(flag: str, value: str) -> str:
     directory, or something a hub id could be (whether the hub is allowed is checked later, as a
     config key). A path that is no model raises :class:`PathError` naming the flag and the path."""
     from entflow.errors import ConfigError
-    from entflow.hf.models import resolve_model
+    from entflow.settings.registry import kind_of
 
     try:
-        resolve_model(value, allow_hub=True, convert=False)
+        kind_of({"model": value}).check_model(value)
     except ConfigError as e:
         message = str(e).removeprefix(f"config key {e.key!r}: ").removeprefix(f"no model at {value!r}: ")
         raise PathError(flag, value, message) from None
@@ -127,14 +127,3 @@ def read_config(flag: str, value: str | Path) -> dict[str, Any]:
         raise PathError(flag, path, f"not valid YAML{line}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise PathError(flag, path, f"cannot be read ({type(e).__name__})") from e
-
-
-def config_keys_help() -> str:
-    """Every config key of a lab run with its default, help and allowed range (from the config
-    dataclass's field metadata: :func:`entflow.trainer.config.describe_keys`)."""
-    from entflow.lab.config import LabConfig
-    from entflow.trainer.config import describe_keys
-
-    return "\n".join(
-        ["config keys (key=default; set them in --config FILE or as key=value):", *describe_keys(LabConfig)]
-    )

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from pathlib import Path
 
-from entflow.cli._common import add_config_arguments, base_config, cli_console, config_keys_help
+from entflow.cli._common import add_config_arguments, base_config, cli_console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = config_keys_help()
+    from entflow.settings.registry import config_keys_help
+
+    p.epilog = config_keys_help(added=False)
     p.add_argument("--methods", help="comma-separated method names (or a `methods:` list in --config)")
     p.add_argument("--name", default="compare", help="comparison name: runs go to out_dir/NAME/<method> [compare]")
     p.add_argument("--jobs", type=int, default=2, help="runs trained in parallel [2]")
@@ -20,27 +22,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return compare_and_report(
+    from entflow.settings.compare import compare_and_report
+
+    trained = compare_and_report(
         base_config(args), args.methods, args.name, args.overrides, args.jobs, args.resume, args.overwrite
     )
+    return print_report(*trained)
 
 
-def compare_and_report(
-    base: dict[str, Any],
-    methods_arg: str | None,
-    name: str,
-    overrides: list[str],
-    jobs: int,
-    resume: bool,
-    overwrite: bool,
-    kind: str = "lab",
-) -> int:
-    """Train and report a comparison (``entflow.evidence.compare.compare_and_report``), then print
-    the summary and the report's path. ``kind``: the setting kind that trains the runs."""
+def print_report(run_dirs: list[Path], report: Path) -> int:
+    """The summary of a comparison's runs (:func:`entflow.settings.compare.compare_and_report`'s
+    result) and its report's path."""
     from entflow.analysis.report import print_summary
-    from entflow.evidence.compare import compare_and_report as train_and_report
 
-    run_dirs, report = train_and_report(base, methods_arg, name, overrides, jobs, resume, overwrite, kind=kind)
     print_summary(run_dirs, cli_console())
     print(f"report: {report}")
     return 0

@@ -35,12 +35,16 @@ COMMAND_EXTRA: dict[str, str] = {
 
 
 def command_extra(command: str, args: argparse.Namespace) -> str | None:
-    """The extra ``entflow COMMAND`` needs with these arguments: ``[real]`` for a real model
-    (``train --model``, ``eval --model``, ``run --preset real``), else :data:`COMMAND_EXTRA`'s entry."""
-    if command in ("train", "eval") and getattr(args, "model", None):
-        return "real"
+    """The extra ``entflow COMMAND`` needs with these arguments: a training or evaluation command's
+    setting's (:func:`entflow.settings.registry.kind_of`: ``[real]`` for ``train --model``,
+    ``eval --model``; ``run --preset real`` trains the ``real`` setting), else
+    :data:`COMMAND_EXTRA`'s entry."""
+    from entflow.settings.registry import get_setting_kind, kind_of
+
+    if command in ("train", "eval"):
+        return kind_of(vars(args)).extra
     if command == "run" and getattr(args, "preset", None) == "real":
-        return "real"
+        return get_setting_kind("real").extra
     return COMMAND_EXTRA.get(command)
 
 

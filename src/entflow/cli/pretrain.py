@@ -14,10 +14,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from entflow.lab.pretrain import PretrainConfig, pretrain
+    from entflow.settings.registry import get_setting_kind
 
     kw = {"task": args.task, "seed": args.seed} | ({"steps": args.steps} if args.steps else {})
-    path = pretrain(PretrainConfig(**kw), progress=True)
+    path = get_setting_kind("lab").warm_start(progress=True, **kw)
     info = path / "warmstart.json"
     print(f"policy: {path}")
     if info.exists():

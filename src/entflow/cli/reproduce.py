@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     from entflow.errors import ConfigError
     from entflow.evidence.audit import AuditConfig
     from entflow.evidence.claims import DESIGN_SEEDS, MIN_SEEDS, RUNS, preset_base
-    from entflow.evidence.compare import parse_seeds
     from entflow.evidence.reproduce import claims_markdown, families_markdown, registry, reproduce, select_claims
-    from entflow.evidence.settings import COMMON_OVERRIDES
+    from entflow.settings.compare import parse_seeds
+    from entflow.settings.lab import COMMON_OVERRIDES
     from entflow.trainer.config import parse_override
 
     # each setting's base: its preset with the full run's steps; --config replaces the demo's preset

@@ -72,7 +72,8 @@ def real_demo_base(jobs: int = 1) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from entflow.cli._common import read_config
-    from entflow.cli.compare import compare_and_report
+    from entflow.cli.compare import print_report
+    from entflow.settings.compare import compare_and_report
     from entflow.trainer.config import parse_override
 
     base = read_config("--config", args.config) if args.config else demo_base(args.preset, args.jobs)
@@ -82,9 +83,6 @@ def run(args: argparse.Namespace) -> int:
         key, value = parse_override(text)
         if key == "seed" and args.name is None and value != base.get("seed", 0):
             name = f"{default_name}-s{value}"
-    kind = "lab"
-    if args.preset == "real":  # the registry's real setting: RealTrainConfig runs, trained by train_real
-        from entflow.evidence.reproduce import registry
-
-        kind = registry().settings["real"].kind
-    return compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh, kind=kind)
+    # trained by the setting the configs describe (the real preset names a model: RealTrainConfig
+    # runs trained by train_real; the others the lab's)
+    return print_report(*compare_and_report(base, None, name, args.overrides, args.jobs, not args.fresh, args.fresh))

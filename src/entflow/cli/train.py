@@ -1,41 +1,18 @@
 """``entflow train``: one lab run with one method (or a composition); with ``--model`` a real
-Hugging Face model on real data (:mod:`entflow.hf.setup`), same run directory."""
+Hugging Face model on real data, same run directory. The registry of settings
+(:func:`entflow.settings.registry.kind_of`) chooses which from the run's keys."""
 
 from __future__ import annotations
 
 import argparse
 
-from entflow.cli._common import add_config_arguments, base_config, config_keys_help, existing_path, read_config
-
-
-def real_keys_help() -> str:
-    """The keys a real-model run (``--model``) adds, and the defaults it changes, from
-    :class:`~entflow.hf.setup.RealTrainConfig`'s fields (imported lazily: no torch for ``--help``)."""
-    import dataclasses
-
-    from entflow.lab.config import LabConfig
-    from entflow.trainer.config import describe_keys
-
-    try:
-        from entflow.hf.setup import RealTrainConfig
-    except ImportError:  # an install without the real-model extra
-        return "With --model (a real model, docs/real-models.md): pip install 'entflow[real]'."
-    lab = {f.name: f for f in dataclasses.fields(LabConfig)}
-    real = dataclasses.fields(RealTrainConfig)
-    added = [f.name for f in real if f.name not in lab]
-    changed = [f.name for f in real if f.name in lab and f.default != lab[f.name].default]
-    return "\n".join(
-        [
-            "With --model (a real model, docs/real-models.md; task is the data, --data) also these keys:",
-            *describe_keys(RealTrainConfig, added),
-            "and these defaults change:",
-            *describe_keys(RealTrainConfig, changed),
-        ]
-    )
+from entflow.cli._common import add_config_arguments, base_config, existing_path, read_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = config_keys_help() + "\n\n" + real_keys_help()
+    from entflow.settings.registry import config_keys_help
+
+    p.epilog = config_keys_help()
     p.add_argument("--method", help="method name or composition a+b (default: grpo)")
     p.add_argument("--name", help="run name (directory under out_dir; default: the method)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
@@ -48,7 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from entflow.errors import PathError
     from entflow.trainer.config import build_config
-    from entflow.trainer.loop import train
 
     if args.resume:
         run_dir = existing_path("--resume", args.resume, kind="dir")
@@ -62,18 +38,18 @@ def run(args: argparse.Namespace) -> int:
         base["method"] = args.method
     if args.name:
         base["name"] = args.name
-    cls, setup = config_class_and_setup(base, args)
-    cfg = build_config(base, args.overrides, cls=cls)
-    run_dir = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, setup=setup)
+    kind = setting_of(base, args)
+    cfg = build_config(base, args.overrides, cls=kind.config_class())
+    run_dir = kind.train_run(cfg, resume=bool(args.resume), overwrite=args.overwrite)
     print(f"run written to {run_dir}  (entflow analyze {run_dir})")
     return 0
 
 
-def config_class_and_setup(base: dict, args: argparse.Namespace):
-    """The lab's config and setup, or the real-model ones when ``--model`` is given or the run
-    being resumed was a real-model run."""
-    from entflow.lab.config import LabConfig
-    from entflow.lab.setup import lab_setup
+def setting_of(base: dict, args: argparse.Namespace):
+    """The setting of the run (:func:`entflow.settings.registry.kind_of`): a real model's when
+    ``--model`` is given or the run being resumed was a real-model run, else the lab's. ``--model``
+    and ``--data`` are written into ``base``."""
+    from entflow.settings.registry import kind_of
 
     if args.model:
         from entflow.cli._common import model_argument
@@ -87,8 +63,4 @@ def config_class_and_setup(base: dict, args: argparse.Namespace):
         from entflow.cli._common import data_argument
 
         base["task"] = data_argument("--data", args.data)
-    if "model" not in base:
-        return LabConfig, lab_setup
-    from entflow.hf.setup import RealTrainConfig, real_setup
-
-    return RealTrainConfig, real_setup
+    return kind_of(base)

@@ -1,5 +1,6 @@
-"""The evidence: the papers' claims as a pre-registered registry (``claims.yaml``, ``claims``), the
-facts a run directory yields (``facts``), ``entflow reproduce`` (``reproduce``), runs side by side
-(``compare``), the clean estimator audit (``audit``) and the registry of setting kinds that trains a
-setting's runs, the lab's tiny policy or a real model (``settings``). It sits above ``entflow.lab``
-and ``entflow.hf`` and may import both; neither imports it (docs/architecture.md §1)."""
+"""The evidence: the papers' claims as a pre-registered registry (``claims.yaml``, ``claims``) with
+their verdict rules, the sequential decisions (``decision``), the facts a run directory yields
+(``facts``), the per-run facts records (``records``), ``entflow reproduce`` (``reproduce``), the
+verifier of published verdicts (``verify``) and the clean estimator audit (``audit``). It sits above
+the settings (``entflow.settings``), which train a claim's runs in the lab or on a real model, and
+may import them and what they import; none of them imports it (docs/architecture.md §1)."""

@@ -4,7 +4,7 @@ data, read when :func:`load_registry` is called, never at import), the named met
 claim's ``metric`` refers to, and the verdict rule (:meth:`Claim.verdict`).
 
 The pipeline flows one way: ``claims`` (this module: of the evidence package it imports only the
-registry of setting kinds, :mod:`entflow.evidence.settings`) → :mod:`entflow.evidence.facts` (a run
+registry of settings, :mod:`entflow.settings.registry`) → :mod:`entflow.evidence.facts` (a run
 directory → facts) → :mod:`entflow.evidence.reproduce` (select → train → facts → verdicts → write).
 A claim is measured once per seed from that seed's facts (``{run: {fact: number}}``) and judged
 from the 95 % Student-t interval of the per-seed values.
@@ -24,7 +24,8 @@ import numpy as np
 import yaml
 
 from entflow.errors import ConfigError
-from entflow.evidence.settings import SettingKind, get_setting_kind, setting_kinds
+from entflow.settings.base import SettingKind
+from entflow.settings.registry import get_setting_kind, setting_kinds
 
 __all__ = [
     "DEFAULT_SETTING",
@@ -390,8 +391,8 @@ class Claim:
 @dataclass(frozen=True)
 class Setting:
     """Where a claim is measured: a preset file and the number of steps of the full run (``--quick``
-    and explicit overrides replace the steps). ``kind`` names the entry of the registry of setting
-    kinds (:mod:`entflow.evidence.settings`) that says where its preset lives, which config class it
+    and explicit overrides replace the steps). ``kind`` names the entry of the registry of settings
+    (:mod:`entflow.settings.registry`) that says where its preset lives, which config class it
     builds and how its runs are trained: ``lab`` (a preset of ``entflow/lab/configs``,
     :class:`~entflow.lab.config.LabConfig` keys; the tiny policy) or ``real`` (a preset of
     ``entflow/evidence/configs``, ``entflow.hf.setup.RealTrainConfig`` keys; a real model,

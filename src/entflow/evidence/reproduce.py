@@ -21,7 +21,7 @@ A claim that is ``pending`` in the registry, or whose runs were not trained, is 
 rule are the pre-registered registry ``src/entflow/evidence/claims.yaml`` (:mod:`entflow.evidence.claims`;
 docs/reproduction.md, "Pre-registration"); the facts they read come from
 :mod:`entflow.evidence.facts`. Each setting's runs are configured and trained by its kind's entry of
-the registry of setting kinds (:mod:`entflow.evidence.settings`: the lab's tiny policy, or a real
+the registry of settings (:mod:`entflow.settings.registry`: the lab's tiny policy, or a real
 model). This module only orchestrates: select → train → facts → verdicts → write.
 """
 
@@ -62,8 +62,8 @@ from entflow.evidence.records import (
     record_name,
     write_record,
 )
-from entflow.evidence.settings import kind_overrides
 from entflow.files import write_json
+from entflow.settings.registry import get_setting_kind, kind_overrides
 
 
 @functools.cache
@@ -110,10 +110,10 @@ def runs_needed(claims: Sequence[Claim], only: Sequence[str] | None = None) -> l
 
 
 def setting_compare_base(setting: str, runs: Sequence[str], seed: int) -> dict[str, Any]:
-    """A compare config (``entflow.evidence.compare.compare_and_report``) whose runs are the registry's
+    """A compare config (``entflow.settings.compare.compare_and_report``) whose runs are the registry's
     ``runs`` of ``setting`` at ``seed``, configured exactly as the full ``reproduce`` trains them:
     the setting's preset at its full-run steps, its kind's common overrides
-    (:data:`entflow.evidence.settings.COMMON_OVERRIDES` for the lab), each run's paper setting
+    (:data:`entflow.settings.lab.COMMON_OVERRIDES` for the lab), each run's paper setting
     (RUNS) and pass@256 where a claim reads it. ``entflow run``'s default demo is two of them.
 
     Runs whose paper setting changes config keys (RUNS' third entry, e.g. ``strict_on_policy``)
@@ -336,11 +336,11 @@ def reproduce(
     registered for (``entflow reproduce`` without ``--seeds``).
 
     Each setting's runs are configured and trained by its kind (``Setting.runner``, the registry of
-    :mod:`entflow.evidence.settings`): the lab's ``jobs`` at a time from one warm start; a setting of
+    :mod:`entflow.settings.registry`): the lab's ``jobs`` at a time from one warm start; a setting of
     kind ``real`` with ``RealTrainConfig`` and ``train_real``, one run at a time, resumed as the
     lab's runs are, from the model the preset names (no lab warm start), with
-    :data:`~entflow.evidence.settings.REAL_COMMON_OVERRIDES` instead of the lab-only entries of
-    :data:`~entflow.evidence.settings.COMMON_OVERRIDES`. Its facts and claims take the same path as
+    :data:`~entflow.settings.real.REAL_COMMON_OVERRIDES` instead of the lab-only entries of
+    :data:`~entflow.settings.lab.COMMON_OVERRIDES`. Its facts and claims take the same path as
     the lab's."""
     from entflow.analysis.report import summarize_run, write_report
     from entflow.errors import ConfigError
@@ -471,10 +471,9 @@ def _setting_configs(
 
     The configs are of the setting's kind's config class (``RealTrainConfig`` for a ``real``
     setting), without the lab-only entries of ``COMMON_OVERRIDES`` a real run does not take
-    (:func:`~entflow.evidence.settings.kind_overrides`)."""
+    (:func:`~entflow.settings.registry.kind_overrides`)."""
     from entflow.errors import ConfigError
-    from entflow.evidence.compare import compare_configs
-    from entflow.evidence.settings import get_setting_kind
+    from entflow.settings.compare import compare_configs
 
     kind = registry().settings[setting].kind if setting in registry().settings else "lab"
     configs = compare_configs(

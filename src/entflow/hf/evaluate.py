@@ -182,6 +182,33 @@ class EvalResult:
             "samples": self.samples,
         }
 
+    def table(self) -> Any:
+        """The metrics as a rich table, each with its standard error, then the extras
+        (``entflow eval --model``)."""
+        from rich.markup import escape
+        from rich.table import Table
+
+        s = self.settings
+        table = Table(
+            title=escape(
+                f"{s['model']} on {s['data']}: {s['n_problems']} problems × {s['n_samples']} samples "
+                f"(T={s['temperature']}, top_p={s['top_p']}, top_k={s['top_k']}, max_new_tokens={s['max_new_tokens']})"
+            )
+        )
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        table.add_column("± s.e.", justify="right")
+        for name, (v, se) in self.metrics.items():
+            table.add_row(name, f"{v:.3f}", f"{se:.3f}")
+        e = self.extras
+        table.add_row("mean response length (tokens)", f"{e['response_len']:.1f}", "")
+        table.add_row("token entropy (nats)", f"{e['token_entropy']:.3f}", "")
+        table.add_row("unparseable fraction", f"{e['unparseable_frac']:.3f}", "")
+        table.add_row("samples / s", f"{e['samples_per_s']:.2f}", "")
+        errors = f"{e.get('reward_errors', 0):.0f} / {e.get('reward_timeouts', 0):.0f}"
+        table.add_row("reward errors / timeouts", errors, "")
+        return table
+
 
 def _answer_parser(task: Any) -> tuple[Callable[[str], Any], Callable[[Any, Any], bool]]:
     """How responses are parsed for maj@k and 'unparseable': math-verify for math rewards, the

@@ -34,9 +34,7 @@ from entflow.lab.policy import (
     load_policy,
 )
 from entflow.lab.tasks import LabTask, Problem, get_task
-from entflow.trainer.evaluate import generate_in_batches, pass_at_k
 from entflow.trainer.progress import ProgressBar, quiet_transformers
-from entflow.trainer.rollout import generate
 from entflow.trainer.rundir import default_cache_dir
 
 __all__ = [
@@ -44,8 +42,6 @@ __all__ = [
     "PretrainConfig",
     "cache_path",
     "default_cache_dir",
-    "evaluate",
-    "generate_responses",
     "load_policy",
     "make_sft_batch",
     "pretrain",
@@ -201,106 +197,12 @@ def sft_loss(model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------
-# evaluation
-
-
-@torch.no_grad()
-def generate_responses(
-    model,
-    tokenizer,
-    task: LabTask,
-    prompts: list[str],
-    k: int = 1,
-    temperature: float = 1.0,
-    greedy: bool = False,
-) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """Sample ``k`` responses per prompt (grouped: prompt i's samples are rows i*k … i*k+k-1) with
-    the one generation path (:func:`entflow.trainer.rollout.generate`). Returns (texts, response
-    ids [N, T] (pad after the first ``<eos>``), per-token entropy [N, T] of the sampling
-    distribution, 0 after the first ``<eos>``). Kept for the 0.1 API; :func:`evaluate` batches
-    through :func:`entflow.trainer.evaluate.generate_in_batches`."""
-    gen = generate(
-        model,
-        tokenizer,
-        prompts,
-        task.max_response_len,
-        n=1 if greedy else k,
-        temperature=temperature,
-        greedy=greedy,
-        record_entropy=True,
-    )
-    resp, ent = gen.response_ids, gen.entropy
-    if greedy and k > 1:
-        resp, ent = resp.repeat_interleave(k, 0), ent.repeat_interleave(k, 0)
-        return [t for t in gen.texts for _ in range(k)], resp, ent
-    return gen.texts, resp, ent
-
-
-def evaluate(
-    model,
-    tokenizer,
-    task: LabTask,
-    problems: list[Problem],
-    k: int = 4,
-    temperature: float = 1.0,
-    greedy: bool = False,
-    seed: int | None = None,
-    max_batch: int = 512,
-) -> dict[str, float]:
-    """Validation metrics from ``k`` samples per problem at ``temperature``:
-
-    - ``acc``: mean reward over all samples (avg@k); ``pass@k``: unbiased pass@k (= any correct);
-    - ``entropy``: mean full-vocabulary token entropy (nats) over sampled response tokens,
-      ``<eos>`` included; ``response_len``: mean response length in tokens (``<eos>`` included);
-    - ``distinct_correct``: mean number of *different* correct responses per problem among its k
-      samples (a diversity measure that falls when the policy settles on one solution);
-    - ``acc_greedy``: greedy-decoding accuracy. Always computed (one greedy pass over the
-      problems costs little next to the k samples), so every key is always a float; ``greedy`` is
-      accepted for interface compatibility and changes nothing.
-
-    ``seed`` makes the sampling reproducible without touching the global torch RNG. Generation
-    is :func:`entflow.trainer.evaluate.generate_in_batches` (``max_batch`` rows per call)."""
-    if k < 1:
-        raise ParameterError("evaluate", "k", f"must be >= 1, got {k}")
-    if temperature <= 0:
-        raise ParameterError("evaluate", "temperature", f"must be > 0, got {temperature}")
-    if not problems:
-        raise ParameterError("evaluate", "problems", "must not be empty")
-    prompts = [p.prompt for p in problems]
-    length = task.max_response_len
-    sampled = generate_in_batches(
-        model, tokenizer, prompts, k, length, temperature=temperature, batch_size=max_batch, seed=seed
-    )
-    greedy_runs = generate_in_batches(
-        model, tokenizer, prompts, 1, length, greedy=True, batch_size=max_batch, seed=seed, record_entropy=False
-    )
-    texts = [t for gen in sampled for t in gen.texts]
-    rewards = [task.reward(problems[i // k], t) for i, t in enumerate(texts)]
-    pass_k, distinct = [], []
-    for i in range(len(problems)):
-        rs, ts = rewards[i * k : (i + 1) * k], texts[i * k : (i + 1) * k]
-        pass_k.append(pass_at_k(k, sum(1 for r in rs if r > 0), k))
-        distinct.append(len({t for t, r in zip(ts, rs, strict=True) if r > 0}))
-    ent_sum = sum(float(gen.entropy.sum()) for gen in sampled)  # float32 sum per call, as logged since 0.1
-    tok_sum = sum(float(gen.mask.sum()) for gen in sampled)
-    g = [task.reward(p, t) for p, t in zip(problems, (t for gen in greedy_runs for t in gen.texts), strict=True)]
-    return {
-        "acc": sum(rewards) / len(rewards),
-        "acc_greedy": sum(g) / len(g),
-        "entropy": ent_sum / max(tok_sum, 1.0),
-        "pass@k": sum(pass_k) / len(pass_k),
-        "distinct_correct": sum(distinct) / len(distinct),
-        "response_len": tok_sum / len(rewards),
-        "k": k,
-        "n_problems": len(problems),
-    }
-
-
-# --------------------------------------------------------------------------------------------
 # training and cache
 
 
 def _train(cfg: PretrainConfig, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]:
+    from entflow.lab.evaluate import evaluate  # the warm start's evaluation is the lab's one
+
     task = get_task(cfg.task, **cfg.task_params)
     tokenizer = build_tokenizer(task.alphabet, model_max_length=cfg.policy.max_positions)
     model = build_policy(tokenizer, cfg.policy, seed=cfg.seed)

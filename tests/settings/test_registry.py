@@ -1,4 +1,4 @@
-"""The registry of setting kinds: each setting of the claim registry reaches, through its ``kind``,
+"""The registry of settings: each setting of the claim registry reaches, through its ``kind``,
 where its preset lives, the config class it builds and what trains its runs; an unknown kind is a
 typed error naming the key; and a kind registered by a caller plugs into ``entflow reproduce``
 without any runner passed in (the test kind records what it is asked to train)."""
@@ -15,10 +15,12 @@ from scipy import stats
 
 from entflow.errors import ConfigError
 from entflow.evidence import reproduce as rep
-from entflow.evidence import settings as kinds
 from entflow.evidence.claims import load_registry, registry_path
 from entflow.evidence.facts import FACTS
 from entflow.lab.config import LabConfig
+from entflow.settings import registry as kinds
+from entflow.settings.base import SettingKind
+from entflow.settings.lab import COMMON_OVERRIDES
 from entflow.trainer.collect import schedule_steps
 
 
@@ -34,7 +36,7 @@ def test_the_packaged_settings_resolve_to_their_kinds():
     from entflow.hf.setup import RealTrainConfig
 
     assert settings["real"].runner.config_class() is RealTrainConfig
-    # the lab's presets stay with the lab; the real setting's preset is the evidence's own
+    # the lab's presets stay with the lab; a real model's are the evidence's own
     assert (settings["demo"].runner.presets() / "demo.yaml").is_file()
     assert (settings["regime"].runner.presets() / "regime.yaml").is_file()
     assert (settings["real"].runner.presets() / "real.yaml").is_file()
@@ -50,7 +52,7 @@ def test_an_unknown_kind_is_a_typed_error_listing_the_known_ones():
         kinds.get_setting_kind("reel")
     assert e.value.key == "kind" and "'reel'" in str(e.value) and "lab, real" in str(e.value)
     with pytest.raises(ValueError, match="already registered"):
-        kinds.register_setting_kind("lab")(type("Again", (kinds.SettingKind,), {}))
+        kinds.register_setting_kind("lab")(type("Again", (SettingKind,), {}))
 
 
 def test_a_preset_of_another_kind_is_refused(tmp_path):
@@ -76,7 +78,7 @@ def recording_kind(monkeypatch, tmp_path):
     (presets / "tiny.yaml").write_text(yaml.safe_dump({"task": "countdown", "steps": 5, "methods": ["grpo"]}))
     calls: list[dict] = []
 
-    class Recorded(kinds.SettingKind):
+    class Recorded(SettingKind):
         common_overrides = ("audit=false",)
         parallel = False
 
@@ -144,7 +146,7 @@ def _recorded_registry(tmp_path, monkeypatch):
 def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch, recording_kind):
     reg = _recorded_registry(tmp_path, monkeypatch)
     assert reg.settings["rec"].base() == {"task": "countdown", "steps": 7}  # its preset, methods dropped
-    overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]
+    overrides = [*COMMON_OVERRIDES, "steps=2"]
     res = rep.reproduce({"rec": reg.settings["rec"].base()}, overrides, [0, 1], tmp_path / "out", jobs=2)
 
     # one call, one run at a time (parallel = False), the lab-only checkpoint_every=20 dropped
@@ -169,7 +171,7 @@ def test_a_registered_kind_trains_its_setting_in_reproduce(tmp_path, monkeypatch
 
 def test_a_run_s_record_is_written_when_it_finishes_and_survives_a_stop(tmp_path, monkeypatch, recording_kind):
     reg = _recorded_registry(tmp_path, monkeypatch)
-    overrides = [*kinds.COMMON_OVERRIDES, "steps=2"]
+    overrides = [*COMMON_OVERRIDES, "steps=2"]
     monkeypatch.setitem(STOP_AT, "run", 1)  # seed 0 finishes, then the machine stops
     with pytest.raises(RuntimeError, match="stopped"):
         rep.reproduce({"rec": reg.settings["rec"].base()}, overrides, [0, 1], tmp_path / "out", jobs=2)

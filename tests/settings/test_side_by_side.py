@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from entflow.evidence.compare import _CompareProgress
 from entflow.lab.config import LabConfig
+from entflow.settings.side_by_side import _CompareProgress
 
 
 def test_compare_progress_follows_each_runs_metrics_file(tmp_path, capsys):
@@ -30,7 +30,7 @@ def test_compare_progress_follows_each_runs_metrics_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_each_finished_run_is_reported_before_the_others_end(tmp_path, jobs):
-    from entflow.evidence.compare import train_side_by_side
+    from entflow.settings.side_by_side import train_side_by_side
     from support.run_dirs import fake_train
 
     configs = [LabConfig(name=n, out_dir=str(tmp_path), steps=1) for n in ("a", "b", "c")]

@@ -216,10 +216,13 @@ def run(part: str, max_runs: int | None = None) -> None:
         setting, name, seed = due[0]
         t0 = time.time()
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        # one folder per seed: reproduce names a single seed's run folder by the run alone, so two
+        # seeds in one folder would meet (the second refused as a changed resume)
+        where = out / f"s{seed}"
         cmd = ["nice", "-n", "10", sys.executable, str(tree / "experiments" / "sequential" / "series.py"),
-               "train-one", part, setting, name, str(seed), str(out)]  # fmt: skip
+               "train-one", part, setting, name, str(seed), str(where)]  # fmt: skip
         subprocess.run(cmd, cwd=tree, env=env, check=True)
-        rec = out / "facts" / setting / record_name(name, seed)
+        rec = where / "facts" / setting / record_name(name, seed)
         dest = records_dir(part) / setting / rec.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(rec, dest)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-# the options of a real model's sampling, each a key of its SamplingConfig
+# the options of a real model's sampling, each a key of its SamplingConfig (their help is its fields')
 SAMPLING_OPTIONS = ("top_p", "top_k", "max_new_tokens", "batch_size")
 
 
@@ -58,18 +58,36 @@ def _add(p: argparse.ArgumentParser, *flags: str, **kwargs: Any) -> None:
         p.add_argument(*flags, **kwargs)
 
 
+def _sampling_help() -> dict[str, str]:
+    """Each sampling option's help, from its key of the real setting's SamplingConfig: the help, the
+    allowed values and the default (:func:`entflow.trainer.config.describe_keys`'s words)."""
+    import dataclasses
+
+    from entflow.settings.registry import get_setting_kind
+    from entflow.trainer.config import default_text, key_info
+
+    cls = get_setting_kind("real").sampling_class()
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    out = {}
+    for name in SAMPLING_OPTIONS:
+        help_text, allowed = key_info(cls, name)
+        out[name] = f"{help_text}{f' (allowed: {allowed})' if allowed else ''} [{default_text(defaults[name])}]"
+    return out
+
+
 def add_real_model_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``entflow eval --model ... --data ...`` (real models)."""
+    sampling = _sampling_help()
     g = p.add_argument_group("real models (with --model)")
     _add(g, "--model", help="model: short name (smollm2), a saved model directory, or a hub id with --hub")
     _add(g, "--data", help="gsm_symbolic | basic_arithmetic | a lab task | a .jsonl/.parquet file or datasets dir")
     _add(g, "--n", type=int, help="number of held-out problems [100]")
     _add(g, "--samples", type=int, help="samples per problem (>= k) [k]")
     _add(g, "--temperature", type=float, help="sampling temperature [1.0]")
-    _add(g, "--top-p", type=float, help="nucleus sampling [1.0 = off]")
-    _add(g, "--top-k", type=int, help="top-k sampling [0 = off]")
-    _add(g, "--max-new-tokens", type=int, help="response length limit in tokens [256]")
-    _add(g, "--batch-size", type=int, help="sequences per generate call [32]")
+    _add(g, "--top-p", type=float, help=sampling["top_p"])
+    _add(g, "--top-k", type=int, help=sampling["top_k"])
+    _add(g, "--max-new-tokens", type=int, help=sampling["max_new_tokens"])
+    _add(g, "--batch-size", type=int, help=sampling["batch_size"])
     _add(g, "--system-prompt", help="system message for the chat template")
     _add(g, "--prompt-suffix", help="text appended to every question (default: the boxed-answer instruction)")
     _add(g, "--reward", help="reward: math_verify | exact_match | format | weighted sum a+0.1*b [the data's]")

@@ -6,6 +6,12 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from entflow.settings.registry import get_setting_kind
+    from entflow.trainer.config import describe_keys
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's list of keys keeps its lines
+    keys = describe_keys(get_setting_kind("lab").warm_start_class())
+    p.epilog = "\n".join(["warm-start keys (a lab run's config sets them as pretrain: {KEY: VALUE}):", *keys])
     p.add_argument("--task", default="countdown", help="task name [countdown]")
     p.add_argument("--steps", type=int, help="supervised steps (default: the config's)")
     p.add_argument("--seed", type=int, default=0, help="seed [0]")

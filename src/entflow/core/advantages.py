@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 
 from entflow.core.checks import check_finite, check_shape
+from entflow.core.loss_names import SCALES as SCALES  # its 0.2 path, kept importable
 from entflow.core.selection import dense_ids
 from entflow.errors import ParameterError, ShapeError
-
-SCALES = ("group", "batch", "none")
 
 
 def group_stats(values: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

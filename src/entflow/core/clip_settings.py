@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from entflow.core.rules import Check
 from entflow.errors import ParameterError
 
 CLIP_EPS = 0.2
@@ -51,6 +52,11 @@ def clip_value_ok(name: str, value: Any) -> bool:
     if name == "clip_high":
         return value >= 0
     return value > 1
+
+
+CLIP_CHECKS = {name: Check(text, lambda v, name=name: clip_value_ok(name, v)) for name, text in CLIP_RANGES.items()}
+"""The rule of :func:`clip_value_ok` as one :class:`~entflow.core.rules.Check` per setting (a config
+key's help and its validation)."""
 
 
 def check_clip_bounds(owner: str, clip_low: Any, clip_high: Any, dual_clip: Any) -> None:

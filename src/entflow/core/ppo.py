@@ -11,9 +11,8 @@ import torch
 from entflow.core.clip_settings import CLIP_EPS
 from entflow.core.clip_settings import NO_CLIP as NO_CLIP
 from entflow.core.clip_settings import check_clip_bounds as check_clip_bounds
+from entflow.core.loss_names import AGG_MODES as AGG_MODES  # its 0.2 path, kept importable
 from entflow.errors import ParameterError
-
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 @dataclass(frozen=True)

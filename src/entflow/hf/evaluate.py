@@ -35,7 +35,9 @@ from typing import Any
 
 import torch
 
+from entflow.core.rules import above, at_least, in_range
 from entflow.errors import ConfigError
+from entflow.trainer.config import check_keys, setting
 from entflow.trainer.evaluate import generate_in_batches, majority_correct, mean_and_se, pass_at_k
 from entflow.trainer.progress import ProgressBar
 
@@ -52,26 +54,23 @@ __all__ = [
 class SamplingConfig:
     """Explicit sampling settings (``top_k=0`` and ``top_p=1`` mean no truncation)."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 256
-    seed: int = 0
-    batch_size: int = 32  # sequences per generate call
-    # each problem's prompt prefilled once for its samples (entflow.trainer.shared_prompts): the
-    # same responses up to float round-off, the prefill's cost divided by the samples per problem
-    share_prompts: bool = True
+    temperature: float = setting(1.0, "sampling temperature", allowed=above(0))
+    top_p: float = setting(
+        1.0,
+        "nucleus sampling: the smallest set of tokens whose probability reaches top_p (1: off)",
+        allowed=in_range(0, 1, lo_open=True),
+    )
+    top_k: int = setting(0, "sample among the top_k most probable tokens (0: off)", allowed=at_least(0))
+    max_new_tokens: int = setting(256, "response length limit in tokens", allowed=at_least(1))
+    seed: int = setting(0, "sampling seed")
+    batch_size: int = setting(32, "sequences per generate call", allowed=at_least(1))
+    # the same responses up to float round-off, the prefill's cost divided by the samples per problem
+    share_prompts: bool = setting(
+        True, "prefill each problem's prompt once for its samples (entflow.trainer.shared_prompts)"
+    )
 
     def validate(self) -> None:
-        def need(ok: bool, key: str, what: str) -> None:
-            if not ok:
-                raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
-
-        need(self.temperature > 0, "temperature", "must be > 0")
-        need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
-        need(self.top_k >= 0, "top_k", "must be >= 0 (0 = off)")
-        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
-        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        check_keys(self)
 
 
 @dataclass

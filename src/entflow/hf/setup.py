@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from entflow.core.rules import Check, above, at_least, at_least_of, at_most_of, choice, or_null
 from entflow.errors import ConfigError, EntflowError
 from entflow.trainer.config import TrainConfig, key_help, setting
 
@@ -61,6 +62,17 @@ WARM_COVERAGE_KEYS = (
 )
 
 
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def _few_shot_ok(v: Any) -> bool:
+    pair = (list, tuple)
+    return v is None or (
+        isinstance(v, list)
+        and all(isinstance(p, pair) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in v)
+    )
+
+
 @dataclass
 class RealTrainConfig(TrainConfig):
     """:class:`~entflow.trainer.config.TrainConfig` + the keys of a real model. ``task`` is the data."""
@@ -68,9 +80,9 @@ class RealTrainConfig(TrainConfig):
     # the model
     model: str = setting("smollm2", "short name (smollm2), a saved model directory, or a hub id (with allow_hub)")
     allow_hub: bool = setting(False, "allow downloading the model or the data from the Hugging Face hub")
-    dtype: str = setting("float32", "dtype of the model's weights", allowed="float32 | bfloat16 | float16 | float64")
+    dtype: str = setting("float32", "dtype of the model's weights", allowed=choice(*DTYPES))
     # prompts, generation, reward
-    max_new_tokens: int = setting(48, "most tokens generated per response", allowed=">= 1")
+    max_new_tokens: int = setting(48, "most tokens generated per response", allowed=at_least(1))
     system_prompt: str | None = setting(None, "system message of the chat prompt; null: none")
     prompt_suffix: str | None = setting(
         None, "text appended to each problem; null: the data's default (math: the boxed-answer instruction)"
@@ -79,19 +91,19 @@ class RealTrainConfig(TrainConfig):
         default=None,
         metadata=key_help(
             "worked examples [[question, answer], ...] shown as earlier chat turns before each problem; null: none",
-            "a list of [question, answer] string pairs or null",
+            Check("a list of [question, answer] string pairs or null", _few_shot_ok),
         ),
     )
     reward: str | None = setting(None, "the verifiable reward's name; null: the data's default reward")
     reward_timeout_s: float | None = setting(
-        5.0, "seconds one reward call may take; null: no limit", allowed="> 0 or null"
+        5.0, "seconds one reward call may take; null: no limit", allowed=or_null(above(0))
     )
-    val_size: int = setting(16, "held-out problems evaluated every eval_every steps", allowed=">= 1")
+    val_size: int = setting(16, "held-out problems evaluated every eval_every steps", allowed=at_least(1))
     coverage_size: int | None = setting(
         None,
         "held-out problems of the coverage evaluation (the first ones of the evaluated set, a superset of "
         "the val_size evaluated every eval_every steps); null: val_size",
-        allowed=">= val_size or null",
+        allowed=or_null(at_least_of("val_size", lambda c: c.val_size, ("val_size",))),
     )
     coverage_greedy: bool = setting(False, "the coverage evaluation also decodes each problem once greedily")
     coverage_seed: int | None = setting(
@@ -104,17 +116,17 @@ class RealTrainConfig(TrainConfig):
     lora_rank: int = setting(
         0,
         "LoRA rank r: r > 0 trains only adapters on every linear layer of the body (needs peft); 0: full fine-tuning",
-        allowed=">= 0",
+        allowed=at_least(0),
     )
     lora_alpha: float | None = setting(
-        None, "the adapters' scale is alpha / r; null: alpha = 2r", allowed="> 0 or null"
+        None, "the adapters' scale is alpha / r; null: alpha = 2r", allowed=or_null(above(0))
     )
     # the fixed-text probe (entflow.hf.probe): an entropy measured on the same tokens at every evaluation
     probe_prompts: int | None = setting(
         None,
         "held-out problems of the fixed-text probe (val/probe_entropy), one response each sampled once "
         "from the starting policy; null: val_size; 0: no probe",
-        allowed=">= 0 and <= val_size, or null",
+        allowed=or_null(at_least(0) & at_most_of("val_size", lambda c: c.val_size, ("val_size",))),
     )
     probe_seed: int = setting(0, "seed of the probe's one sampling (the same probe for every run seed)")
     probe_file: str | None = setting(
@@ -160,32 +172,9 @@ class RealTrainConfig(TrainConfig):
             if not ok:
                 raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
 
-        need(self.max_new_tokens >= 1, "max_new_tokens", "must be >= 1")
-        need(self.val_size >= 1, "val_size", "must be >= 1")
-        need(self.reward_timeout_s is None or self.reward_timeout_s > 0, "reward_timeout_s", "must be > 0 or null")
-        need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype", "must be a float dtype name")
-        need(self.lora_rank >= 0, "lora_rank", "must be >= 0 (0 = full fine-tuning)")
-        need(self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha", "must be > 0 or null")
-        need(
-            self.few_shot is None
-            or (
-                isinstance(self.few_shot, list)
-                and all(
-                    isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p)
-                    for p in self.few_shot
-                )
-            ),
-            "few_shot",
-            "must be a list of [question, answer] string pairs or null",
-        )
-        need(
-            self.coverage_size is None or self.coverage_size >= self.val_size,
-            "coverage_size",
-            f"must be null or >= val_size = {self.val_size}",
-        )
+        # each key's own values are its Check's (TrainConfig.validate ran them before this)
         if self.probe_prompts is None:
             self.probe_prompts = self.val_size  # config.yaml names the probe size actually used
-        need(0 <= self.probe_prompts <= self.val_size, "probe_prompts", f"must be in [0, val_size={self.val_size}]")
         if self.probe_file is not None:
             from entflow.hf.probe import Probe
 

@@ -18,7 +18,10 @@ class LabConfig(trainer_config.TrainConfig):
 
     task: str = "countdown"
     pretrain: dict[str, Any] = field(
-        default_factory=dict, metadata=key_help("PretrainConfig overrides for the cached warm start, e.g. {steps: 400}")
+        default_factory=dict,
+        metadata=key_help(
+            "warm-start keys for the cached warm start, e.g. {steps: 400} (entflow pretrain --help lists them)"
+        ),
     )
 
     def validate_task(self) -> None:

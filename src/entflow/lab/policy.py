@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
+from entflow.core.rules import Check, at_least, choice
 from entflow.errors import ParameterError
+from entflow.trainer.config import check_keys, setting
 from entflow.trainer.progress import quiet_transformers
 from entflow.trainer.tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
@@ -28,26 +30,25 @@ from entflow.trainer.tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 class PolicyConfig:
     """Shape of the tiny policy. The default (~1.06 M parameters) is sized for a 2-core CPU."""
 
-    arch: str = "llama"  # "llama" | "qwen2"
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 512
-    max_positions: int = 64
-    tie_embeddings: bool = True
+    arch: str = setting("llama", "the transformers architecture", allowed=choice("llama", "qwen2"))
+    hidden_size: int = setting(128, "width of the residual stream", allowed=at_least(8))
+    num_layers: int = setting(4, "transformer layers", allowed=at_least(1))
+    num_heads: int = setting(
+        4,
+        "attention heads",
+        allowed=at_least(1)
+        & Check(
+            "a divisor of hidden_size leaving an even head dimension (RoPE)",
+            lambda v, c: c.hidden_size % v == 0 and (c.hidden_size // v) % 2 == 0,
+            ("hidden_size",),
+        ),
+    )
+    intermediate_size: int = setting(512, "width of the MLP", allowed=at_least(1))
+    max_positions: int = setting(64, "longest sequence (prompt and response) in tokens", allowed=at_least(8))
+    tie_embeddings: bool = setting(True, "the output layer shares the input embedding's weights")
 
     def validate(self) -> None:
-        def need(ok: bool, param: str, what: str) -> None:
-            if not ok:
-                raise ParameterError("PolicyConfig", param, f"{what}, got {getattr(self, param)!r}")
-
-        need(self.arch in ("llama", "qwen2"), "arch", "must be 'llama' or 'qwen2'")
-        need(self.hidden_size >= 8, "hidden_size", "must be >= 8")
-        need(self.num_layers >= 1, "num_layers", "must be >= 1")
-        need(self.num_heads >= 1 and self.hidden_size % self.num_heads == 0, "num_heads", "must divide hidden_size")
-        need((self.hidden_size // self.num_heads) % 2 == 0, "num_heads", "must leave an even head dimension (RoPE)")
-        need(self.intermediate_size >= 1, "intermediate_size", "must be >= 1")
-        need(self.max_positions >= 8, "max_positions", "must be >= 8")
+        check_keys(self, error=lambda key, message: ParameterError("PolicyConfig", key, message))
 
 
 def build_tokenizer(alphabet: str, model_max_length: int = 64):

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from entflow.core.rules import Check, above, at_least, in_range, or_null
 from entflow.errors import ParameterError
 from entflow.lab.policy import (
     PolicyConfig,
@@ -34,6 +35,7 @@ from entflow.lab.policy import (
     load_policy,
 )
 from entflow.lab.tasks import LabTask, Problem, get_task
+from entflow.trainer.config import check_keys, key_help, setting
 from entflow.trainer.progress import ProgressBar, quiet_transformers
 from entflow.trainer.rundir import default_cache_dir
 
@@ -66,32 +68,47 @@ class PretrainConfig:
     accuracy ≈ 0.07–0.10 and mean token entropy ≈ 1.5 nats while greedy decoding reaches ≈ 0.55 —
     room for GRPO to gain accuracy (by sharpening) while its entropy collapses."""
 
-    task: str = "countdown"
-    task_params: dict[str, Any] = field(default_factory=dict)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    eval_k: int = 4  # samples per validation problem in the warm-start evaluation
-    # fraction of traces that are well-formed but wrong (a base model's noisy mix of right and wrong
-    # attempts): RL then has a wrong mode to unlearn, which is what GRPO's accuracy gain is made of
-    wrong_frac: float = 0.0
-    # label smoothing ε of the supervised loss: the warm policy keeps a floor of probability on every
-    # character, like a base model sampled too hot, so temperature-1 samples slip; RL's gain is
-    # sharpening that away (the entropy–performance exchange the papers study)
-    label_smoothing: float = 0.2
-    threads: int | None = None  # torch threads while training (None: leave as is); not part of the key
-    # route bias (docs/regime.md): with probability ``trace_exclude_frac`` a training problem's trace is
-    # drawn only from its correct answers that contain none of the characters in ``trace_exclude``, and a
-    # problem with no such answer is skipped, so the warm policy under-covers that route (e.g. "*"). The
-    # defaults ("" / 1.0) leave the recipe, its random draws and the cache key unchanged.
-    trace_exclude: str = ""
-    trace_exclude_frac: float = 1.0
+    task: str = setting("countdown", "the lab task whose solution traces the warm start is trained on")
+    task_params: dict[str, Any] = field(default_factory=dict, metadata=key_help("parameters of the task"))
+    policy: PolicyConfig = field(
+        default_factory=PolicyConfig, metadata=key_help("the tiny policy's shape: {hidden_size: 128, num_layers: 4, …}")
+    )
+    steps: int = setting(300, "supervised steps", allowed=at_least(1))
+    batch_size: int = setting(64, "traces per supervised step", allowed=at_least(1))
+    lr: float = setting(2e-3, "peak learning rate (AdamW)", allowed=above(0))
+    min_lr_ratio: float = setting(0.1, "cosine decay to lr * min_lr_ratio", allowed=in_range(0, 1))
+    warmup_steps: int = setting(20, "linear warm-up steps of the learning rate", allowed=at_least(0))
+    weight_decay: float = setting(0.0, "weight decay of the optimizer", allowed=at_least(0))
+    grad_clip: float = setting(1.0, "clip the gradient norm to this value", allowed=above(0))
+    seed: int = setting(0, "seed of the initial weights and of the traces drawn")
+    eval_k: int = setting(4, "samples per validation problem in the warm-start evaluation", allowed=at_least(1))
+    # a base model's noisy mix of right and wrong attempts: RL then has a wrong mode to unlearn, which
+    # is what GRPO's accuracy gain is made of
+    wrong_frac: float = setting(
+        0.0, "fraction of traces that are well-formed but wrong", allowed=in_range(0, 1, hi_open=True)
+    )
+    # the warm policy keeps a floor of probability on every character, like a base model sampled too
+    # hot, so temperature-1 samples slip; RL's gain is sharpening that away (the entropy–performance
+    # exchange the papers study)
+    label_smoothing: float = setting(
+        0.2, "label smoothing of the supervised loss", allowed=in_range(0, 1, hi_open=True)
+    )
+    threads: int | None = setting(
+        None,
+        "torch threads while training (null: leave as is); not part of the cache key",
+        allowed=or_null(at_least(1)),
+    )
+    # route bias (docs/regime.md): the defaults ("" / 1.0) leave the recipe, its random draws and the
+    # cache key unchanged
+    trace_exclude: str = setting(
+        "",
+        "characters a trace avoids: with probability trace_exclude_frac a problem's trace is drawn only from its "
+        "correct answers without them (a problem with none is skipped), so the warm policy under-covers that route",
+        allowed=Check("a string of characters", lambda v: isinstance(v, str)),
+    )
+    trace_exclude_frac: float = setting(
+        1.0, "probability that a trace avoids trace_exclude's characters", allowed=in_range(0, 1)
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
@@ -102,25 +119,10 @@ class PretrainConfig:
             self.policy = PolicyConfig(**self.policy)
 
     def validate(self) -> None:
-        def need(ok: bool, param: str, what: str) -> None:
-            if not ok:
-                raise ParameterError("PretrainConfig", param, f"{what}, got {getattr(self, param)!r}")
-
-        need(self.steps >= 1, "steps", "must be >= 1")
-        need(self.batch_size >= 1, "batch_size", "must be >= 1")
-        need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a finite number > 0")
-        need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
-        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
-        need(self.grad_clip > 0, "grad_clip", "must be > 0")
-        need(self.eval_k >= 1, "eval_k", "must be >= 1")
-        need(0 <= self.wrong_frac < 1, "wrong_frac", "must be in [0, 1)")
-        need(0 <= self.label_smoothing < 1, "label_smoothing", "must be in [0, 1)")
-        need(self.threads is None or self.threads >= 1, "threads", "must be >= 1 or None")
-        need(isinstance(self.trace_exclude, str), "trace_exclude", "must be a string of characters")
-        need(0 <= self.trace_exclude_frac <= 1, "trace_exclude_frac", "must be in [0, 1]")
+        check_keys(self, error=lambda key, message: ParameterError("PretrainConfig", key, message))
         if self.trace_exclude and not hasattr(get_task(self.task, **self.task_params), "solutions"):
-            need(False, "trace_exclude", f"needs a task that lists its solutions ({self.task!r} does not)")
+            what = f"needs a task that lists its solutions ({self.task!r} does not)"
+            raise ParameterError("PretrainConfig", "trace_exclude", f"{what}, got {self.trace_exclude!r}")
         self.policy.validate()
         get_task(self.task, **self.task_params)  # unknown task / task parameter: fail before any work
 

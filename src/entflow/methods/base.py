@@ -33,7 +33,6 @@ their state in attributes listed in ``state_fields``; randomness comes from the
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +44,13 @@ from entflow.core.batch import TokenBatch
 from entflow.core.distributed import Reducer, default_rank
 from entflow.core.estimators import entropy_change
 from entflow.core.ppo import LossSpec
+
+# a parameter's allowed values (core/rules.py); the methods import them from here, as in 0.2
+from entflow.core.rules import Check as Check
+from entflow.core.rules import integer as integer
+from entflow.core.rules import interval as interval
+from entflow.core.rules import one_of as one_of
+from entflow.core.rules import optional as optional
 from entflow.errors import CompositionError, ParameterError, StatefulMethodWarning, UnknownMethodError
 
 # --------------------------------------------------------------------------------------------
@@ -52,40 +58,9 @@ from entflow.errors import CompositionError, ParameterError, StatefulMethodWarni
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Check:
-    """An allowed set of values: ``describe`` says it in words, ``ok`` tests a value."""
-
-    describe: str
-    ok: Callable[[Any], bool]
-
-
-def interval(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Check:
-    """Real numbers between ``lo`` and ``hi`` (bounds closed unless ``*_open``)."""
-    text = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-
-    def ok(v: Any) -> bool:
-        if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
-            return False
-        return (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
-
-    return Check(f"a number in {text}", ok)
-
-
-def one_of(*choices: Any) -> Check:
-    return Check(f"one of {', '.join(repr(c) for c in choices)}", lambda v: v in choices)
-
-
-def optional(check: Check) -> Check:
-    return Check(f"None or {check.describe}", lambda v: v is None or check.ok(v))
-
-
-def integer(lo: int = 0) -> Check:
-    return Check(f"an integer >= {lo}", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo)
-
-
 def param(default: Any, check: Check | None = None, help: str = "") -> Any:
-    """A method parameter: a dataclass field carrying its allowed range and a help line."""
+    """A method parameter: a dataclass field carrying its allowed range (a :class:`~entflow.core.rules.Check`:
+    ``interval``, ``one_of``, ``optional``, ``integer``) and a help line."""
     return field(default=default, metadata={"check": check, "help": help})
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from entflow.core.clip_settings import CLIP_EPS, CLIP_RANGES, clip_value_ok
+from entflow.core.clip_settings import CLIP_CHECKS, CLIP_EPS
+from entflow.core.loss_names import AGG_MODES, SCALES
+from entflow.core.rules import Check, above, at_least, at_most_of, choice, or_null
 from entflow.errors import ConfigError, EntflowError
 
 if typing.TYPE_CHECKING:
@@ -20,17 +23,72 @@ if typing.TYPE_CHECKING:
     from entflow.methods.base import Method
 
 
-def key_help(help: str, allowed: str | None = None) -> dict[str, Any]:
-    """A config key's field metadata: its ``help`` line and, where the key has one, its allowed
-    ``range`` as text (:meth:`TrainConfig.validate` enforces it). ``entflow train --help`` reads both
-    (:func:`describe_keys`)."""
-    return {"help": help, "range": allowed}
+def key_help(help: str, allowed: Check | None = None) -> dict[str, Any]:
+    """A config key's field metadata: its ``help`` line and, where the key has one, the
+    :class:`~entflow.core.rules.Check` of its allowed values: one object whose words ``entflow train
+    --help`` prints (:func:`describe_keys`) and whose test :func:`check_keys` makes, so the two
+    cannot drift."""
+    return {"help": help, "check": allowed}
 
 
-def setting(default: Any, help: str, *, allowed: str | None = None) -> Any:
+def setting(default: Any, help: str, *, allowed: Check | None = None) -> Any:
     """A config key with an immutable default: a dataclass field carrying :func:`key_help`'s metadata
     (a mutable default is ``field(default_factory=..., metadata=key_help(...))``)."""
     return field(default=default, metadata=key_help(help, allowed))
+
+
+def key_checks(cls: type) -> dict[str, Check]:
+    """The :class:`~entflow.core.rules.Check` of every key of the config class ``cls`` that has one,
+    in field order (a subclass that only changes a key's default keeps its base class's check)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        check = key_info_field(cls, f.name).get("check")
+        if check is not None:
+            out[f.name] = check
+    return out
+
+
+def check_keys(config: Any, error: Callable[[str, str], Exception] | None = None) -> None:
+    """Raise ``error(key, message)`` (default :class:`ConfigError`) for the first key of ``config``
+    whose value its :class:`~entflow.core.rules.Check` refuses: ``must be <its words>, got <value>``,
+    and the values of the other keys a check reads."""
+    for key, check in key_checks(type(config)).items():
+        value = getattr(config, key)
+        if not check.allows(value, config):
+            read = ", ".join(f"{k}={getattr(config, k)!r}" for k in check.reads)
+            message = f"must be {check.describe}{f' ({read})' if read else ''}, got {value!r}"
+            raise (error or ConfigError)(key, message)
+
+
+MISMATCH_KINDS = ("temperature", "quantize")
+
+
+def rollout_mismatch_spec(spec: Any) -> tuple[str, float] | None:
+    """``(kind, value)`` of a ``rollout_mismatch`` setting (None: none), checked: ``kind`` one of
+    :data:`MISMATCH_KINDS`, ``value`` a finite number > 0, no other key; else :class:`ConfigError`."""
+    if spec is None:
+        return None
+    allowed = f"{{kind: {' | '.join(MISMATCH_KINDS)}, value: a number > 0}}"
+    if not isinstance(spec, dict) or set(spec) != {"kind", "value"}:
+        raise ConfigError("rollout_mismatch", f"must be null or {allowed}, got {spec!r}")
+    kind, value = spec["kind"], spec["value"]
+    if kind not in MISMATCH_KINDS:
+        raise ConfigError("rollout_mismatch", f"kind must be one of {MISMATCH_KINDS}, got {kind!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ConfigError("rollout_mismatch", f"value must be a finite number > 0, got {value!r}")
+    return kind, float(value)
+
+
+def _mismatch_ok(spec: Any) -> bool:
+    try:
+        rollout_mismatch_spec(spec)
+    except ConfigError:
+        return False
+    return True
+
+
+MISMATCH_CHECK = Check(f"null or {{kind: {' | '.join(MISMATCH_KINDS)}, value: > 0}}", _mismatch_ok)
+"""``rollout_mismatch``'s rule: :func:`rollout_mismatch_spec`, which says what is wrong in detail."""
 
 
 @dataclass
@@ -60,17 +118,24 @@ class TrainConfig:
     )
     group: str | None = setting(None, "label shared by the seeds of one method in a comparison (report grouping)")
     # rollout
-    steps: int = setting(140, "rollout steps (each: sample, score, update)", allowed=">= 1")
+    steps: int = setting(140, "rollout steps (each: sample, score, update)", allowed=at_least(1))
     schedule_steps: int | None = setting(
-        None, "total steps of the step schedules (null: steps; kept on resume)", allowed=">= 1 or null"
+        None, "total steps of the step schedules (null: steps; kept on resume)", allowed=or_null(at_least(1))
     )
-    prompts_per_step: int = setting(16, "prompts sampled per step", allowed=">= 1")
-    group_size: int = setting(16, "G: responses per prompt (group advantages need G >= 2)", allowed=">= 2")
-    temperature: float = setting(1.0, "sampling temperature of the rollouts and of validation", allowed="> 0")
+    prompts_per_step: int = setting(16, "prompts sampled per step", allowed=at_least(1))
+    group_size: int = setting(16, "G: responses per prompt (group advantages need G >= 2)", allowed=at_least(2))
+    temperature: float = setting(1.0, "sampling temperature of the rollouts and of validation", allowed=above(0))
     # update
-    ppo_epochs: int = setting(1, "passes over each rollout batch", allowed=">= 1")
+    ppo_epochs: int = setting(1, "passes over each rollout batch", allowed=at_least(1))
     mini_batches: int = setting(
-        4, "optimizer steps per rollout batch (per epoch)", allowed=">= 1 and <= prompts_per_step * group_size"
+        4,
+        "optimizer steps per rollout batch (per epoch)",
+        allowed=at_least(1)
+        & at_most_of(
+            "prompts_per_step * group_size",
+            lambda c: c.prompts_per_step * c.group_size,
+            ("prompts_per_step", "group_size"),
+        ),
     )
     # one optimizer step per rollout batch (r ≡ 1): the update then ignores ppo_epochs and mini_batches
     # (trainer.step.update_passes, which also honours a method that requires it)
@@ -80,29 +145,27 @@ class TrainConfig:
     optimizer: str = setting(
         "adamw",
         "adamw, adamw_fused (torch's fused kernel: about 4x faster on a CPU, not bitwise) or sgd",
-        allowed="adamw | adamw_fused | sgd",
+        allowed=choice("adamw", "adamw_fused", "sgd"),
     )
-    lr: float = setting(2e-4, "learning rate", allowed="> 0")
-    weight_decay: float = setting(0.0, "weight decay of the optimizer", allowed=">= 0")
+    lr: float = setting(2e-4, "learning rate", allowed=above(0))
+    weight_decay: float = setting(0.0, "weight decay of the optimizer", allowed=at_least(0))
     grad_clip: float | None = setting(
-        1.0, "clip the gradient norm to this value; null: no clipping", allowed="> 0 or null"
+        1.0, "clip the gradient norm to this value; null: no clipping", allowed=or_null(above(0))
     )
     clip_low: float = setting(
-        CLIP_EPS, "PPO clip ε_low: the ratio is kept above 1 − clip_low", allowed=CLIP_RANGES["clip_low"]
+        CLIP_EPS, "PPO clip ε_low: the ratio is kept above 1 − clip_low", allowed=CLIP_CHECKS["clip_low"]
     )
     clip_high: float = setting(
-        CLIP_EPS, "PPO clip ε_high: the ratio is kept below 1 + clip_high", allowed=CLIP_RANGES["clip_high"]
+        CLIP_EPS, "PPO clip ε_high: the ratio is kept below 1 + clip_high", allowed=CLIP_CHECKS["clip_high"]
     )
     dual_clip: float | None = setting(
-        None, "dual-clip bound c on negative-advantage tokens; null: off", allowed=CLIP_RANGES["dual_clip"]
+        None, "dual-clip bound c on negative-advantage tokens; null: off", allowed=CLIP_CHECKS["dual_clip"]
     )
-    agg: str = setting(
-        "token-mean", "how the per-token loss is reduced (docs/design.md)", allowed="one of core.ppo.AGG_MODES"
-    )
+    agg: str = setting("token-mean", "how the per-token loss is reduced (docs/design.md)", allowed=choice(*AGG_MODES))
     adv_scale: str = setting(
         "group",
         "advantages divided by the std of their group, of the batch, or not at all",
-        allowed="group | batch | none",
+        allowed=choice(*SCALES),
     )
     # a rollout–training mismatch injected into the sampler (trainer/rollout.py SamplingMismatch): the
     # rollout is drawn from a perturbed law and carries its log-probs as rollout_logp, while old_logp
@@ -113,7 +176,7 @@ class TrainConfig:
             "inject a rollout–training mismatch: {kind: temperature, value: 1.1} samples from softmax(z / (1.1·T)), "
             "{kind: quantize, value: 0.5} from logits rounded to multiples of 0.5; the rollout's rollout_logp is "
             "that law's, old_logp the trainer's (null: none)",
-            "null or {kind: temperature | quantize, value: > 0}",
+            MISMATCH_CHECK,
         ),
     )
     # rewards drawn Bernoulli(1/2) per response, independent of it (Park et al. 2025, arXiv 2509.26114:
@@ -124,38 +187,49 @@ class TrainConfig:
     # diagnostics
     audit: bool = setting(True, "measure the true entropy change of a step against every estimator")
     audit_every: int = setting(
-        1, "audit every audit_every-th step and every validation step (0: validation steps only)", allowed=">= 0"
+        1, "audit every audit_every-th step and every validation step (0: validation steps only)", allowed=at_least(0)
     )
-    eval_every: int = setting(10, "validate every eval_every steps (0: only at the start and the end)", allowed=">= 0")
-    eval_k: int = setting(8, "samples per validation prompt at the training temperature", allowed=">= 1")
-    samples_logged: int = setting(4, "responses written to samples.jsonl per step", allowed=">= 0")
+    eval_every: int = setting(
+        10, "validate every eval_every steps (0: only at the start and the end)", allowed=at_least(0)
+    )
+    eval_k: int = setting(8, "samples per validation prompt at the training temperature", allowed=at_least(1))
+    samples_logged: int = setting(4, "responses written to samples.jsonl per step", allowed=at_least(0))
     # final coverage evaluation (coverage.json): n samples per validation (and hard-split) problem at
     # the training temperature for the warm start and the final policy; 0 = off (pre-registered: 256)
     coverage_n: int = setting(
         0,
         "samples per validation problem for the start's and the final policy's pass@k curves (coverage.json); 0: off",
-        allowed=">= 0",
+        allowed=at_least(0),
     )
     coverage_k: list[int] | None = field(
         default=None,
         metadata=key_help(
-            "the k of the pass@k curve (null: 1, 2, 4, … up to coverage_n)", "integers in [1, coverage_n]"
+            "the k of the pass@k curve (null: 1, 2, 4, … up to coverage_n)",
+            or_null(
+                Check(
+                    "integers in [1, coverage_n]",
+                    lambda v, c: all(isinstance(k, int) and 1 <= k <= c.coverage_n for k in v),
+                    ("coverage_n",),
+                )
+            ),
         ),
     )
     # machinery
     # checkpoint policy (entflow.trainer.loop): after every checkpoint_every-th step, after any step that
     # ends checkpoint_minutes (wall clock) after the last checkpoint, and after the last step
-    checkpoint_every: int = setting(1, "checkpoint after every checkpoint_every-th step (and the last)", allowed=">= 1")
+    checkpoint_every: int = setting(
+        1, "checkpoint after every checkpoint_every-th step (and the last)", allowed=at_least(1)
+    )
     checkpoint_minutes: float | None = setting(
         None,
         "also checkpoint after a step that ends this many minutes after the last checkpoint",
-        allowed="> 0 or null",
+        allowed=or_null(above(0)),
     )
     threads: int = setting(
-        1, "torch threads (may change on resume; the same value resumes bit for bit)", allowed=">= 1"
+        1, "torch threads (may change on resume; the same value resumes bit for bit)", allowed=at_least(1)
     )
     chunk_size: int | None = setting(
-        None, "token rows per chunk of the token statistics; null: no chunking", allowed=">= 1 or null"
+        None, "token rows per chunk of the token statistics; null: no chunking", allowed=or_null(at_least(1))
     )
     # update forwards' token statistics from the last hidden state and the LM head's weight
     # (token_stats_from_hidden; no [N, T, V] logits) when the head is a plain nn.Linear; equal to
@@ -185,54 +259,14 @@ class TrainConfig:
         """Raise :class:`ConfigError` naming the key for any impossible value. Returns the run's
         method, built here from ``method`` and ``method_params``: the one build of a run
         (:func:`~entflow.trainer.loop.train` trains this object)."""
-        from entflow.core.advantages import SCALES
-        from entflow.core.ppo import AGG_MODES
         from entflow.methods import get_method
         from entflow.methods.needs import needs_of
 
-        def need(ok: bool, key: str, what: str) -> None:
-            if not ok:
-                raise ConfigError(key, f"{what}, got {getattr(self, key)!r}")
-
-        need(self.steps >= 1, "steps", "must be >= 1")
-        need(self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1")
-        need(self.group_size >= 2, "group_size", "must be >= 2 (group advantages need G >= 2)")
-        need(self.temperature > 0, "temperature", "must be > 0")
-        need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
-        need(self.mini_batches >= 1, "mini_batches", "must be >= 1")
-        need(
-            self.mini_batches <= self.prompts_per_step * self.group_size,
-            "mini_batches",
-            f"must be <= prompts_per_step * group_size = {self.prompts_per_step * self.group_size}",
-        )
-        need(self.optimizer in ("adamw", "adamw_fused", "sgd"), "optimizer", "must be 'adamw', 'adamw_fused' or 'sgd'")
-        need(self.lr > 0, "lr", "must be > 0")
-        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
-        need(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
-        for key in ("clip_low", "clip_high", "dual_clip"):  # the one rule of core/clip_settings.py
-            need(clip_value_ok(key, getattr(self, key)), key, f"must be {CLIP_RANGES[key]}")
-        need(self.agg in AGG_MODES, "agg", f"must be one of {AGG_MODES}")
-        need(self.adv_scale in SCALES, "adv_scale", f"must be one of {SCALES}")
-        need(self.eval_every >= 0, "eval_every", "must be >= 0 (0 = only at start and end)")
-        need(self.audit_every >= 0, "audit_every", "must be >= 0 (0 = validation steps only)")
-        need(self.eval_k >= 1, "eval_k", "must be >= 1")
-        need(self.coverage_n >= 0, "coverage_n", "must be >= 0 (0 = no coverage evaluation)")
-        need(
-            self.coverage_k is None or all(isinstance(k, int) and 1 <= k <= self.coverage_n for k in self.coverage_k),
-            "coverage_k",
-            f"must be null or integers in [1, coverage_n = {self.coverage_n}]",
-        )
-        need(self.samples_logged >= 0, "samples_logged", "must be >= 0")
-        need(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
-        need(
-            self.checkpoint_minutes is None or self.checkpoint_minutes > 0, "checkpoint_minutes", "must be > 0 or null"
-        )
-        need(self.threads >= 1, "threads", "must be >= 1")
-        need(self.chunk_size is None or self.chunk_size >= 1, "chunk_size", "must be >= 1 or null")
-        need(bool(self.run_name) and "/" not in self.run_name, "name", "must be a plain directory name")
+        rollout_mismatch_spec(self.rollout_mismatch)  # what is wrong in detail, before its Check's words
+        check_keys(self)  # every key's Check (its field metadata): the rule --help prints
+        if not (self.run_name and "/" not in self.run_name):
+            raise ConfigError("name", f"must be a plain directory name, got {self.name!r}")
         self.validate_task()
-        need(self.schedule_steps is None or self.schedule_steps >= 1, "schedule_steps", "must be >= 1 or null")
-        rollout_mismatch_spec(self.rollout_mismatch)  # raises ConfigError naming rollout_mismatch
         try:
             method = get_method(self.method, **self.method_params)
         except EntflowError as e:
@@ -269,39 +303,28 @@ class TrainConfig:
         return d
 
 
-MISMATCH_KINDS = ("temperature", "quantize")
-
-
-def rollout_mismatch_spec(spec: Any) -> tuple[str, float] | None:
-    """``(kind, value)`` of a ``rollout_mismatch`` setting (None: none), checked: ``kind`` one of
-    :data:`MISMATCH_KINDS`, ``value`` a finite number > 0, no other key; else :class:`ConfigError`."""
-    if spec is None:
-        return None
-    allowed = f"{{kind: {' | '.join(MISMATCH_KINDS)}, value: a number > 0}}"
-    if not isinstance(spec, dict) or set(spec) != {"kind", "value"}:
-        raise ConfigError("rollout_mismatch", f"must be null or {allowed}, got {spec!r}")
-    kind, value = spec["kind"], spec["value"]
-    if kind not in MISMATCH_KINDS:
-        raise ConfigError("rollout_mismatch", f"kind must be one of {MISMATCH_KINDS}, got {kind!r}")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-        raise ConfigError("rollout_mismatch", f"value must be a finite number > 0, got {value!r}")
-    return kind, float(value)
-
-
 # keys added after configs were recorded (evidence/records.py hashes config.yaml): written only when set
 OMITTED_WHEN_NULL = ("rollout_mismatch",)
 
 
-def key_info(cls: type, name: str) -> tuple[str, str | None]:
-    """(help, range) of config key ``name`` of the config class ``cls``: its field's metadata, else
-    the nearest base class's (a subclass that only changes a key's default keeps its help); ("", None)
-    when no class in the chain documents it."""
+def key_info_field(cls: type, name: str) -> dict[str, Any]:
+    """The metadata of config key ``name`` of ``cls``: its field's, else the nearest base class's (a
+    subclass that only changes a key's default keeps its help and check); {} when no class in the
+    chain documents it."""
     for klass in cls.__mro__:
         if dataclasses.is_dataclass(klass):
             f = next((f for f in dataclasses.fields(klass) if f.name == name), None)
             if f is not None and f.metadata.get("help"):
-                return f.metadata["help"], f.metadata.get("range")
-    return "", None
+                return dict(f.metadata)
+    return {}
+
+
+def key_info(cls: type, name: str) -> tuple[str, str | None]:
+    """(help, allowed values in words) of config key ``name`` of the config class ``cls``
+    (:func:`key_info_field`); ("", None) when no class in the chain documents it."""
+    meta = key_info_field(cls, name)
+    check = meta.get("check")
+    return meta.get("help", ""), check.describe if check is not None else None
 
 
 def default_text(value: Any) -> str:
@@ -310,6 +333,8 @@ def default_text(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a nested config: its keys
+        return "{" + ", ".join(f"{k}: {default_text(v)}" for k, v in dataclasses.asdict(value).items()) + "}"
     return str(value)
 
 

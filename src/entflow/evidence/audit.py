@@ -1,8 +1,9 @@
 """The clean estimator audit (docs/design.md §9): how well does each entropy-change estimator of docs/design.md §5
 rank the *true* change of token entropy caused by one update?
 
-Two variants, both strictly on-policy (r ≡ 1, no clip) with one plain SGD step, in float64 so
-that the measured change is not round-off:
+Three variants, each strictly on-policy (r ≡ 1, no clip) with one plain SGD step, in float64 so
+that the measured change is not round-off (the step and the change it causes:
+:func:`entflow.trainer.estimator_scores.entropy_change_of_step`, the tabular experiment's too):
 
 - ``batch``: one SGD step on the GRPO loss of a whole rollout batch (P prompts × G responses);
   the true ΔH_t is measured at every response position by a second forward pass and correlated
@@ -32,6 +33,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,8 +44,9 @@ from entflow.analysis.tables import DASH, Column, Interval, Table
 from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.ppo import LossSpec
-from entflow.core.token_stats import STAT_NAMES
+from entflow.core.token_stats import STAT_NAMES, entropy_from_logits
 from entflow.methods.objective import compute_advantages, policy_loss
+from entflow.trainer.estimator_scores import entropy_change_of_step
 
 #: the audit's variants, in the order the table shows them
 VARIANTS = ("batch", "isolated", "tabular_head")
@@ -76,11 +79,10 @@ def _stats(model, roll, tcfg):
     return rollout_stats(model, roll, tcfg, STAT_NAMES)
 
 
-def _sgd(model, lr: float) -> None:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p.add_(p.grad, alpha=-lr)
+def _entropy(model, roll, tcfg, at: tuple[int, int] | None = None) -> torch.Tensor:
+    """The token entropies of ``roll``'s responses under ``model`` (``at``: the one at row, position)."""
+    entropy = _stats(model, roll, tcfg).entropy
+    return entropy if at is None else entropy[at]
 
 
 def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> dict[str, Any]:
@@ -90,7 +92,7 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
     estimator, mean, half-width, n, rank)."""
     from entflow.analysis.stats import t_interval
     from entflow.lab.config import LabConfig
-    from entflow.lab.pretrain import load_policy
+    from entflow.lab.policy import load_policy
     from entflow.lab.tasks import get_task
     from entflow.methods import get_method
     from entflow.trainer.collect import CollectedRollout, rollout_batch
@@ -129,15 +131,17 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
                 saved = [p.detach().clone() for p in model.parameters()]
                 truth = []
                 for i, t in picks:
-                    sel = torch.tensor([i])
-                    cur = _stats(model, _Sub(roll, sel), tcfg)
+                    sub = _Sub(roll, torch.tensor([i]))
+                    cur = _stats(model, sub, tcfg)
                     a = adv[i, t] if adv.dim() == 2 else adv[i]
-                    model.zero_grad(set_to_none=True)
-                    (-a * cur.logp[0, t]).backward()
-                    _sgd(model, cfg.lr_isolated)
-                    with torch.no_grad():
-                        after = _stats(model, _Sub(roll, sel), tcfg)
-                    truth.append(float(after.entropy[0, t] - old.entropy[i, t]))
+                    change = entropy_change_of_step(
+                        model.parameters(),
+                        -a * cur.logp[0, t],
+                        partial(_entropy, model, sub, tcfg, (0, t)),
+                        cfg.lr_isolated,
+                        before=old.entropy[i, t],
+                    )
+                    truth.append(float(change))
                     with torch.no_grad():
                         for p, s in zip(model.parameters(), saved, strict=True):
                             p.copy_(s)
@@ -157,12 +161,10 @@ def audit_policy(policy_path: Any, cfg: AuditConfig, progress: bool = False) -> 
             # row, r ≡ 1); ΔH at every position, scored as the trainer scores its estimators
             cur = _stats(model, roll, tcfg)
             out = policy_loss(mini_batch(b, adv, torch.arange(len(roll.texts)), cur), grpo, LossSpec())
-            model.zero_grad(set_to_none=True)
-            out.loss.backward()
-            _sgd(model, cfg.lr)
-            with torch.no_grad():
-                after = _stats(model, roll, tcfg)
-            scores = score_estimators(after.entropy - old.entropy, b, torch.ones_like(adv), LossSpec())
+            true_dH = entropy_change_of_step(
+                model.parameters(), out.loss, partial(_entropy, model, roll, tcfg), cfg.lr, before=old.entropy
+            )
+            scores = score_estimators(true_dH, b, torch.ones_like(adv), LossSpec())
             for e in ESTIMATORS:
                 per["batch"][e].append(scores[f"audit/{e}/spearman"])
             if progress:
@@ -183,10 +185,6 @@ def _logits(model, roll, cfg) -> torch.Tensor:
 
     with torch.no_grad():
         return response_logits(model, roll.prompt_ids, roll.prompt_mask, roll.response_ids).double() / cfg.temperature
-
-
-def _entropy(z: torch.Tensor) -> torch.Tensor:
-    return -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1)
 
 
 def tabular_head_entropy_change(
@@ -216,9 +214,8 @@ def tabular_head_entropy_change(
     idx = state.clamp(min=0)
     logp = torch.log_softmax(u, -1)[idx, roll.response_ids]  # [N, T]
     batch = TokenBatch(logp=logp, old_logp=logp.detach(), advantages=adv, mask=roll.mask)
-    policy_loss(batch, method, LossSpec()).loss.backward()
-    with torch.no_grad():
-        change = _entropy(u - lr * u.grad) - _entropy(u)  # [S]
+    loss = policy_loss(batch, method, LossSpec()).loss
+    change = entropy_change_of_step([u], loss, lambda: entropy_from_logits(u), lr)  # [S]
     return change, state[valid]
 
 

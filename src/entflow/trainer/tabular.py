@@ -5,10 +5,10 @@ advantages; one SGD step on the (on-policy, hence unclipped) PPO objective moves
 true entropy change of each row is compared with the estimators of docs/design.md §5, scaled by
 ``lr / n_tokens`` and summed over the tokens sampled in that state. ``entflow estimators`` runs it.
 
-It lives with the trainer (next to :mod:`entflow.trainer.estimator_scores`, the same comparison
-during training) because it takes an optimisation step through
-:func:`entflow.methods.objective.policy_loss`; ``analysis/`` computes numbers about runs and imports
-only ``core``.
+It lives with the trainer because it takes an optimisation step through
+:func:`entflow.methods.objective.policy_loss`, the one SGD step of every estimator audit
+(:func:`entflow.trainer.estimator_scores.entropy_change_of_step`); ``analysis/`` computes numbers
+about runs and imports only ``core``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from entflow.core.batch import TokenBatch
 from entflow.core.estimators import ESTIMATORS, entropy_change
 from entflow.core.token_stats import entropy_from_logits, token_stats
 from entflow.methods.objective import policy_loss
+from entflow.trainer.estimator_scores import entropy_change_of_step
 
 
 @dataclass
@@ -60,10 +61,7 @@ def tabular_experiment(
         sum_p2_logp=st.sum_p2_logp.detach(),
     )
     loss = policy_loss(batch).loss  # token-mean over n = S·K tokens
-    (grad,) = torch.autograd.grad(loss, logits)
-    with torch.no_grad():
-        h_before = entropy_from_logits(logits)
-        h_after = entropy_from_logits(logits - lr * grad)
+    true_dH = entropy_change_of_step([logits], loss, lambda: entropy_from_logits(logits), lr)
     n = states * samples_per_state
     predicted = {name: entropy_change(name, batch).sum(-1) * (lr / n) for name in ESTIMATORS}
-    return TabularResult(true_dH=h_after - h_before, predicted=predicted, lr=lr, n_tokens=n)
+    return TabularResult(true_dH=true_dH, predicted=predicted, lr=lr, n_tokens=n)

@@ -123,6 +123,18 @@ def test_a_new_optional_keyword_of_a_hook_with_kwargs_is_accepted(monkeypatch):
     check_trl_hooks(EntflowGRPOTrainer, EntflowGRPOTrainer)
 
 
+def test_a_hook_behind_a_decorator_that_hides_its_signature_is_not_refused(monkeypatch):
+    """A TRL hook wrapped by a decorator without ``functools.wraps`` shows ``(*args, **kwargs)``: that
+    says nothing about the parameters, so it is not a reason to refuse TRL."""
+    original = GRPOTrainer._calculate_rewards
+
+    def opaque(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", opaque)
+    check_trl_hooks(EntflowGRPOTrainer, EntflowGRPOTrainer)
+
+
 def test_a_trainer_missing_an_attribute_is_refused():
     present = SimpleNamespace(**{a: None for a in TRL_ATTRIBUTES})
     check_trl_attributes(present)

@@ -103,6 +103,11 @@ def _accepts_every_call(override: inspect.Signature, base: inspect.Signature) ->
     )
 
 
+def _says_nothing(sig: inspect.Signature) -> bool:
+    """A signature of ``*args`` and/or ``**kwargs`` only (a decorator without ``functools.wraps``)."""
+    return all(p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) for p in sig.parameters.values())
+
+
 def _bound(cls: type, name: str) -> Any:
     """``cls``'s own attribute ``name`` as an instance would see it (``self`` bound, so signatures
     start after it; a static method stays as it is)."""
@@ -137,8 +142,8 @@ def check_hooks(cls: type, adapter: type, hooks: Iterable[Hook], library: str, b
                 library, version, where, "does not exist, and entflow's adapter relies on it; " + _supported(library)
             )
         sig = signature_of(_bound(owner, hook.name))
-        if sig is None:
-            continue  # unreadable (a builtin): nothing to compare
+        if sig is None or _says_nothing(sig):
+            continue  # unreadable (a builtin), or a bare (*args, **kwargs) wrapper: nothing to compare
         call = ", ".join([*hook.args, *(f"{k}=…" for k in hook.kwargs)])
         if not _binds_the_call(sig, hook):
             raise UnsupportedVersionError(

@@ -123,6 +123,18 @@ def test_a_new_optional_keyword_of_a_hook_with_kwargs_is_accepted(monkeypatch):
     check_trl_hooks(EntflowGRPOTrainer, EntflowGRPOTrainer)
 
 
+def test_a_parameter_the_override_requires_and_trl_may_leave_out_is_refused(monkeypatch):
+    """TRL's ``_save_checkpoint`` giving ``trial`` a default means TRL may call it without one, which
+    the override (``model, trial``, both required) would refuse."""
+
+    def optional_trial(self, model, trial=None):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(GRPOTrainer, "_save_checkpoint", optional_trial)
+    with pytest.raises(UnsupportedVersionError, match=r"_save_checkpoint\(model, trial=None\) has parameters"):
+        check_trl_hooks(EntflowGRPOTrainer, EntflowGRPOTrainer)
+
+
 def test_a_hook_behind_a_decorator_that_hides_its_signature_is_not_refused(monkeypatch):
     """A TRL hook wrapped by a decorator without ``functools.wraps`` shows ``(*args, **kwargs)``: that
     says nothing about the parameters, so it is not a reason to refuse TRL."""

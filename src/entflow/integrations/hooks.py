@@ -96,10 +96,11 @@ def _accepts_every_call(override: inspect.Signature, base: inspect.Signature) ->
     o_names = {p.name for p in o if p.kind in _BY_NAME}
     if not o_varkw and any(p.name not in o_names for p in b if p.kind in _BY_NAME):
         return False
-    b_names = {p.name for p in b}
-    # the override requires nothing the library may leave out
+    # the override requires nothing the library may leave out (a parameter it lacks or has a default for)
+    b_required = {p.name for p in b if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)}
     return not any(
-        p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and p.name not in b_names for p in o
+        p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and p.name not in b_required
+        for p in o
     )
 
 

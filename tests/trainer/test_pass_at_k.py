@@ -51,11 +51,11 @@ def test_pass_at_k_rejects_impossible_counts(n, c, k):
 
 def test_lab_and_real_model_evaluation_use_the_one_pass_at_k():
     import entflow.hf.evaluate as hf_evaluate
-    import entflow.lab.pretrain as lab_pretrain
+    import entflow.lab.evaluate as lab_evaluate
 
-    assert lab_pretrain.pass_at_k is pass_at_k
+    assert lab_evaluate.pass_at_k is pass_at_k
     assert hf_evaluate.pass_at_k is pass_at_k
-    assert not hasattr(lab_pretrain, "_pass_at_k")
+    assert not hasattr(lab_evaluate, "_pass_at_k")
 
 
 def test_mean_and_se_by_hand():

@@ -19,8 +19,9 @@ Budget. A run's cost is the wall seconds of one run of its setting measured on t
 runs shared by claims are paid once, at the largest maximum among them. Claims are admitted
 cheapest first while the total stays within the budget; a claim that needs more than ``--cap``
 seeds, or that does not fit, is "not decidable at this budget", declared here, and never run.
-A family (Holm) is planned at α / m per member (the first step of the step-down), m its headline
-members: the fresh series is a new experiment, corrected over the claims it judges.
+A family (Holm) runs the largest number k of its headline members whose k cheapest (alone) are all
+decidable within the budget at α / k (the first step of the step-down); the fresh series is a new
+experiment, corrected over the claims it judges.
 """
 
 from __future__ import annotations
@@ -104,21 +105,17 @@ def run_costs(claim: Claim) -> list[str]:
     return [f"{claim.setting}/{r}" for r in claim.runs]
 
 
-def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims: int) -> dict[str, Any]:
-    claims = [c for c in load_registry().claims if c.headline and c.setting in SETTINGS[part] and not c.retired]
-    # a family of the fresh series: its headline members (the series is a new experiment; Holm
-    # corrects over the claims it judges)
-    families: dict[str, int] = {}
-    for c in claims:
-        if c.family:
-            families[c.family] = families.get(c.family, 0) + 1
+def plan_rows(
+    claims: list[Claim], part: str, family_size: dict[str, int], cap: int, sims: int
+) -> dict[str, dict[str, Any]]:
+    """Each claim's noise and looks at its level (α, or α / m in a family of m)."""
     rows: dict[str, dict[str, Any]] = {}
     for c in claims:
         draws = earlier_values(c, part)
         values = [v for d in draws for v in d["values"]]
         m = margins(values, c.rule, c.bound)
         sigma = float(m.std(ddof=1)) if m.size >= 2 else math.nan
-        alpha = ALPHA / families.get(c.family, 1) if c.family else ALPHA
+        alpha = ALPHA / family_size[c.family] if c.family else ALPHA
         row: dict[str, Any] = {
             "setting": c.setting,
             "runs": run_costs(c),
@@ -128,6 +125,7 @@ def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims
             "delta_reason": c.headline.reason,
             "declared": c.headline.declared,
             "family": c.family,
+            "family_size": family_size.get(c.family) if c.family else None,
             "alpha": alpha,
             "earlier": draws,
             "n_earlier": int(m.size),
@@ -144,7 +142,12 @@ def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims
                 why = f"80 % power at δ needs more than {cap} seeds (a fixed-size test: {fixed})"
                 row |= {"decision": NOT_DECIDABLE, "why": why}
         rows[c.id] = row
-    # admit the decidable claims cheapest first while the runs' cost at their maxima fits the budget
+    return rows
+
+
+def admit(rows: dict[str, dict[str, Any]], budget_s: float, cost: dict[str, float]) -> tuple[float, dict[str, int]]:
+    """Admit the decidable claims cheapest first while the runs' cost at their maxima fits the
+    budget; the others become not decidable at this budget. Returns (cost, seeds paid per run)."""
     paid: dict[str, int] = {}  # run key -> seeds paid for
     spent = 0.0
 
@@ -166,6 +169,44 @@ def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims
         for k in row["runs"]:
             paid[k] = max(paid.get(k, 0), row["plan"]["maximum"])
         row |= {"decision": "planned", "cost_s": round(more, 1)}
+    return spent, paid
+
+
+def make_plan(part: str, budget_s: float, cost: dict[str, float], cap: int, sims: int) -> dict[str, Any]:
+    claims = [c for c in load_registry().claims if c.headline and c.setting in SETTINGS[part] and not c.retired]
+    # a family of the fresh series is corrected over the members it runs (Holm over the claims it
+    # judges): with k members each is planned at α / k. The family runs the largest k whose k cheapest
+    # members (cheapest alone, at α) are all decidable within the budget at α / k; the others are not
+    # decidable at this budget, with the reason of the k that was tried last for them
+    fams = sorted({c.family for c in claims if c.family})
+    alone = plan_rows(claims, part, dict.fromkeys(fams, 1), cap, sims)
+    admit({cid: dict(r) for cid, r in alone.items()}, math.inf, cost)
+
+    def cost_alone(cid: str) -> float:
+        r = alone[cid]
+        if "plan" not in r or not r["plan"]["decidable"]:
+            return math.inf
+        return sum(cost[k.split("/")[0]] for k in r["runs"]) * r["plan"]["maximum"]
+
+    chosen: set[str] = {c.id for c in claims if not c.family}
+    tried: dict[str, dict[str, Any]] = {}
+    for fam in fams:
+        ids = sorted((c.id for c in claims if c.family == fam), key=lambda i: (cost_alone(i), i))
+        for k in range(len(ids), 0, -1):
+            subset = set(ids[:k])
+            rows = plan_rows([c for c in claims if c.id in chosen | subset], part, {fam: k}, cap, sims)
+            admit(rows, budget_s, cost)
+            tried |= {cid: rows[cid] for cid in subset if cid not in tried or k < len(ids)}
+            if all(rows[cid]["decision"] == "planned" for cid in subset):
+                chosen |= subset
+                break
+    size = {fam: sum(1 for c in claims if c.family == fam and c.id in chosen) for fam in fams}
+    rows = plan_rows([c for c in claims if c.id in chosen], part, size, cap, sims)
+    spent, paid = admit(rows, budget_s, cost)
+    rows = {c.id: rows.get(c.id) or tried[c.id] for c in claims}  # registry order
+    for cid, r in rows.items():
+        if cid not in chosen and r["decision"] == "planned":  # planned only within a smaller family try
+            r |= {"decision": NOT_DECIDABLE, "why": "the family's budget goes to its cheaper members"}
     n_max = max([r["plan"]["maximum"] for r in rows.values() if r["decision"] == "planned"], default=0)
     return {
         "part": part,

@@ -768,7 +768,7 @@ def design_judge_draws(root: Path, judge_size: int | None = None) -> dict[str, A
     from entflow.hf.data import load_data, normalize_problem
     from entflow.trainer.seeds import STEP, stream_seed
 
-    reg = yaml.safe_load((root / "src/entflow/evidence/configs/real_v2.yaml").read_text())["task_params"]
+    reg = yaml.safe_load((root / "src/entflow/hf/configs/real_v2.yaml").read_text())["task_params"]
     reg_params = {k: v for k, v in reg.items() if k not in ("held_out", "eval_split", "train_seed")}
     judge = load_data("basic_arithmetic", **reg).splits["judge"]
     place = {normalize_problem(e.prompt): i for i, e in enumerate(judge)}

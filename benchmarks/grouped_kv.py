@@ -9,7 +9,7 @@ read in place (``scaled_dot_product_attention(enable_gqa=True)``, what
    token over L = 112 cached positions at N = 32, 64 and 128 rows, and a packed update's
    query of L = 400 tokens; whether the two outputs are bit-identical.
 2. ``entflow.trainer.rollout.generate`` on SmolLM2-135M in the real-v2 setting
-   (``src/entflow/evidence/configs/real_v2_design.yaml``: its prompts with the two worked examples,
+   (``src/entflow/hf/configs/real_v2_design.yaml``: its prompts with the two worked examples,
    16 new tokens, shared prompts): a step's rollout (4 prompts × 8 responses at T = 1, raw logits and
    entropy kept, as the trainer asks) and a validation batch (64 prompts, greedy), with and without
    :func:`grouped_kv_attention`, interleaved, seconds per call; whether the tokens and logits of the
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import _result  # benchmarks/_result.py
 
-PRESET = Path(__file__).resolve().parents[1] / "src/entflow/evidence/configs/real_v2_design.yaml"
+PRESET = Path(__file__).resolve().parents[1] / "src/entflow/hf/configs/real_v2_design.yaml"
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2-135M
 # (what, rows N, query length, key length)
 SHAPES = [

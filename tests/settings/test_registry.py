@@ -36,13 +36,13 @@ def test_the_packaged_settings_resolve_to_their_kinds():
     from entflow.hf.setup import RealTrainConfig
 
     assert settings["real"].runner.config_class() is RealTrainConfig
-    # the lab's presets stay with the lab; a real model's are the evidence's own
+    # each setting's presets live with it: the lab's in entflow/lab, a real model's in entflow/hf
     assert (settings["demo"].runner.presets() / "demo.yaml").is_file()
     assert (settings["regime"].runner.presets() / "regime.yaml").is_file()
     assert (settings["real"].runner.presets() / "real.yaml").is_file()
     assert (settings["real_v2"].runner.presets() / "real_v2.yaml").is_file()
     assert not (settings["demo"].runner.presets() / "real.yaml").exists()
-    assert settings["real"].runner.presets().parent.name == "evidence"
+    assert settings["real"].runner.presets().parent.name == "hf"
     # reproduce trains the lab's runs --jobs at a time, a real model's one at a time
     assert (kinds.get_setting_kind("lab").parallel, kinds.get_setting_kind("real").parallel) == (True, False)
 

@@ -10,7 +10,7 @@ Two presets:
   numbers are that seed of the ``exploration`` claim (``src/entflow/evidence/claims.yaml``).
 - ``collapse``: ``entflow/lab/configs/demo.yaml``, GRPO's entropy collapse next to three controls
   (80 steps), the setting of the claims about entropy itself.
-- ``real``: the registry's ``real`` setting (``entflow/evidence/configs/real.yaml``: SmolLM2-135M on
+- ``real``: the registry's ``real`` setting (``entflow/hf/configs/real.yaml``: SmolLM2-135M on
   real data), GRPO against Clip-Cov at the ratio the lab's knob sweep selected (0.05), seed 0,
   trained as ``entflow reproduce`` trains the setting's runs, both at once (``--jobs``, the preset's
   threads shared between them), with a smaller evaluation (:data:`REAL_DEMO_EVALUATION`) so that

@@ -395,7 +395,7 @@ class Setting:
     (:mod:`entflow.settings.registry`) that says where its preset lives, which config class it
     builds and how its runs are trained: ``lab`` (a preset of ``entflow/lab/configs``,
     :class:`~entflow.lab.config.LabConfig` keys; the tiny policy) or ``real`` (a preset of
-    ``entflow/evidence/configs``, ``entflow.hf.setup.RealTrainConfig`` keys; a real model,
+    ``entflow/hf/configs``, ``entflow.hf.setup.RealTrainConfig`` keys; a real model,
     ``train_real``)."""
 
     name: str
@@ -500,7 +500,7 @@ def _parse_settings(raw: Any, path: Path) -> dict[str, Setting]:
         kind = spec.get("kind", "lab") if ok else "lab"
         if kind not in kinds:
             raise ConfigError(f"settings.{name}.kind", f"expected one of {list(kinds)}, got {kind!r}")
-        # the kind says where its presets live (entflow/lab/configs, entflow/evidence/configs)
+        # the kind says where its presets live (entflow/lab/configs, entflow/hf/configs)
         presets = {p.name for p in get_setting_kind(kind).presets().glob("*.yaml")}
         ok = ok and spec.get("config") in presets
         steps = spec.get("steps") if isinstance(spec, dict) else None

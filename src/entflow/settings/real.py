@@ -1,6 +1,6 @@
 """The real setting: a Hugging Face model on real data (docs/real-models.md).
 
-Its config class is :class:`~entflow.hf.setup.RealTrainConfig`, its presets ``entflow/evidence/configs``
+Its config class is :class:`~entflow.hf.setup.RealTrainConfig`, its presets ``entflow/hf/configs``
 (``real.yaml``, ``real_v2.yaml``, ``real_v2_design.yaml``), its setup
 :func:`entflow.hf.setup.real_setup` (the model its config names, no lab warm start); reproduce trains
 its runs one at a time, since each uses the preset's ``threads`` cores, and a model is evaluated by
@@ -32,7 +32,7 @@ class RealKind(SettingKind):
 
     name = "real"
     extra = "real"
-    presets_package = "entflow.evidence"
+    presets_package = "entflow.hf"
     common_overrides = tuple(REAL_COMMON_OVERRIDES)
     parallel = False
     keys_heading = "With --model (a real model, docs/real-models.md; task is the data, --data) also these keys:"

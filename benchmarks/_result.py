@@ -73,6 +73,38 @@ def print_and_save(results: Any, report: Callable[[Any], str], out: str | None) 
         write(out, results)
 
 
+def main(
+    doc: str | None,
+    options: Callable[[argparse.ArgumentParser], None],
+    measure: Callable[[argparse.Namespace], Any],
+    report: Callable[[Any], str],
+    *,
+    worker: Callable[[argparse.Namespace], Any] | None = None,
+) -> None:
+    """A benchmark's command line, the one the scripts that publish a table share: the script's own
+    ``options``, then ``--out`` and ``--from-json`` (:func:`add_arguments`).
+
+    ``--from-json FILE...`` prints ``report`` of each saved result and measures nothing
+    (:func:`print_saved`); with ``worker``, ``--worker ...`` (an option the script declares: one
+    measurement in a fresh process the script started) prints ``worker(args)`` as one JSON line;
+    otherwise ``measure(args)``'s results are printed with ``report`` and, with ``--out``, saved
+    (:func:`print_and_save`). A ``measure`` that returns None printed and saved its results itself
+    (part by part, so that a later part that fails keeps the earlier)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options(ap)
+    add_arguments(ap)
+    args = ap.parse_args()
+    if args.from_json:
+        print_saved(args.from_json, report)
+        return
+    if worker is not None and args.worker:
+        print(json.dumps(worker(args)))
+        return
+    results = measure(args)
+    if results is not None:
+        print_and_save(results, report, args.out)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table: the header, the alignment row (text left, the rest right), the rows."""
     align = ["---"] + ["---:"] * (len(header) - 1)

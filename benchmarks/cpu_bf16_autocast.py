@@ -69,18 +69,14 @@ def report(results: dict) -> str:
     return head + "\n\n" + _result.markdown_table(["variant", "median ms", "min–max ms", "× float32"], rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rows", type=int, default=256)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    results = measure(args.runs, args.threads, args.rows)
-    _result.print_and_save(results, report, args.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, lambda a: measure(a.runs, a.threads, a.rows), report)
 
 
 if __name__ == "__main__":

@@ -113,18 +113,14 @@ def report(results: dict) -> str:
     return head + "\n\n" + _result.markdown_table(header, rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--t", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=20)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    results = measure(args.n, args.t, args.rounds)
-    _result.print_and_save(results, report, args.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, lambda a: measure(a.n, a.t, a.rounds), report)
 
 
 if __name__ == "__main__":

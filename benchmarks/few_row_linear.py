@@ -130,17 +130,15 @@ def report(results: dict) -> str:
     return "\n\n".join(parts)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=8, help="generate calls per arm")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--generate-only", action="store_true")
-    _result.add_arguments(ap)
-    a = ap.parse_args()
-    if a.from_json:
-        _result.print_saved(a.from_json, report)
-        return
+
+
+def measure(a: argparse.Namespace) -> dict:
+    """The parts the options ask for, at ``--threads``, with the torch version and the threads."""
     import torch
 
     torch.set_num_threads(a.threads)
@@ -150,7 +148,11 @@ def main() -> None:
         results["stack"] = decoding_stack()
     if not a.no_generate:
         results["generate"] = smollm2_generate(a.reps)
-    _result.print_and_save(results, report, a.out)
+    return results
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report)
 
 
 if __name__ == "__main__":

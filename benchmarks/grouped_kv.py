@@ -176,18 +176,17 @@ def report(results: dict) -> str:
     return "\n\n".join(parts)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=8, help="generate calls per arm and case")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--step0", action="store_true", help="only the step-0 validation numbers, both decodings")
     ap.add_argument("--preset", default=str(PRESET), help="--step0's setting (default: the real-v2 design preset)")
-    _result.add_arguments(ap)
-    a = ap.parse_args()
-    if a.from_json:
-        _result.print_saved(a.from_json, report)
-        return
+
+
+def measure(a: argparse.Namespace) -> dict:
+    """One call's arms and the generate calls, or (``--step0``) only the preset's step-0 validation;
+    with the torch and transformers versions and the threads."""
     import torch
     import transformers
 
@@ -196,12 +195,15 @@ def main() -> None:
     if a.step0:
         results["preset"] = Path(a.preset).name
         results["step0"] = step0_validation(Path(a.preset))
-        _result.print_and_save(results, report, a.out)
-        return
+        return results
     results["one_call"] = one_call()
     if not a.no_generate:
         results["generate"] = smollm2_generate(a.reps)
-    _result.print_and_save(results, report, a.out)
+    return results
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report)
 
 
 if __name__ == "__main__":

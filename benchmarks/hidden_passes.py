@@ -37,41 +37,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
-import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
-import sys
 import time
 
 import _result  # benchmarks/_result.py
-from _schedule import interleaved  # benchmarks/_schedule.py
+from _memory import MIB, peak_rss_bytes, reset_peak_rss, rss_bytes  # benchmarks/_memory.py
+from _schedule import in_fresh_process, interleaved_runs  # benchmarks/_schedule.py
 
-MIB = 1024 * 1024
 VARIANTS = ("trl_hidden", "trl_logits", "update_hidden", "update_logits")
 STATS = ("logp", "entropy", "sum_p2", "sum_p2_logp")
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_peak_rss() -> None:
-    """Reset the kernel's peak RSS (VmHWM) to the current RSS (Linux ≥ 4.0), so that building the
-    model (whose temporaries can exceed what the measured call needs) is not counted."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def _peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _model(vocab: int):
@@ -140,22 +116,19 @@ def worker(variant: str, args: argparse.Namespace) -> dict:
     model = _model(args.vocab)
     x = _batch(args.batch, args.prompt, args.completion, args.vocab)
     _call(variant, model, _batch(1, 4, 4, args.vocab))  # warm-up: one short sequence
-    _reset_peak_rss()
-    base = _rss_bytes()
+    reset_peak_rss()
+    base = rss_bytes()
     t0, c0 = time.perf_counter(), time.process_time()
     _call(variant, model, x)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = max(_peak_rss_bytes() - base, 0) / MIB
+    peak = max(peak_rss_bytes() - base, 0) / MIB
     return {"variant": variant, "time_s": elapsed, "cpu_s": cpu, "peak_extra_mib": peak}
 
 
 def run(variant: str, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    cmd = [sys.executable, __file__, "--worker", variant]
-    cmd += ["--threads", str(args.threads), "--vocab", str(args.vocab), "--batch", str(args.batch)]
-    cmd += ["--prompt", str(args.prompt), "--completion", str(args.completion)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    argv = ["--worker", variant, "--threads", str(args.threads), "--vocab", str(args.vocab), "--batch", str(args.batch)]
+    argv += ["--prompt", str(args.prompt), "--completion", str(args.completion)]
+    return in_fresh_process(__file__, argv, args.threads)
 
 
 def report(results: dict) -> str:
@@ -189,8 +162,7 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--completion", type=int, default=128)
@@ -199,23 +171,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    if args.worker:
-        print(json.dumps(worker(args.worker, args)))
-        return
-    variants = args.variants.split(",")
-    measurements: dict[str, list[dict]] = {v: [] for v in variants}
-    start = time.time()
-    for rep, order in interleaved(variants, args.runs):
-        for v in order:
-            r = run(v, args)
-            measurements[v].append(r)
-            print(f"run {rep + 1}/{args.runs} {v:14s} {r['time_s']:7.2f} s {r['peak_extra_mib']:7.0f} MiB", flush=True)
 
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every variant ``--runs`` times, interleaved, each in a fresh process; the settings with them."""
+    variants = args.variants.split(",")
+    start = time.time()
+    measurements = interleaved_runs(
+        variants,
+        args.runs,
+        lambda v: run(v, args),
+        lambda v, r: f"{v:14s} {r['time_s']:7.2f} s {r['peak_extra_mib']:7.0f} MiB",
+    )
     import torch
 
     results = {
@@ -235,7 +202,11 @@ def main() -> None:
         "measurements": measurements,
     }
     print()
-    _result.print_and_save(results, report, args.out)
+    return results
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report, worker=lambda a: worker(a.worker, a))
 
 
 if __name__ == "__main__":

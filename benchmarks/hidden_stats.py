@@ -51,19 +51,15 @@ agreement and target lines of the variants) exactly as the live run printed them
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 
 import _result  # benchmarks/_result.py
-from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
-from _schedule import interleaved  # benchmarks/_schedule.py
+from _memory import MIB, peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+from _schedule import alternating, in_fresh_process, interleaved_runs  # benchmarks/_schedule.py
 
-MIB = 1024 * 1024
 VARIANTS = ("hidden2", "hidden4", "logits_ts", "trl2", "trl_s2", "naive")
 MODES = ("fwd", "fwd_bwd")
 TRL_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in TRL 1.16
@@ -154,14 +150,9 @@ def worker(variant: str, mode: str, rows: int, vocab: int, dim: int, threads: in
 
 
 def run(variant: str, mode: str, dim: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", variant, mode, str(dim)]
-    cmd += ["--rows", str(args.rows), "--vocab", str(args.vocab), "--threads", str(args.threads)]
-    cmd += ["--seed", str(args.seed)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if res.returncode:
-        raise RuntimeError(f"{variant} {mode} D={dim} failed:\n{res.stderr[-3000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    argv = ["--worker", variant, mode, str(dim), "--rows", str(args.rows), "--vocab", str(args.vocab)]
+    argv += ["--threads", str(args.threads), "--seed", str(args.seed)]
+    return in_fresh_process(__file__, argv, args.threads)
 
 
 def report(results: dict, dim: int) -> str:
@@ -262,8 +253,8 @@ def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> dict[str,
     weight = torch.randn(args.vocab, dim).mul_(2.0 / dim**0.5).requires_grad_(True)
     ids = torch.randint(0, args.vocab, (args.rows,))
     times: dict[int, list[float]] = {c: [] for c in cols}
-    for rep in range(args.runs):
-        for c in cols if rep % 2 == 0 else cols[::-1]:
+    for _, order in alternating(cols, args.runs):
+        for c in order:
             hidden.grad = weight.grad = None
             t0 = time.perf_counter()
             out = token_stats_from_hidden(hidden, weight, ids, chunk_vocab=c)
@@ -273,8 +264,7 @@ def tile_sweep(dim: int, cols: list[int], args: argparse.Namespace) -> dict[str,
     return {str(c): t for c, t in times.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--dims", default="896,3584")
@@ -285,49 +275,51 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--tile-sweep", default=None, help="comma-separated chunk_vocab values to time (hidden4)")
     ap.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, tables)
-        return
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Each dimension in turn: the tile sweep (``--tile-sweep``), or every (variant, mode) ``--runs``
+    times, interleaved, each in a fresh process; its table printed and, with ``--out``, the result
+    saved after it, so that a later dimension that fails keeps the earlier."""
     settings = {"rows": args.rows, "vocab": args.vocab, "threads": args.threads, "runs": args.runs, "seed": args.seed}
     if args.tile_sweep:
         cols = [int(c) for c in args.tile_sweep.split(",")]
         results = {"kind": "tile_sweep", **settings, "chunk_vocab": cols, "dims": {}}
-        for dim in (int(d) for d in args.dims.split(",")):
-            results["dims"][str(dim)] = {"times": tile_sweep(dim, cols, args)}
-            print()
-            print(tile_table(results, dim))
-            if args.out:  # after every dimension, so a later one that fails keeps the earlier
-                _result.write(args.out, results)
-        return
-    if args.worker:
-        v, m, d = args.worker
-        print(json.dumps(worker(v, m, args.rows, args.vocab, int(d), args.threads, args.seed)))
-        return
-
-    variants, modes = args.variants.split(","), args.modes.split(",")
-    pairs = [(v, m) for m in modes for v in variants]
-    results = {"kind": "variants", **settings, "variants": variants, "modes": modes}
-    results |= {"platform": platform.machine(), "cpus": os.cpu_count(), "dims": {}}
+    else:
+        variants, modes = args.variants.split(","), args.modes.split(",")
+        results = {"kind": "variants", **settings, "variants": variants, "modes": modes}
+        results |= {"platform": platform.machine(), "cpus": os.cpu_count(), "dims": {}}
     for dim in (int(d) for d in args.dims.split(",")):
-        measurements: dict[str, dict[str, list[dict]]] = {m: {v: [] for v in variants} for m in modes}
-        start = time.time()
-        for rep, order in interleaved(pairs, args.runs):
-            for v, m in order:
-                r = run(v, m, dim, args)
-                measurements[m][v].append(r)
-                print(f"D={dim} run {rep + 1}/{args.runs} {v:9s} {m:8s} {r['time_s']:8.2f} s "
-                      f"{r['peak_extra_mib']:8.0f} MiB", flush=True)  # fmt: skip
-        results["dims"][str(dim)] = {
-            "seconds": time.time() - start,
-            "load_average": list(os.getloadavg()),
-            "measurements": measurements,
-        }
+        if args.tile_sweep:
+            results["dims"][str(dim)] = {"times": tile_sweep(dim, cols, args)}
+        else:
+            start = time.time()
+            runs = interleaved_runs(
+                [(v, m) for m in modes for v in variants],
+                args.runs,
+                lambda vm, dim=dim: run(*vm, dim, args),
+                lambda vm, r: f"{vm[0]:9s} {vm[1]:8s} {r['time_s']:8.2f} s {r['peak_extra_mib']:8.0f} MiB",
+                prefix=f"D={dim} ",
+            )
+            results["dims"][str(dim)] = {
+                "seconds": time.time() - start,
+                "load_average": list(os.getloadavg()),
+                "measurements": {m: {v: runs[(v, m)] for v in variants} for m in modes},
+            }
         print()
-        print(report(results, dim))
-        if args.out:  # after every dimension, so a later one that fails keeps the earlier
+        print((tile_table if args.tile_sweep else report)(results, dim))
+        if args.out:
             _result.write(args.out, results)
+
+
+def main() -> None:
+    _result.main(
+        __doc__,
+        options,
+        measure,
+        tables,
+        worker=lambda a: worker(a.worker[0], a.worker[1], a.rows, a.vocab, int(a.worker[2]), a.threads, a.seed),
+    )
 
 
 if __name__ == "__main__":

@@ -84,18 +84,14 @@ def report(results: dict) -> str:
     return f"{head}\n\n{body}\n\nwhole run incl. step-0 and final validation: {results['wall_s']:.1f} s"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("overrides", nargs="*")
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    results = measure(args.steps, args.threads, args.overrides)
-    _result.print_and_save(results, report, args.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, lambda a: measure(a.steps, a.threads, a.overrides), report)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _result import add_arguments, markdown_table, print_and_save, print_saved  # benchmarks/_result.py
+import _result  # benchmarks/_result.py
 
 METHODS = ("grpo", "grpo+icepop")
 SERIES = (
@@ -119,27 +119,29 @@ def report(results: dict[str, Any]) -> str:
         f"k3 KL over the kept tokens lower with IcePop than with GRPO on {lower} of {len(seeds)} seeds "
         f"(step means, IcePop vs GRPO: {pairs})."
     )
-    return "\n".join([head, "", markdown_table(header, rows), "", tail])
+    return "\n".join([head, "", _result.markdown_table(header, rows), "", tail])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds [0,1,2]")
     ap.add_argument("--steps", type=int, default=30, help="rollout steps per run [30]")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step [16]")
     ap.add_argument("--group", type=int, default=8, help="responses per prompt [8]")
     ap.add_argument("--mismatch", default="temperature:1.3", help="KIND:VALUE of rollout_mismatch [temperature:1.3]")
     ap.add_argument("--runs-dir", default=None, help="keep the run folders here (default: a temporary folder)")
-    add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        print_saved(args.from_json, report)
-        return
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every method at every seed, in ``--runs-dir`` (else a temporary folder); the settings with them."""
     settings = {k: getattr(args, k) for k in ("seeds", "steps", "prompts", "group", "mismatch")}
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = Path(args.runs_dir or tmp)
         runs = [run_one(m, int(sd), args, out_dir) for sd in args.seeds.split(",") for m in METHODS]
-    print_and_save({"settings": settings, "runs": runs}, report, args.out)
+    return {"settings": settings, "runs": runs}
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report)
 
 
 if __name__ == "__main__":

@@ -64,16 +64,12 @@ def report(results: dict) -> str:
     return f"{head}\n\n{table}\n\nfirst / cached: {f / c:.1f}× (target: at least 5×)"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=2)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    results = measure(args.rounds)
-    _result.print_and_save(results, report, args.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, lambda a: measure(a.rounds), report)
 
 
 if __name__ == "__main__":

@@ -32,19 +32,15 @@ table, the agreement lines and the targets) exactly as the live run printed it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 
 import _result  # benchmarks/_result.py
-from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
-from _schedule import interleaved  # benchmarks/_schedule.py
+from _memory import MIB, peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+from _schedule import in_fresh_process, interleaved_runs  # benchmarks/_schedule.py
 
-MIB = 1024 * 1024
 VARIANTS = ("entflow2", "entflow4", "trl", "verl", "naive")
 MODES = ("fwd", "fwd_bwd")
 
@@ -123,12 +119,9 @@ def worker(variant: str, mode: str, rows: int, vocab: int, threads: int, seed: i
 
 
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", variant, mode]
-    cmd += ["--rows", str(args.rows), "--vocab", str(args.vocab), "--threads", str(args.threads)]
-    cmd += ["--seed", str(args.seed), "--clock", args.clock]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    argv = ["--worker", variant, mode, "--rows", str(args.rows), "--vocab", str(args.vocab)]
+    argv += ["--threads", str(args.threads), "--seed", str(args.seed), "--clock", args.clock]
+    return in_fresh_process(__file__, argv, args.threads)
 
 
 def report(results: dict) -> str:
@@ -178,8 +171,7 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--threads", type=int, default=2)
@@ -194,26 +186,18 @@ def main() -> None:
         help="cpu: process CPU time (use with --threads 1 on a loaded machine)",
     )
     ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    if args.worker:
-        print(json.dumps(worker(*args.worker, args.rows, args.vocab, args.threads, args.seed, args.clock)))
-        return
 
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every (variant, mode) ``--runs`` times, interleaved, each in a fresh process; the settings with them."""
     variants, modes = args.variants.split(","), args.modes.split(",")
-    pairs = [(v, m) for m in modes for v in variants]
-    measurements: dict[str, dict[str, list[dict]]] = {m: {v: [] for v in variants} for m in modes}
     start = time.time()
-    for rep, order in interleaved(pairs, args.runs):
-        for v, m in order:
-            r = run(v, m, args)
-            measurements[m][v].append(r)
-            line = f"{v:9s} {m:8s} {r['time_s']:8.3f} s {r['peak_extra_mib']:8.0f} MiB"
-            print(f"run {rep + 1}/{args.runs} {line}", flush=True)
-
+    runs = interleaved_runs(
+        [(v, m) for m in modes for v in variants],
+        args.runs,
+        lambda vm: run(*vm, args),
+        lambda vm, r: f"{vm[0]:9s} {vm[1]:8s} {r['time_s']:8.3f} s {r['peak_extra_mib']:8.0f} MiB",
+    )
     results = {
         "rows": args.rows,
         "vocab": args.vocab,
@@ -227,10 +211,20 @@ def main() -> None:
         "platform": platform.machine(),
         "cpus": os.cpu_count(),
         "load_average": list(os.getloadavg()),
-        "measurements": measurements,
+        "measurements": {m: {v: runs[(v, m)] for v in variants} for m in modes},
     }
     print()
-    _result.print_and_save(results, report, args.out)
+    return results
+
+
+def main() -> None:
+    _result.main(
+        __doc__,
+        options,
+        measure,
+        report,
+        worker=lambda a: worker(*a.worker, a.rows, a.vocab, a.threads, a.seed, a.clock),
+    )
 
 
 if __name__ == "__main__":

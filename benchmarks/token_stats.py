@@ -30,17 +30,12 @@ settings line, the Markdown table, the ratios and the verdict) exactly as the li
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import _result  # benchmarks/_result.py
-from _memory import peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
-
-MIB = 1024 * 1024
+from _memory import MIB, peak_rss_bytes, rss_bytes  # benchmarks/_memory.py
+from _schedule import alternating, in_fresh_process, interleaved_runs  # benchmarks/_schedule.py
 
 
 def _naive(logits, ids):
@@ -92,22 +87,8 @@ def worker(variant: str, tokens: int, vocab: int, chunk: int | None, seed: int) 
 
 
 def run_variant(variant: str, args: argparse.Namespace, seed: int) -> dict:
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        variant,
-        "--tokens",
-        str(args.tokens),
-        "--vocab",
-        str(args.vocab),
-        "--chunk",
-        args.chunk,
-        "--seed",
-        str(seed),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    argv = ["--worker", variant, "--tokens", str(args.tokens), "--vocab", str(args.vocab), "--chunk", args.chunk]
+    return in_fresh_process(__file__, [*argv, "--seed", str(seed)])
 
 
 def report(results: dict) -> str:
@@ -153,8 +134,7 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--chunk", default="auto", help="rows per chunk, or 'auto' (chunk_size=None, the default)")
@@ -163,17 +143,15 @@ def main() -> None:
     ap.add_argument("--no-backward", action="store_true", help="skip chunked forward+backward")
     ap.add_argument("--naive-backward", action="store_true", help="also naive forward+backward (memory-hungry)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    _result.add_arguments(ap)
-    args = ap.parse_args()
 
-    if args.from_json:
-        _result.print_saved(args.from_json, report)
-        return
-    if args.worker:
-        chunk = None if args.chunk == "auto" else int(args.chunk)
-        print(json.dumps(worker(args.worker, args.tokens, args.vocab, chunk, args.seed)))
-        return
 
+def _worker(args: argparse.Namespace) -> dict:
+    chunk = None if args.chunk == "auto" else int(args.chunk)
+    return worker(args.worker, args.tokens, args.vocab, chunk, args.seed)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every variant ``--runs`` times, the order alternating, each in a fresh process; the settings with them."""
     import torch
 
     from entflow.core.token_stats import auto_chunk_size
@@ -183,14 +161,13 @@ def main() -> None:
         variants.append("chunked_fwd_bwd")
     if args.naive_backward:
         variants.append("naive_fwd_bwd")
-    measurements: dict[str, list[dict]] = {v: [] for v in variants}
-    for rep in range(args.runs):
-        order = variants if rep % 2 == 0 else variants[::-1]
-        for v in order:
-            r = run_variant(v, args, args.seed)
-            measurements[v].append(r)
-            print(f"run {rep + 1}/{args.runs} {v:16s} {r['time_s']:7.3f} s  {r['peak_extra_mib']:9.1f} MiB", flush=True)
-
+    measurements = interleaved_runs(
+        variants,
+        args.runs,
+        lambda v: run_variant(v, args, args.seed),
+        lambda v, r: f"{v:16s} {r['time_s']:7.3f} s  {r['peak_extra_mib']:9.1f} MiB",
+        schedule=alternating,
+    )
     results = {
         "tokens": args.tokens,
         "vocab": args.vocab,
@@ -203,7 +180,11 @@ def main() -> None:
         "measurements": measurements,
     }
     print()
-    _result.print_and_save(results, report, args.out)
+    return results
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report, worker=_worker)
 
 
 if __name__ == "__main__":

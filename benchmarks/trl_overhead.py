@@ -25,10 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -75,27 +76,13 @@ def timed(obj, name: str, acc: list[float]) -> None:
 
 
 def countdown(n: int, seed: int):
-    from datasets import Dataset
+    """The lab's countdown task, and the dataset and reward of examples/trl_grpo.py for TRL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from trl_grpo import countdown_dataset  # examples/trl_grpo.py
 
-    from entflow.lab.tasks import CountdownAnswer, Problem, get_task
+    from entflow.lab.tasks import get_task
 
-    task = get_task("countdown")
-    problems = task.sample_problems(n, random.Random(seed))
-    data = Dataset.from_dict(
-        {
-            "prompt": [p.prompt for p in problems],
-            "numbers": [list(p.answer.numbers) for p in problems],
-            "target": [p.answer.target for p in problems],
-        }
-    )
-
-    def reward(completions, numbers, target, **kwargs):
-        return [
-            task.reward(Problem("", CountdownAnswer(tuple(n), t)), c)
-            for c, n, t in zip(completions, numbers, target, strict=True)
-        ]
-
-    return task, data, reward
+    return get_task("countdown"), *countdown_dataset(n, seed)
 
 
 def trl_run(name: str, model_path: str, data, reward, a, out: str, keep: bool = False):
@@ -280,8 +267,7 @@ def report(results: dict) -> str:
     return "\n\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is dropped)")
     ap.add_argument("--prompts", type=int, default=8, help="P prompts per step")
@@ -291,13 +277,10 @@ def main() -> None:
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (>1: no lab row)")
     ap.add_argument("--methods", default=",".join(METHODS), help="entflow methods to time, comma-separated")
     ap.add_argument("--model", default=None, help="a saved policy (default: the lab's architecture, random init)")
-    _result.add_arguments(ap)
-    a = ap.parse_args()
-    if a.from_json:
-        _result.print_saved(a.from_json, report)
-        return
-    results = measure(a)
-    _result.print_and_save(results, report, a.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report)
 
 
 if __name__ == "__main__":

@@ -80,18 +80,14 @@ def report(results: dict) -> str:
     return head + "\n\n" + _result.markdown_table(["variant", "median ms", "min–max ms", f"× {names[0]}"], rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--runs", type=int, default=15)
-    _result.add_arguments(ap)
-    a = ap.parse_args()
-    if a.from_json:
-        _result.print_saved(a.from_json, report)
-        return
-    results = measure(a)
-    _result.print_and_save(results, report, a.out)
+
+
+def main() -> None:
+    _result.main(__doc__, options, measure, report)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import cpu_bf16_autocast as bf  # noqa: E402
+from support import bench_cli  # noqa: E402
 from support.bench_cli import main_output  # noqa: E402
 
 RESULTS = {
@@ -35,10 +35,7 @@ def test_report_by_hand():
 def test_from_json_prints_the_saved_table(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    script = ROOT / "benchmarks" / "cpu_bf16_autocast.py"
-    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == bf.report(RESULTS) + "\n"
+    assert bench_cli.from_json("cpu_bf16_autocast", path) == bf.report(RESULTS) + "\n"
 
 
 def test_live_run_saves_the_raw_times_and_prints_them_as_from_json_does(tmp_path, monkeypatch, capsys):

@@ -21,10 +21,6 @@ SECONDS |= {"grpo/none": [0.002, 0.002, 0.001], "grpo/global": [0.015, 0.020, 0.
 RESULTS = {"n": 4, "t": 8, "rounds": 3, "threads": 1, "clock": "process CPU time", "seconds": SECONDS}
 
 
-def from_json(*paths: Path) -> str:
-    return bench_cli.from_json("fast_path", *paths)
-
-
 def test_report_by_hand():
     """Median 10 ms default; fast 5 ms (0.50), none 2 ms (0.20), global 15 ms (1.50)."""
     out = fp.report(RESULTS)
@@ -45,7 +41,7 @@ def test_rows_follow_the_saved_methods_in_order():
 def test_from_json_prints_the_saved_table(tmp_path):
     _result.write(tmp_path / "r.json", RESULTS)
     _result.write(tmp_path / "s.json", {**RESULTS, "rounds": 5})
-    out = from_json(tmp_path / "r.json", tmp_path / "s.json")
+    out = bench_cli.from_json("fast_path", tmp_path / "r.json", tmp_path / "s.json")
     assert out == fp.report(RESULTS) + "\n\n" + fp.report({**RESULTS, "rounds": 5}) + "\n"
 
 
@@ -66,4 +62,4 @@ def test_tiny_live_run_round_trips(tmp_path, monkeypatch, capsys):
     assert list(saved["seconds"]) == [f"{m}/{p}" for m, _ in fp.METHODS for p in ("default", *fp.PATHS)]
     assert all(len(v) == 2 and min(v) >= 0 for v in saved["seconds"].values())  # two warm-up rounds dropped
     assert live == fp.report(saved) + "\n"
-    assert from_json(path) == live
+    assert bench_cli.from_json("fast_path", path) == live

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import few_row_linear as fr  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 RESULTS = {
     "torch": "2.13.0+cpu",
@@ -42,10 +42,7 @@ def test_a_part_not_run_is_left_out():
 def test_from_json_prints_the_saved_tables(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    script = ROOT / "benchmarks" / "few_row_linear.py"
-    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == fr.report(RESULTS) + "\n"
+    assert bench_cli.from_json("few_row_linear", path) == fr.report(RESULTS) + "\n"
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@ part's bit-identity check on real tensors."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import grouped_kv as gk  # noqa: E402
+from support import bench_cli  # noqa: E402
 
 RESULTS = {
     "torch": "2.13.0+cpu",
@@ -43,10 +43,7 @@ def test_report_by_hand():
 def test_from_json_prints_the_saved_tables_and_a_part_not_run_is_left_out(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    script = ROOT / "benchmarks" / "grouped_kv.py"
-    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == gk.report(RESULTS) + "\n"
+    assert bench_cli.from_json("grouped_kv", path) == gk.report(RESULTS) + "\n"
     assert "rollout" not in gk.report({k: v for k, v in RESULTS.items() if k != "generate"})
 
 

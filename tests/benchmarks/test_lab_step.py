@@ -29,10 +29,6 @@ RESULTS = {
 }
 
 
-def from_json(*paths: Path) -> str:
-    return bench_cli.from_json("lab_step", *paths)
-
-
 def test_report_by_hand():
     """Medians: rollout 2.0, update 2.0 → total 4.0, 50 % each; phases never logged are left out."""
     out = ls.report(RESULTS)
@@ -59,10 +55,13 @@ def test_shares_of_uneven_phases():
 def test_from_json_prints_the_saved_table(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    assert from_json(path) == ls.report(RESULTS) + "\n"
+    assert bench_cli.from_json("lab_step", path) == ls.report(RESULTS) + "\n"
     other = {**RESULTS, "threads": 2, "wall_s": 7.0}
     _result.write(tmp_path / "s.json", other)
-    assert from_json(path, tmp_path / "s.json") == ls.report(RESULTS) + "\n\n" + ls.report(other) + "\n"
+    assert (
+        bench_cli.from_json("lab_step", path, tmp_path / "s.json")
+        == ls.report(RESULTS) + "\n\n" + ls.report(other) + "\n"
+    )
 
 
 def test_live_run_prints_what_it_saves(tmp_path, monkeypatch, capsys):
@@ -80,4 +79,4 @@ def test_live_run_prints_what_it_saves(tmp_path, monkeypatch, capsys):
     record = _result.read(path)
     assert record["results"] == RESULTS and record["benchmark"] == "lab_step"
     assert record["command"] == "python " + " ".join(argv)
-    assert from_json(path) == live
+    assert bench_cli.from_json("lab_step", path) == live

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _result  # noqa: E402  (benchmarks/_result.py)
 import model_load as ml  # noqa: E402
+from support import bench_cli  # noqa: E402
 from support.bench_cli import main_output  # noqa: E402
 
 RESULTS = {"processor": "x86_64", "torch": "2.13.0+cpu", "threads": 2, "rounds": 2}
@@ -28,10 +28,7 @@ def test_report_by_hand():
 def test_from_json_prints_the_saved_table(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    script = ROOT / "benchmarks" / "model_load.py"
-    res = subprocess.run([sys.executable, str(script), "--from-json", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout == ml.report(RESULTS) + "\n"
+    assert bench_cli.from_json("model_load", path) == ml.report(RESULTS) + "\n"
 
 
 def test_measure_times_one_first_and_two_cached_loads_per_fresh_cache(monkeypatch, capsys):

@@ -36,10 +36,6 @@ RESULTS = {
 }
 
 
-def from_json(*paths: Path) -> str:
-    return bench_cli.from_json("trl_overhead", *paths)
-
-
 def test_report_by_hand():
     """entflow: median of all steps 1.45 s vs trl's 1.5 (0.967); per-round ratios 1.1 and 0.9 → 1.000.
     lab: all-steps median 1.75 (1.167), per-round 0.5 and 1.5 → 1.000."""
@@ -71,7 +67,7 @@ def test_without_loss_timings_the_last_table_is_left_out():
 def test_from_json_prints_the_saved_tables(tmp_path):
     path = tmp_path / "r.json"
     _result.write(path, RESULTS)
-    assert from_json(path) == to.report(RESULTS) + "\n"
+    assert bench_cli.from_json("trl_overhead", path) == to.report(RESULTS) + "\n"
 
 
 def test_from_json_imports_no_training_library(tmp_path):
@@ -108,4 +104,4 @@ def test_live_run_prints_what_it_saves(tmp_path, monkeypatch, capsys):
     assert live == to.report(RESULTS) + "\n"
     record = _result.read(path)
     assert record["results"] == RESULTS and record["benchmark"] == "trl_overhead"
-    assert from_json(path) == live
+    assert bench_cli.from_json("trl_overhead", path) == live

@@ -19,10 +19,6 @@ RESULTS = {"rows": 4, "tokens": 8, "valid_tokens": 20, "runs": 3, "threads": 1}
 RESULTS["seconds"] = {"verl": [0.001, 0.002, 0.009], "entflow": [0.004, 0.003, 0.005]}
 
 
-def from_json(*paths: Path) -> str:
-    return bench_cli.from_json("verl_loss", *paths)
-
-
 def test_report_by_hand():
     """Ratios of medians to the first variant: 4 ms / 2 ms = 2.00 (the mean of [1, 2, 9] would give 4)."""
     out = vl.report(RESULTS)
@@ -44,7 +40,7 @@ def test_from_json_prints_the_saved_table(tmp_path):
     other = {**RESULTS, "runs": 5}
     _result.write(tmp_path / "r.json", RESULTS)
     _result.write(tmp_path / "s.json", other)
-    out = from_json(tmp_path / "r.json", tmp_path / "s.json")
+    out = bench_cli.from_json("verl_loss", tmp_path / "r.json", tmp_path / "s.json")
     assert out == vl.report(RESULTS) + "\n\n" + vl.report(other) + "\n"
 
 
@@ -62,4 +58,4 @@ def test_live_run_prints_what_it_saves(tmp_path, monkeypatch, capsys):
     assert live == vl.report(RESULTS) + "\n"
     record = _result.read(path)
     assert record["results"] == RESULTS and record["benchmark"] == "verl_loss"
-    assert from_json(path) == live
+    assert bench_cli.from_json("verl_loss", path) == live

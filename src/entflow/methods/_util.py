@@ -43,6 +43,18 @@ def valid_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return x.detach().masked_fill(~valid, 0).sum() / valid.sum().clamp(min=1)
 
 
+def global_mean_entropy(ctxs: list[Any], reducer: Reducer, reader: str) -> torch.Tensor:
+    """The batch mean old entropy over the valid tokens of every context (micro-batch) on every rank,
+    a float64 0-d tensor (0 if there are none); ``reader`` names the method that reads it
+    (``TokenBatch.entropy_for_reading``)."""
+    parts = []
+    for c in ctxs:
+        H = c.batch.entropy_for_reading(reader).to(torch.float64).masked_fill(~c.valid, 0)
+        parts.append(torch.stack([H.sum(), c.valid.sum().to(torch.float64)]))
+    h = reducer.sum(parts)
+    return h[0] / h[1].clamp(min=1)
+
+
 def group_inverse(group_index: torch.Tensor) -> torch.Tensor:
     """Each response's group as a dense id in 0..K−1 (K ≤ N: size per-group buffers with N slots)."""
     return dense_ids(group_index)

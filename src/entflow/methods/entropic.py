@@ -19,6 +19,7 @@ import torch
 
 from entflow.core.distributed import Reducer
 from entflow.errors import MissingInputError
+from entflow.methods._util import global_mean_entropy
 from entflow.methods.base import NONNEG, LossContext, Method, interval, param, register
 
 
@@ -58,12 +59,7 @@ class EntroPIC(Method):
         self.integral: float = 0.0  # Σ_{j<k} (H_j − H*)
 
     def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
-        parts = []
-        for c in ctxs:
-            H = c.batch.entropy_for_reading("entropic").to(torch.float64).masked_fill(~c.valid, 0)
-            parts.append(torch.stack([H.sum(), c.valid.sum().to(torch.float64)]))
-        h = reducer.sum(parts)
-        mean_H = h[0] / h[1].clamp(min=1)  # batch mean old entropy over valid tokens
+        mean_H = global_mean_entropy(ctxs, reducer, "entropic")
         return [{"H": mean_H} for _ in ctxs]
 
     def alpha(self, H: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from entflow.core.distributed import Reducer
 from entflow.core.estimators import ESTIMATORS
 from entflow.core.flow import balance, flow_sums
 from entflow.errors import ParameterError
+from entflow.methods._util import global_mean_entropy
 from entflow.methods.base import NONNEG, LossContext, Method, interval, one_of, optional, param, register
 
 
@@ -104,12 +105,7 @@ class OPEFOTarget(Method):
 
     def batch_statistics(self, ctxs: list[LossContext], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
         flows = global_flow(ctxs, reducer, "opefo")
-        parts = []
-        for c in ctxs:
-            H = c.batch.entropy_for_reading("opefo_target").to(torch.float64).masked_fill(~c.valid, 0)
-            parts.append(torch.stack([H.sum(), c.valid.sum().to(torch.float64)]))
-        h = reducer.sum(parts)
-        mean_H = h[0] / h[1].clamp(min=1)  # batch mean old entropy over valid tokens
+        mean_H = global_mean_entropy(ctxs, reducer, "opefo_target")
         return [dict(f, H=mean_H) for f in flows]
 
     def token_weights(self, ctx: LossContext) -> torch.Tensor:

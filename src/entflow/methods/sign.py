@@ -7,7 +7,7 @@ entropy down; negative-advantage tokens push it up. Reweighting the two sides co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -107,34 +107,39 @@ class PosAdvReweight(Method):
             self.lam = max(self.lam - self.delta, 0.0)
 
 
+@dataclass(repr=False)
+class _OneSignOnly(Method):
+    """Train on the tokens of one advantage sign only: weight 0 on the valid tokens of the other
+    (``drops_positive``: where A > 0, else where A < 0), counted in ``<name>/n_zeroed``."""
+
+    drops_positive: ClassVar[bool]
+
+    def token_weights(self, ctx: LossContext) -> torch.Tensor:
+        zero = ((ctx.adv > 0) if self.drops_positive else (ctx.adv < 0)) & ctx.valid
+        ctx.metrics[f"{self.name}/n_zeroed"] = zero.sum().to(torch.float64)
+        return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop one side's tokens
+
+
 @register
 @dataclass(repr=False)
-class PositiveOnly(Method):
+class PositiveOnly(_OneSignOnly):
     """Train on non-negative-advantage tokens only (weight 0 where A < 0). Lowers entropy fast."""
 
     name = "positive_only"
     formula = "w_t = 0 if A_t < 0 else 1"
     paper = "paper 000 Fig. 3d (PSR); paper 002 §7.2"
-
-    def token_weights(self, ctx: LossContext) -> torch.Tensor:
-        zero = (ctx.adv < 0) & ctx.valid
-        ctx.metrics["positive_only/n_zeroed"] = zero.sum().to(torch.float64)
-        return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A<0 tokens
+    drops_positive = False
 
 
 @register
 @dataclass(repr=False)
-class NegativeOnly(Method):
+class NegativeOnly(_OneSignOnly):
     """Train on non-positive-advantage tokens only (weight 0 where A > 0). Raises entropy."""
 
     name = "negative_only"
     formula = "w_t = 0 if A_t > 0 else 1"
     paper = "paper 000 Fig. 3d (NSR); paper 002 §7.2"
-
-    def token_weights(self, ctx: LossContext) -> torch.Tensor:
-        zero = (ctx.adv > 0) & ctx.valid
-        ctx.metrics["negative_only/n_zeroed"] = zero.sum().to(torch.float64)
-        return (~zero).to(ctx.adv.dtype)  # paper 000 Fig. 3d / 002 §7.2: drop A>0 tokens
+    drops_positive = True
 
 
 @register

@@ -24,7 +24,7 @@ import random
 import zlib
 from typing import Any, NamedTuple
 
-from entflow.errors import ExpressionError, ParameterError, UnknownMethodError
+from entflow.errors import ExpressionError, ParameterError
 from entflow.trainer import task as trainer_task
 from entflow.trainer.task import Problem
 
@@ -373,17 +373,10 @@ class CountdownRoutesTask(CountdownTask):
             self._hard_prompts = frozenset(seen)
         return list(self._hard)
 
-    def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
-        """``n`` training problems, never from ``validation_set()`` or ``hard_set()``."""
-        if n < 0:
-            raise ParameterError(self.name, "n", f"must be >= 0, got {n}")
+    def _held_out_prompts(self) -> frozenset[str]:
+        """Training never draws from ``validation_set()`` or ``hard_set()``."""
         self.hard_set()
-        out: list[Problem] = []
-        while len(out) < n:
-            p = self._sample_one(rng)
-            if p.prompt not in self._val_prompts and p.prompt not in self._hard_prompts:
-                out.append(p)
-        return out
+        return super()._held_out_prompts() | self._hard_prompts
 
 
 TASKS: dict[str, type[LabTask]] = {
@@ -395,9 +388,4 @@ TASKS: dict[str, type[LabTask]] = {
 
 def get_task(name: str = "countdown", **kwargs: Any) -> LabTask:
     """Build a registered task; unknown names and parameters raise typed errors."""
-    if name not in TASKS:
-        raise UnknownMethodError(name, sorted(TASKS), kind="task")
-    try:
-        return TASKS[name](**kwargs)
-    except TypeError as e:
-        raise ParameterError(name, ",".join(sorted(kwargs)), f"not accepted: {e}") from e
+    return trainer_task.build_task(TASKS, name, **kwargs)

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from entflow.errors import ParameterError, UnknownMethodError
 
 ENTRY_POINT_GROUP = "entflow.tasks"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,15 +72,22 @@ class Task:
         self.validation_set()
         return problem.prompt in self._val_prompts
 
+    def _held_out_prompts(self) -> frozenset[str]:
+        """The prompts training never draws: the validation set's (a task with a further held-out
+        split adds its prompts)."""
+        self.validation_set()
+        return self._val_prompts
+
     def sample_problems(self, n: int, rng: random.Random) -> list[Problem]:
-        """``n`` training problems drawn with ``rng`` (repeats possible), never from the validation set."""
+        """``n`` training problems drawn with ``rng`` (repeats possible), never a held-out one (the
+        validation set's, :meth:`_held_out_prompts`)."""
         if n < 0:
             raise ParameterError(self.name, "n", f"must be >= 0, got {n}")
-        self.validation_set()
+        held_out = self._held_out_prompts()
         out: list[Problem] = []
         while len(out) < n:
             p = self._sample_one(rng)
-            if p.prompt not in self._val_prompts:
+            if p.prompt not in held_out:
                 out.append(p)
         return out
 
@@ -93,7 +102,13 @@ def task_classes() -> dict[str, type[Task]]:
 
 def load_task(name: str, **params: Any) -> Task:
     """Build the registered task ``name``; unknown names and parameters raise typed errors."""
-    classes = task_classes()
+    return build_task(task_classes(), name, **params)
+
+
+def build_task(classes: Mapping[str, type[T]], name: str, **params: Any) -> T:
+    """``classes[name](**params)``: an unknown name raises :class:`UnknownMethodError` naming the
+    known ones, a parameter the class does not take :class:`ParameterError` (a registry of tasks:
+    the entry points' of :func:`load_task`, the lab's ``TASKS``)."""
     if name not in classes:
         raise UnknownMethodError(name, sorted(classes), kind="task")
     try:

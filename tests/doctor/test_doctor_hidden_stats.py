@@ -10,6 +10,7 @@ import torch
 
 from entflow.core.hidden_stats import token_stats_from_hidden
 from entflow.doctor import CHECKS, hidden_stats, run_checks
+from support.doctor_faults import passed_on_cpu
 from support.scale_grad import ScaleGrad
 
 
@@ -38,13 +39,8 @@ def _bias_ignored(hidden, weight, ids, bias, *args, **kwargs):
 
 def test_hidden_stats_passes_on_cpu_and_says_why_triton_is_skipped():
     results = hidden_stats.check_hidden_stats("cpu", quick=True)
-    ran = [r for r in results if r.status != "SKIP"]
+    ran = passed_on_cpu(results, "hidden_stats", hidden_stats.FORWARD_TOL[torch.float32])
     assert [r.name for r in ran] == ["hidden_stats[cpu,float32,tiled]", "hidden_stats[cpu,bfloat16,tiled]"]
-    assert all(r.ok for r in ran), [r.detail for r in ran]
-    assert all(0 < r.measurements["forward_error"] < hidden_stats.FORWARD_TOL[torch.float32] for r in ran)
-    skipped = [r for r in results if r.status == "SKIP"]
-    assert {r.name for r in skipped} == {"hidden_stats[cpu,float32,triton]", "hidden_stats[cpu,bfloat16,triton]"}
-    assert all("CUDA" in r.skipped_reason or "triton not installed" in r.skipped_reason for r in skipped)
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,15 @@ from collections.abc import Callable
 import torch
 
 from entflow.core.hidden_stats import token_stats_from_hidden
-from entflow.core.token_stats import STAT_NAMES, TokenStats
-from entflow.doctor.result import CheckResult, max_relative_to_peak, max_scaled_error
-from entflow.doctor.token_stats import TEMPERATURE, dtype_variant_checks, reference_token_stats
+from entflow.core.token_stats import TokenStats
+from entflow.doctor.result import CheckResult, max_relative_to_peak
+from entflow.doctor.token_stats import (
+    TEMPERATURE,
+    dtype_variant_checks,
+    forward_error_then_backward,
+    reference_token_stats,
+    triton_skip_reason,
+)
 
 # largest error allowed: forward = max |got − ref| / max(1, |ref|) over the four statistics (every
 # dtype is computed in float32 from the exact input values; the D-term dot products add float32
@@ -56,21 +62,11 @@ def _variants(device: torch.device) -> list[tuple[str, dict | str]]:
     """``(variant, options)``, or ``(variant, why it is skipped)``: small tiles (several row and
     vocabulary chunks, the last ones ragged) with torch ops, and the fused Triton kernels on CUDA."""
     tiles = {"chunk_rows": 7, "chunk_vocab": 1000} if device.type == "cpu" else {"chunk_rows": 96, "chunk_vocab": 8192}
-    triton_skip = _triton_skip_reason(device)
+    triton_skip = triton_skip_reason(device, "the fused Triton kernels need")
     return [
         ("tiled", {"backend": "torch", **tiles}),
         ("triton", triton_skip if triton_skip else {"backend": "triton", **tiles}),
     ]
-
-
-def _triton_skip_reason(device: torch.device) -> str | None:
-    from entflow.core.triton_token_stats import available
-
-    if not available():
-        return "triton not installed"
-    if device.type != "cuda":
-        return f"the fused Triton kernels need a CUDA device (this is {device.type})"
-    return None
 
 
 def check_one(
@@ -86,13 +82,7 @@ def check_one(
     got = fn(leaves["hidden"], leaves["weight"], ids.to(device), leaves["bias"], TEMPERATURE, **options)
     logits = torch.addmm(refs["bias"], refs["hidden"], refs["weight"].t())  # the explicit [N, V] logits
     ref = reference_token_stats(logits, ids.to(ref_device), TEMPERATURE)
-    fwd = max(max_scaled_error(getattr(got, s), getattr(ref, s)) for s in STAT_NAMES)
-    w = x["upstream"].to(device=device, dtype=torch.float32)
-    sum(
-        ((getattr(got, s).float() * w[i]).sum() for i, s in enumerate(STAT_NAMES)), torch.zeros((), device=device)
-    ).backward()
-    w64 = x["upstream"].to(ref_device)
-    sum((getattr(ref, s) * w64[i]).sum() for i, s in enumerate(STAT_NAMES)).backward()
+    fwd = forward_error_then_backward(got, ref, x["upstream"])
     grad = max(max_relative_to_peak(leaves[k].grad, refs[k].grad) for k in leaves)
     return fwd, grad
 

@@ -58,7 +58,7 @@ def make_logits(shape: tuple[int, int, int], seed: int = 0) -> tuple[torch.Tenso
 def _variants(device: torch.device) -> list[tuple[str, dict | str]]:
     """``(variant, token_stats options)``, or ``(variant, why it is skipped)`` for the Triton
     kernel where it cannot run."""
-    triton_skip = _triton_skip_reason(device)
+    triton_skip = triton_skip_reason(device)
     return [
         ("unchunked", {"backend": "torch", "chunk_size": 1 << 30}),
         ("chunked", {"backend": "torch", "chunk_size": 3}),  # chunks cross sequence boundaries
@@ -66,13 +66,15 @@ def _variants(device: torch.device) -> list[tuple[str, dict | str]]:
     ]
 
 
-def _triton_skip_reason(device: torch.device) -> str | None:
+def triton_skip_reason(device: torch.device, kernel_needs: str = "the Triton kernel needs") -> str | None:
+    """Why entflow's Triton kernels cannot run on ``device`` (``kernel_needs`` a CUDA device, or triton is
+    not installed), or None where they can."""
     from entflow.core import triton_token_stats
 
     if not triton_token_stats.available():
         return "triton not installed"
     if device.type != "cuda":
-        return f"the Triton kernel needs a CUDA device (this is {device.type})"
+        return f"{kernel_needs} a CUDA device (this is {device.type})"
     return None
 
 
@@ -87,14 +89,24 @@ def check_one(
     x_ref = x.detach().to(ref_device, torch.float64).requires_grad_()
     got = fn(x, ids.to(device), TEMPERATURE, **options)
     ref = reference_token_stats(x_ref, ids.to(ref_device), TEMPERATURE)
+    fwd = forward_error_then_backward(got, ref, upstream)
+    return fwd, max_relative_to_peak(x.grad, x_ref.grad)
+
+
+def forward_error_then_backward(got: TokenStats, ref: TokenStats, upstream: torch.Tensor) -> float:
+    """The forward error of ``got`` against the float64 reference ``ref`` (the largest
+    :func:`max_scaled_error` of the four statistics); then the backward of both through the same
+    random weights ``upstream [4, N]`` of the four statistics (float32 for ``got``), so that the
+    callers compare the gradients of their inputs."""
     fwd = max(max_scaled_error(getattr(got, s), getattr(ref, s)) for s in STAT_NAMES)
+    device, ref_device = got.logp.device, ref.logp.device
     w = upstream.to(device=device, dtype=torch.float32)
     sum(
         ((getattr(got, s).float() * w[i]).sum() for i, s in enumerate(STAT_NAMES)), torch.zeros((), device=device)
     ).backward()
     w64 = upstream.to(ref_device)
     sum((getattr(ref, s) * w64[i]).sum() for i, s in enumerate(STAT_NAMES)).backward()
-    return fwd, max_relative_to_peak(x.grad, x_ref.grad)
+    return fwd
 
 
 def dtype_variant_checks(

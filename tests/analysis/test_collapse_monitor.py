@@ -69,7 +69,6 @@ def test_every_caller_takes_the_verdict_settings_from_analysis_collapse():
     if importlib.util.find_spec("trl") is not None:
         from entflow.integrations.trl.callbacks import EntropyMonitorCallback
 
-        callers.append(EntropyMonitorCallback.__init__)
         assert {k: EntropyMonitorCallback().monitor.options[k] for k in home} == home
     for fn in callers:
         params = inspect.signature(fn).parameters

@@ -14,7 +14,6 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from entflow.analysis.collapse import EARLY_FRAC, RETENTION_THRESHOLD, STALL_RATIO
 from entflow.analysis.collapse_monitor import CollapseMonitor
 from entflow.analysis.log_readers import log_from_records
 
@@ -36,6 +35,9 @@ class EntropyMonitorCallback(TrainerCallback):
         early_frac: share of the points the early prediction of the final value is fitted on.
         entropy_key, reward_key, val_key: log keys overriding :data:`entflow.analysis.log_keys.KEY_TABLE`.
 
+    The keyword arguments but ``every`` are those of :class:`entflow.analysis.collapse_monitor.CollapseMonitor`
+    (their defaults: ``RETENTION_THRESHOLD``, ``STALL_RATIO``, ``EARLY_FRAC`` of :mod:`entflow.analysis.collapse`).
+
     The values are added to the ``logs`` dict of the log that triggered the refit and to the same
     entry of ``state.log_history`` (so ``trainer_state.json`` holds them). Reporting callbacks
     (TensorBoard, W&B) that run *before* this one have already written that dict: :meth:`attach`
@@ -44,17 +46,7 @@ class EntropyMonitorCallback(TrainerCallback):
     skipped (too few points …), ``warning`` the message warned, if any.
     """
 
-    def __init__(
-        self,
-        every: int | None = None,
-        *,
-        retention_threshold: float = RETENTION_THRESHOLD,
-        stall_ratio: float = STALL_RATIO,
-        early_frac: float = EARLY_FRAC,
-        entropy_key: str | None = None,
-        reward_key: str | None = None,
-        val_key: str | None = None,
-    ):
+    def __init__(self, every: int | None = None, **options: Any):
         if every is not None and (not isinstance(every, int) or every < 1):
             from entflow.errors import ParameterError
 
@@ -62,14 +54,7 @@ class EntropyMonitorCallback(TrainerCallback):
                 "EntropyMonitorCallback", "every", f"must be a positive integer or None, got {every!r}"
             )
         self.every = every
-        self.monitor = CollapseMonitor(
-            retention_threshold=retention_threshold,
-            stall_ratio=stall_ratio,
-            early_frac=early_frac,
-            entropy_key=entropy_key,
-            reward_key=reward_key,
-            val_key=val_key,
-        )
+        self.monitor = CollapseMonitor(**options)
         self.n_train_logs = 0
         self.n_refits = 0
         self.warning: str | None = None

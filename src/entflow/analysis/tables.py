@@ -170,16 +170,20 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 PAIR_SPEC = ".2f"  # the format of both ends of a "pair" column
 
-# the terminal's headline columns, so that the table fits an 80-column terminal
-TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("steps", "steps", "d"),
-    ("H init", "entropy_initial", ".3f"),
-    ("H final", "entropy_final", ".3f"),
-    ("H retain", "entropy_retention", ".2f"),
-    ("acc warm", "val_acc_warm", ".3f"),
-    ("acc best³", "val_acc_best_window", ".3f"),
-    ("acc final", "val_acc_final", ".3f"),
-    ("greedy", "val_acc_greedy_final", ".3f"),
+# the terminal's headline columns, so that the table fits an 80-column terminal: short headers, the
+# summary's formats
+TERMINAL_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
+    (header, key, next(spec for _, k, spec in SUMMARY_COLUMNS if k == key))
+    for header, key in (
+        ("steps", "steps"),
+        ("H init", "entropy_initial"),
+        ("H final", "entropy_final"),
+        ("H retain", "entropy_retention"),
+        ("acc warm", "val_acc_warm"),
+        ("acc best³", "val_acc_best_window"),
+        ("acc final", "val_acc_final"),
+        ("greedy", "val_acc_greedy_final"),
+    )
 )
 # the legend of every abbreviation and mark of TERMINAL_COLUMNS
 TERMINAL_LEGEND = (

@@ -27,6 +27,16 @@ from entflow.core._triton_fold import online_fold
 NEG_INF = tl.constexpr(float("-inf"))
 
 
+@triton.jit
+def _row(X, stride_b, stride_t, T):
+    """This program's token row (``program_id(0)`` = b·T + t) and the address of its logits
+    ``X[b, t, :]`` (int64 offsets: a batch can exceed 2³¹ elements)."""
+    row = tl.program_id(0)
+    b = row // T
+    t = row - b * T
+    return row, X + b.to(tl.int64) * stride_b + t.to(tl.int64) * stride_t
+
+
 def _fwd(
     X,
     stride_b,
@@ -46,10 +56,7 @@ def _fwd(
     WANT_P2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b = row // T
-    t = row - b * T
-    base = X + b.to(tl.int64) * stride_b + t.to(tl.int64) * stride_t
+    row, base = _row(X, stride_b, stride_t, T)
     keep = True
     v_end = V
     if HAS_MASK:
@@ -110,10 +117,7 @@ def _bwd(
     HAS_P2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b = row // T
-    t = row - b * T
-    base = X + b.to(tl.int64) * stride_b + t.to(tl.int64) * stride_t
+    row, base = _row(X, stride_b, stride_t, T)
     out = GRAD + row.to(tl.int64) * V
     keep = True
     v_read = V  # masked rows read nothing (all loads masked off)

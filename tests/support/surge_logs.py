@@ -124,100 +124,26 @@ def write_verl_jsonl(path: Path, case: SurgeCase, *, tracking: bool = True) -> P
 
 # the ten cases of tests/analysis/test_surge.py: seeds, lengths, noise levels, surge sizes, ramps
 # and which curve leads (the entropy itself in one)
-CASES: tuple[SurgeCase, ...] = (
-    SurgeCase(seed=1, n=300, t0=150, size=1.0, ramp=1, noise=0.02, leader="clip_high", lead=10),
-    SurgeCase(
-        seed=2,
-        n=300,
-        t0=180,
-        size=0.6,
-        ramp=10,
-        noise=0.03,
-        leader="response_length",
-        lead=12,
-        followers=("clip_high", "grad_norm"),
-    ),
-    SurgeCase(
-        seed=3,
-        n=200,
-        t0=110,
-        size=1.5,
-        ramp=5,
-        noise=0.015,
-        leader="grad_norm",
-        lead=8,
-        followers=("response_length", "clip"),
-    ),
-    SurgeCase(
-        seed=4, n=400, t0=220, size=0.8, ramp=15, noise=0.04, leader="mismatch", lead=12, followers=("clip_high",)
-    ),
-    SurgeCase(
-        seed=5,
-        n=300,
-        t0=200,
-        size=0.5,
-        ramp=20,
-        noise=0.05,
-        leader="clip_high",
-        lead=8,
-        followers=("response_length", "grad_norm"),
-        lag=6,
-    ),
-    SurgeCase(
-        seed=6, n=250, t0=140, size=2.0, ramp=3, noise=0.02, leader="lr", lead=10, followers=("grad_norm", "clip_high")
-    ),
-    SurgeCase(
-        seed=7,
-        n=300,
-        t0=160,
-        size=1.0,
-        ramp=6,
-        noise=0.03,
-        leader="entropy",
-        lead=0,
-        followers=("response_length", "clip_high", "grad_norm"),
-        lag=8,
-    ),
-    SurgeCase(
-        seed=8, n=300, t0=170, size=0.4, ramp=8, noise=0.02, leader="response_length", lead=14, followers=("clip",)
-    ),
-    SurgeCase(
-        seed=9,
-        n=500,
-        t0=300,
-        size=1.2,
-        ramp=25,
-        noise=0.04,
-        leader="grad_norm",
-        lead=15,
-        followers=("clip_high", "response_length"),
-    ),
-    SurgeCase(
-        seed=10,
-        n=500,
-        t0=260,
-        size=0.7,
-        ramp=12,
-        noise=0.03,
-        leader="clip_high",
-        lead=10,
-        followers=("mismatch",),
-        lag=5,
-    ),
+CASES: tuple[SurgeCase, ...] = tuple(
+    SurgeCase(*row)
+    for row in (
+        # seed, n, t0, size, ramp, noise, leader, lead, followers, lag
+        (1, 300, 150, 1.0, 1, 0.02, "clip_high", 10, ("response_length",), 4),
+        (2, 300, 180, 0.6, 10, 0.03, "response_length", 12, ("clip_high", "grad_norm"), 4),
+        (3, 200, 110, 1.5, 5, 0.015, "grad_norm", 8, ("response_length", "clip"), 4),
+        (4, 400, 220, 0.8, 15, 0.04, "mismatch", 12, ("clip_high",), 4),
+        (5, 300, 200, 0.5, 20, 0.05, "clip_high", 8, ("response_length", "grad_norm"), 6),
+        (6, 250, 140, 2.0, 3, 0.02, "lr", 10, ("grad_norm", "clip_high"), 4),
+        (7, 300, 160, 1.0, 6, 0.03, "entropy", 0, ("response_length", "clip_high", "grad_norm"), 8),
+        (8, 300, 170, 0.4, 8, 0.02, "response_length", 14, ("clip",), 4),
+        (9, 500, 300, 1.2, 25, 0.04, "grad_norm", 15, ("clip_high", "response_length"), 4),
+        (10, 500, 260, 0.7, 12, 0.03, "clip_high", 10, ("mismatch",), 5),
+    )
 )
 
 # the example of docs/analyze.md: a verl log with verl's own keys only (no entflow loss: the clip
 # fraction is verl's actor/pg_clipfrac, either bound), whose clip fraction rises before the entropy
 DOCS_CASE = SurgeCase(
-    seed=2738,
-    n=300,
-    t0=170,
-    size=1.2,
-    ramp=6,
-    noise=0.03,
-    leader="clip",
-    lead=12,
-    followers=("response_length", "grad_norm"),
-    lag=4,
+    *(2738, 300, 170, 1.2, 6, 0.03, "clip", 12, ("response_length", "grad_norm"), 4),  # as CASES
     omit=("clip_high", "clip_low"),
 )

@@ -83,25 +83,10 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "params", "key"), CASES, ids=[c[0] for c in CASES])
-def test_a_trainer_step_runs_the_method(name, params, key):
-    task = get_task("countdown", validation_size=8)
-    tok = build_tokenizer(task.alphabet)
-    model = build_policy(tok, MICRO, seed=0)
+def test_a_trainer_step_runs_the_method(setup, name, params, key):
+    task, tok, model = setup
     before = [p.detach().clone() for p in model.parameters()]
-    cfg = TrainConfig(
-        method=name,
-        method_params=params,
-        prompts_per_step=4,
-        group_size=4,
-        ppo_epochs=2,
-        mini_batches=2,
-        audit=False,
-        temperature=0.9,
-        lr=1e-3,
-        progress=False,
-        random_reward=True,
-        seed=3,
-    )
+    cfg = make_cfg(name, method_params=params, ppo_epochs=2, mini_batches=2, random_reward=True, seed=3)
     method = ef.get_method(name, **params)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     metrics, _, _ = step_mod.train_step(model, tok, task, method, opt, cfg, step=1)

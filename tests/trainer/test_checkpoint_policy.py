@@ -15,27 +15,22 @@ from entflow.errors import ConfigError
 from entflow.lab.config import build_config
 from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import load_checkpoint, load_trainable_state, read_jsonl, trainable_state
-from support.lab_micro import TASK_PARAMS
+from support.lab_micro import TASK_PARAMS, micro_lab_config
 
 
 def micro_config(out_dir: Path, policy: str, **overrides):
-    base = {
-        "out_dir": str(out_dir),
-        "policy_path": policy,
-        "task_params": TASK_PARAMS,
+    keys = {
         "steps": 7,
         "prompts_per_step": 4,
         "group_size": 4,
         "eval_every": 3,
-        "eval_k": 1,
         "lr": 3e-3,
-        "progress": False,
         "name": "r",
         # the entropy bonus guarantees a gradient even when a micro policy's groups all tie
         "method": "adaptive_entropy",
         "method_params": {"target": 10.0, "delta": 0.01},
     }
-    return build_config(base | overrides)
+    return micro_lab_config(out_dir, policy, **(keys | overrides))
 
 
 def record_checkpoints(monkeypatch) -> list[int]:

@@ -19,39 +19,20 @@ from entflow.errors import ConfigError
 from entflow.lab.config import build_config
 from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
-from support.lab_micro import metric_column, micro_run_config
-
-MICRO_PRETRAIN = {
-    "policy": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-    "steps": 60,
-    "batch_size": 32,
-    "eval_k": 1,
-}
-TASK_PARAMS = {"validation_size": 8}
+from support.lab_micro import metric_column, micro_lab_config, micro_run_config, pretrain_micro_policy
 
 
 @pytest.fixture(scope="module")
 def micro_policy(tmp_path_factory) -> str:
-    from entflow.lab.pretrain import PretrainConfig, pretrain
-
-    cfg = PretrainConfig(task="countdown", task_params=TASK_PARAMS, **MICRO_PRETRAIN)
-    return str(pretrain(cfg, cache_dir=tmp_path_factory.mktemp("cache"), progress=False))
+    """This module's micro policy: two layers, warm-started longer than the session's."""
+    policy = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
+    return pretrain_micro_policy(tmp_path_factory.mktemp("cache"), policy=policy, steps=60, batch_size=32)
 
 
 def micro_config(out_dir: Path, policy: str, **overrides):
-    base = {
-        "out_dir": str(out_dir),
-        "policy_path": policy,
-        "task_params": TASK_PARAMS,
-        "steps": 4,
-        "prompts_per_step": 4,
-        "group_size": 4,
-        "eval_every": 2,
-        "eval_k": 1,
-        "lr": 3e-3,  # large, so that every step visibly moves the weights
-        "progress": False,
-    }
-    return build_config(base | overrides)
+    # lr large, so that every step visibly moves the weights
+    keys = {"steps": 4, "prompts_per_step": 4, "group_size": 4, "eval_every": 2, "lr": 3e-3}
+    return micro_lab_config(out_dir, policy, **(keys | overrides))
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:

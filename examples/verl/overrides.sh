@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Hydra overrides shared by run_grpo_1node.sh and run_grpo_multinode.sh: GRPO on a
 # Qwen2.5-Math-style model with an entflow method, on verl's v1 trainer in entflow's trainer mode.
-# Source it after setting any of the parameters below; it fills the bash array ARGS.
+# Source it after setting any of the parameters below; it fills the bash array ARGS, and
+# `run_verl "$@"` then launches verl's trainer with them and the command line's overrides.
 #
 # Parameters (environment variables, with defaults):
 #   MODEL_PATH      local path or hub id of the policy            (Qwen/Qwen2.5-Math-7B)
@@ -88,3 +89,16 @@ IFS=',' read -ra _entflow_params <<< "$METHOD_PARAMS"
 for _p in "${_entflow_params[@]}"; do
     [ -n "$_p" ] && ARGS+=("+actor_rollout_ref.actor.policy_loss.params.$_p")
 done
+
+# run_verl [OVERRIDE...]: ARGS and the command line's overrides; ENTFLOW_PRINT_OVERRIDES=1 prints them
+# (one per line) and exits; else they are checked (fails in seconds, naming the key, on a wrong
+# method, parameter or incompatible setting), then verl's trainer replaces this shell.
+run_verl() {
+    ARGS+=("$@")
+    if [ -n "${ENTFLOW_PRINT_OVERRIDES:-}" ]; then
+        printf '%s\n' "${ARGS[@]}"
+        exit 0
+    fi
+    "$PYTHON" -m entflow.integrations.verl.check "${ARGS[@]}"
+    exec "$PYTHON" -m verl.trainer.main_ppo "${ARGS[@]}"
+}

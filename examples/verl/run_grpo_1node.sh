@@ -8,11 +8,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${PYTHON:=python3}"
 # shellcheck source=overrides.sh
 source "$HERE/overrides.sh"
-ARGS+=("$@")
-if [ -n "${ENTFLOW_PRINT_OVERRIDES:-}" ]; then
-    printf '%s\n' "${ARGS[@]}"
-    exit 0
-fi
-# fails in seconds, naming the key, on a wrong method, parameter or incompatible setting
-"$PYTHON" -m entflow.integrations.verl.check "${ARGS[@]}"
-exec "$PYTHON" -m verl.trainer.main_ppo "${ARGS[@]}"
+run_verl "$@"

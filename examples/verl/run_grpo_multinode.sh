@@ -20,10 +20,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export RAY_ADDRESS
 # shellcheck source=overrides.sh
 source "$HERE/overrides.sh"
-ARGS+=("$@")
-if [ -n "${ENTFLOW_PRINT_OVERRIDES:-}" ]; then
-    printf '%s\n' "${ARGS[@]}"
-    exit 0
-fi
-"$PYTHON" -m entflow.integrations.verl.check "${ARGS[@]}"
-exec "$PYTHON" -m verl.trainer.main_ppo "${ARGS[@]}"
+run_verl "$@"

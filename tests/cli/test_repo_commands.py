@@ -22,7 +22,7 @@ def test_readme_opens_with_demo_and_test_commands():
 
 
 CI_SCRIPTS = {".ci/trl-range", ".ci/docs", ".ci/real-range", ".ci/wheel"}
-AFTER_TESTS = {".ci/verl-cpu"}  # run in the README test command's venv, after it
+AFTER_TESTS = {".ci/verl-cpu", ".ci/verl-nodes"}  # run in the README test command's venv, after it
 
 
 def ci_lanes() -> dict[str, list[str]]:

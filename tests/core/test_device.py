@@ -15,16 +15,11 @@ import pytest
 import torch
 
 import entflow as ef
+from support.method_defaults import BUILD
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 pytestmark = pytest.mark.device
 
-BUILD = {
-    "opefo_target": {"target": 0.5},
-    "quadrant": {"preset": "uplift"},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}
 METHODS = [(n, BUILD.get(n, {})) for n in ef.list_methods()] + [
     ("steer", {"scope": "group", "mapping": "binary"}),
     ("clip_cov", {"ratio": 0.05, "cov_low": -1.0, "cov_high": 1.0}),

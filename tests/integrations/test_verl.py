@@ -42,18 +42,14 @@ from entflow.integrations.verl.spec import (  # noqa: E402
     verl_blockers,
 )
 from entflow.methods.base import method_class  # noqa: E402
+from support.method_defaults import REQUIRED_PARAMS  # noqa: E402
 from support.verl_util import actor_config, entflow_config, verl_micro_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]
 TOL = 1e-6
 # methods without a default for a parameter; siren's top-p entropy needs logits verl does not give the loss
-REQUIRED = {
-    "opefo_target": {"target": 0.5},
-    "siren": {"top_p": 1.0},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}
+REQUIRED = {**REQUIRED_PARAMS, "siren": {"top_p": 1.0}}
 
 
 def rollout(seed: int = 0, N: int = 8, T: int = 11, noise: float = 0.3):

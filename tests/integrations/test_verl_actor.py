@@ -43,14 +43,10 @@ pytest.importorskip("transfer_queue", reason="verl's actor workers import its ro
 import entflow as ef
 from entflow.integrations.verl.spec import registry_blockers, verl_blockers
 from entflow.methods.needs import needs_of
+from support.method_defaults import REQUIRED_PARAMS
 
 PARAM_TOL, UPDATE_TOL, FORWARD_TOL = 1e-5, 1e-4, 2e-5
-REQUIRED = {
-    "opefo_target": {"target": 0.5},
-    "siren": {"top_p": 1.0},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}
+REQUIRED = {**REQUIRED_PARAMS, "siren": {"top_p": 1.0}}
 PLAIN = {"logp", "old_logp", "advantages", "mask", "entropy", "old_entropy"}
 
 

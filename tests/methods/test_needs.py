@@ -19,14 +19,11 @@ from entflow.core.estimators import ESTIMATORS
 from entflow.errors import MissingInputError, UnknownMethodError
 from entflow.methods.base import method_class
 from entflow.methods.needs import MethodNeeds, needs_of, required_token_stats
+from support.method_defaults import REQUIRED_PARAMS
 from support.methods_ref import D, make_batch
 from support.throwaway_methods import RolloutEntropyShaper, StrictOnPolicyMethod, registered
 
-REQUIRED = {
-    "opefo_target": {"target": 0.5},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}  # no default
+REQUIRED = REQUIRED_PARAMS  # no default
 VALUES_HS = ("logp", "old_logp", "old_entropy")  # the estimators read p, r and H
 
 # name → the MethodNeeds fields that differ from the defaults (nothing needed = plain GRPO)

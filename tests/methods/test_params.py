@@ -13,15 +13,9 @@ import torch
 import entflow as ef
 from entflow.errors import MissingInputError, ParameterError
 from entflow.methods.base import method_class
-from support.method_defaults import DESIGN_DEFAULTS, DESIGN_NAMES
+from support.method_defaults import BUILD, DESIGN_DEFAULTS, DESIGN_NAMES
 from support.methods_ref import make_batch
 
-BUILD = {
-    "opefo_target": {"target": 0.5},
-    "quadrant": {"preset": "uplift"},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}
 BAD_VALUES = [-1.0, -1e-9, 1.5, 2.0, 1e9, -1e9, float("nan"), "x", None, 0.5, 3, True, "mask:2"]
 
 

@@ -30,3 +30,13 @@ DESIGN_DEFAULTS = {
     "quadrant": {"preset": None, "I": None, "II": None, "III": None, "IV": None, "hi": 0.8, "lo": 0.2},
 }
 DESIGN_NAMES = sorted(DESIGN_DEFAULTS)
+
+# what a method without a default for a parameter needs to be built at all
+REQUIRED_PARAMS = {
+    "opefo_target": {"target": 0.5},
+    "dro": {"dro_beta": 0.1},
+    "off_policy_mask": {"threshold": 0.5},
+}
+# what every registered method is built with by the tests that build them all: the required
+# parameters, and quadrant with a preset (without one it sets no action)
+BUILD = {**REQUIRED_PARAMS, "quadrant": {"preset": "uplift"}}

@@ -14,22 +14,19 @@ buffers on the device.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 import entflow as ef
-from support.methods_ref import make_batch
+from support.method_defaults import BUILD
+from support.methods_ref import make_batch, rows
 
 SYNCS = {"item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy", "cpu"}
 DATA_DEPENDENT = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "nonzero_static"}
 
-BUILD = {
-    "opefo_target": {"target": 0.5},
-    "quadrant": {"preset": "uplift"},
-    "dro": {"dro_beta": 0.1},
-    "off_policy_mask": {"threshold": 0.5},
-}
 VARIANTS = [(name, BUILD.get(name, {})) for name in ef.list_methods()] + [
     ("steer", {"scope": "group", "mapping": "binary"}),
     ("steer", {"scope": "sequence", "mapping": "linear", "estimator": "tabular"}),
@@ -149,48 +146,12 @@ def test_fast_path_makes_no_host_sync(gen, name, params):
     method = ef.get_method(name, **params)
     with SyncCounter() as c:
         adv = ef.compute_advantages(b, method)
-        batch = ef.TokenBatch(
-            b.logp,
-            b.old_logp,
-            adv,
-            b.mask,
-            entropy=b.entropy,
-            old_entropy=b.old_entropy,
-            ref_logp=b.ref_logp,
-            rollout_logp=b.rollout_logp,
-            sum_p2=b.sum_p2,
-            sum_p2_logp=b.sum_p2_logp,
-            topk_logp=b.topk_logp,
-            group_index=b.group_index,
-            rewards=b.rewards,
-            expert_mask=b.expert_mask,
-            step=2,
-            total_steps=10,
-            validate=False,
-        )
+        batch = dataclasses.replace(b, advantages=adv, reward_baselines=None)  # the update's batch
         out = ef.policy_loss(batch, method, metrics="tensor")
         out.loss.backward()
         ef.policy_loss(batch, method, metrics="none")
         halves = [
-            ef.TokenBatch(
-                batch.logp.detach()[s],
-                batch.old_logp[s],
-                adv[s],
-                batch.mask[s],
-                entropy=batch.entropy.detach()[s],
-                old_entropy=batch.old_entropy[s],
-                ref_logp=batch.ref_logp[s],
-                rollout_logp=batch.rollout_logp[s],
-                sum_p2=batch.sum_p2[s],
-                sum_p2_logp=batch.sum_p2_logp[s],
-                topk_logp=batch.topk_logp[s],
-                group_index=batch.group_index[s],
-                rewards=batch.rewards[s],
-                expert_mask=batch.expert_mask[s],
-                step=2,
-                total_steps=10,
-                validate=False,
-            )
+            rows(batch, s, logp=batch.logp.detach()[s], entropy=batch.entropy.detach()[s])
             for s in (slice(0, 3), slice(3, 8))
         ]
         stats = ef.prepare_statistics(halves, method)

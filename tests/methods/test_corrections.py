@@ -26,6 +26,7 @@ import torch
 import entflow as ef
 from entflow.errors import CompositionError, MissingInputError, ParameterError
 from entflow.methods.needs import needs_of
+from support.methods_ref import rows
 
 D = torch.float64
 RTOL, ATOL = 1e-6, 1e-9
@@ -467,18 +468,7 @@ def test_global_statistics_over_micro_batches_equal_the_whole_batch(name, params
     b = corr_batch(seed=14, spread=0.4)
     whole, g_whole = run(b, ef.get_method(name, **params))
     parts = [slice(0, 5), slice(5, 12)]
-    micro = [
-        dataclasses.replace(
-            b,
-            logp=b.logp.detach()[s],
-            old_logp=b.old_logp[s],
-            advantages=b.advantages[s],
-            mask=b.mask[s],
-            old_entropy=b.old_entropy[s],
-            rollout_logp=b.rollout_logp[s],
-        )
-        for s in parts
-    ]
+    micro = [rows(b, s, logp=b.logp.detach()[s]) for s in parts]
     m = ef.get_method(name, **params)
     stats = ef.prepare_statistics(micro, m)
     lp = b.logp.detach().clone().requires_grad_(True)

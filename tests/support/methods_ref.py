@@ -6,7 +6,9 @@ with explicit loops where that is clearer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import torch
 
@@ -56,6 +58,13 @@ def make_batch(
     )
     fields.update(extra)
     return ef.TokenBatch(**fields)
+
+
+def rows(b: ef.TokenBatch, s: slice, **fields: Any) -> ef.TokenBatch:
+    """The micro-batch of the rows ``s`` of ``b``: every tensor field (all ``[N, …]``) sliced, a field
+    that is None stays None, ``step``, ``total_steps`` and ``validate`` are kept; ``fields`` replace."""
+    sliced = {f.name: v[s] for f in dataclasses.fields(b) if isinstance(v := getattr(b, f.name), torch.Tensor)}
+    return dataclasses.replace(b, **(sliced | fields))
 
 
 def ref_grpo(R: torch.Tensor, gi: torch.Tensor) -> torch.Tensor:

@@ -21,14 +21,15 @@ from support.field_peers import (
     GROUPS,
     REWARDS,
     RTOL,
-    aggregate_rows,
     assert_bad_parameter_is_named,
+    assert_matches_hand,
     field_batch,
     ours,
+    rows_loss_and_grad,
     trinity_loss,
     trinity_ppo,
 )
-from support.methods_ref import D
+from support.methods_ref import D, rows
 from support.peers import trinity
 
 
@@ -65,9 +66,7 @@ def hand_ppo(b: ef.TokenBatch, keep: torch.Tensor, agg: str) -> tuple[torch.Tens
                 terms.append(torch.maximum(-A[i, t] * r, -A[i, t] * r.clamp(0.8, 1.2)))
         if terms:
             rows.append(terms)
-    loss = aggregate_rows(rows, agg)
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return rows_loss_and_grad(rows, agg, logp)
 
 
 def test_clipb_advantages_are_grpo_with_its_epsilon_and_a_lone_group_standardised_by_one(gen):
@@ -89,9 +88,7 @@ def test_clipb_against_the_hand_formula(gen, mu, agg):
     keep = hand_keep(b, mu)
     assert (~keep & b.valid).sum() >= 2, "the batch drops tokens"
     loss, grad = ours(b, ef.get_method("clipb", mu=mu), agg=agg)
-    loss_h, grad_h = hand_ppo(b, keep, agg)
-    torch.testing.assert_close(loss, loss_h, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(grad, grad_h, rtol=1e-10, atol=1e-12)
+    assert_matches_hand((loss, grad), hand_ppo(b, keep, agg))
     assert torch.all(grad[~keep] == 0)
     # a weight of 0 would keep the dropped tokens in the denominator: a different loss
     _, grad_w = hand_ppo(b, b.valid, agg)
@@ -169,22 +166,7 @@ def test_micro_batches_with_prepared_statistics_sum_to_the_whole_batch(gen, meth
     spec = ef.LossSpec(agg=agg)
     logp = b.logp.detach().clone().requires_grad_(True)
     parts = [slice(0, 5), slice(5, 11), slice(11, 16)]
-    micro = [
-        dataclasses.replace(
-            b,
-            logp=logp[s],
-            old_logp=b.old_logp[s],
-            advantages=b.advantages[s],
-            mask=b.mask[s],
-            entropy=b.entropy[s],
-            old_entropy=b.old_entropy[s],
-            ref_logp=b.ref_logp[s],
-            rewards=b.rewards[s],
-            group_index=b.group_index[s],
-            expert_mask=b.expert_mask[s],
-        )
-        for s in parts
-    ]
+    micro = [rows(b, s, logp=logp[s]) for s in parts]
     stats = ef.prepare_statistics([dataclasses.replace(m, logp=m.logp.detach()) for m in micro], split, spec)
     total = sum(ef.policy_loss(m, split, spec, stats=s).loss for m, s in zip(micro, stats, strict=True))
     (g,) = torch.autograd.grad(total, logp)

@@ -26,7 +26,9 @@ from support.field_peers import (
     ATOL,
     RTOL,
     assert_bad_parameter_is_named,
+    assert_matches_hand,
     field_batch,
+    loss_and_grad,
     ours,
     trinity_loss,
     with_advantages,
@@ -78,8 +80,7 @@ def hand_positive_nll(b: ef.TokenBatch, agg: str, weight: float) -> tuple[torch.
     pos = [(i, t) for i in range(n) for t in range(logp.shape[1]) if b.mask[i, t] > 0 and b.rewards[i] > 0]
     if pos:  # VAPO: the LM loss on the correct responses, one token mean
         loss = loss + weight * (-sum(logp[i, t] for i, t in pos) / len(pos))
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return loss_and_grad(loss, logp)
 
 
 @pytest.mark.parametrize("agg", AGGS)
@@ -87,9 +88,7 @@ def hand_positive_nll(b: ef.TokenBatch, agg: str, weight: float) -> tuple[torch.
 def test_positive_nll_against_the_reference(gen, weight, agg):
     b = grpo_batch(gen)
     loss, grad = ours(b, ef.get_method("positive_nll", positive_example_nll_weight=weight), agg=agg)
-    loss_h, grad_h = hand_positive_nll(b, agg, weight)
-    torch.testing.assert_close(loss, loss_h, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(grad, grad_h, rtol=1e-10, atol=1e-12)
+    assert_matches_hand((loss, grad), hand_positive_nll(b, agg, weight))
     # the all-equal group is all correct: its rows get the NLL gradient only (A = 0)
     n_pos = int((b.valid & (b.rewards > 0).unsqueeze(-1)).sum())
     torch.testing.assert_close(grad[8:12][b.valid[8:12]], torch.full_like(grad[8:12][b.valid[8:12]], -weight / n_pos))
@@ -163,8 +162,7 @@ def hand_chord(b: ef.TokenBatch, agg: str, mu: float, phi: bool, dual_clip=None)
     loss = (1 - mu) * hand_rows(b, logp, usual, ppo_token(b, logp, dual_clip), agg) + mu * hand_rows(
         b, logp, expert, sft, agg
     )
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return loss_and_grad(loss, logp)
 
 
 @pytest.mark.parametrize("agg", AGGS)
@@ -176,9 +174,7 @@ def test_chord_against_the_hand_formula(gen, step, phi, agg):
         "chord", mu_warmup_steps=4, mu_decay_steps=6, mu_peak=0.5, mu_valley=0.05, enable_phi_function=phi
     )
     loss, grad = ours(b, m, agg=agg)
-    loss_h, grad_h = hand_chord(b, agg, hand_mu(step, 4, 6, 0.5, 0.05), phi)
-    torch.testing.assert_close(loss, loss_h, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(grad, grad_h, rtol=1e-10, atol=1e-12)
+    assert_matches_hand((loss, grad), hand_chord(b, agg, hand_mu(step, 4, 6, 0.5, 0.05), phi))
     if step > 0:
         assert grad[EXPERT].abs().sum() > 0  # the expert rows train by SFT
     out = ef.policy_loss(b, m, ef.LossSpec(agg=agg))

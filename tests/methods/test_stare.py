@@ -17,7 +17,16 @@ import torch
 
 import entflow as ef
 from entflow.errors import MissingInputError
-from support.field_peers import AGGS, aggregate_rows, assert_bad_parameter_is_named, field_batch, ours, with_advantages
+from support.field_peers import (
+    AGGS,
+    aggregate_rows,
+    assert_bad_parameter_is_named,
+    assert_matches_hand,
+    field_batch,
+    ours,
+    rows_loss_and_grad,
+    with_advantages,
+)
 
 
 def grpo_batch(gen):
@@ -63,9 +72,7 @@ def hand_stare(b: ef.TokenBatch, agg: str, variant: str, p: float, w: float, m: 
                 omega = m
             terms.append(omega * ell)
         rows.append(terms)
-    loss = aggregate_rows(rows, agg)
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return rows_loss_and_grad(rows, agg, logp)
 
 
 @pytest.mark.parametrize("agg", AGGS)
@@ -75,9 +82,7 @@ def test_stare_against_the_reference(gen, p, variant, agg):
     b = grpo_batch(gen)
     params = dict(variant=variant, top_p_ratio=p, reweight_w=1.3, reweight_m=0.6, target_entropy=10.0)
     loss, grad = ours(b, ef.get_method("stare", **params), agg=agg)
-    loss_h, grad_h = hand_stare(b, agg, variant, p, 1.3, 0.6, 10.0)
-    torch.testing.assert_close(loss, loss_h, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(grad, grad_h, rtol=1e-10, atol=1e-12)
+    assert_matches_hand((loss, grad), hand_stare(b, agg, variant, p, 1.3, 0.6, 10.0))
     plain, _ = ours(b, "grpo", agg=agg)
     assert not torch.isclose(loss, plain)  # the weights changed the loss
 

@@ -14,7 +14,17 @@ import torch
 import entflow as ef
 from entflow.errors import ConfigError, ParameterError
 from entflow.lab.config import LabConfig
-from support.field_peers import AGGS, ATOL, RTOL, aggregate_rows, field_batch, ours, trinity_loss, with_advantages
+from support.field_peers import (
+    AGGS,
+    ATOL,
+    RTOL,
+    assert_matches_hand,
+    field_batch,
+    ours,
+    rows_loss_and_grad,
+    trinity_loss,
+    with_advantages,
+)
 from support.peers import trinity
 
 
@@ -37,9 +47,7 @@ def hand_topr(b: ef.TokenBatch, agg: str, level: str) -> tuple[torch.Tensor, tor
             alpha = 1.0 if A[i, t] >= 0 else min(math.exp(rho), 1.0)  # arXiv 2503.14286: the taper
             terms.append(-alpha * A[i, t] * logp[i, t])
         rows.append(terms)
-    loss = aggregate_rows(rows, agg)
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return rows_loss_and_grad(rows, agg, logp)
 
 
 @pytest.mark.parametrize("agg", AGGS)
@@ -47,9 +55,7 @@ def hand_topr(b: ef.TokenBatch, agg: str, level: str) -> tuple[torch.Tensor, tor
 def test_topr_against_the_hand_formula(gen, level, agg):
     b = grpo_batch(gen)
     loss, grad = ours(b, ef.get_method("topr", importance_sampling_level=level), agg=agg)
-    loss_h, grad_h = hand_topr(b, agg, level)
-    torch.testing.assert_close(loss, loss_h, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(grad, grad_h, rtol=1e-10, atol=1e-12)
+    assert_matches_hand((loss, grad), hand_topr(b, agg, level))
     A = b.token_advantages()
     assert torch.all(grad[4:12] == 0)  # the all-zero and all-equal groups: A = 0
     pos = (A > 0) & b.valid

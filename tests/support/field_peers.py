@@ -52,8 +52,7 @@ def skyrl_ppo(adv: torch.Tensor, b: ef.TokenBatch, agg: str) -> tuple[torch.Tens
     scaled = ppo.apply_loss_reduction_to_advantages_minibatch(adv, b.mask, reduction, n, t)
     logp = b.logp.detach().clone().requires_grad_(True)
     loss, _ = ppo.ppo_policy_loss(logp, b.old_logp, scaled, cfg, loss_mask=b.mask)
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return loss_and_grad(loss, logp)
 
 
 def trinity_loss(fn: Any, b: ef.TokenBatch, adv: torch.Tensor, mask: torch.Tensor | None = None, **kw: Any):
@@ -62,14 +61,31 @@ def trinity_loss(fn: Any, b: ef.TokenBatch, adv: torch.Tensor, mask: torch.Tenso
     logp = b.logp.detach().clone().requires_grad_(True)
     m = b.mask if mask is None else mask
     loss, _ = fn(logprob=logp, old_logprob=b.old_logp, action_mask=m, advantages=adv, **kw)
-    (g,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), g
+    return loss_and_grad(loss, logp)
 
 
 def trinity_ppo(agg: str, dual_clip: float = 3.0) -> Any:
     """Trinity-RFT's ``PPOPolicyLossFn`` (clip 0.2; its dual clip c is always on, default 3)."""
     mod = trinity("algorithm.policy_loss_fn.ppo_policy_loss")
     return mod.PPOPolicyLossFn(clip_range=0.2, clip_ratio_c=dual_clip, loss_agg_mode=agg)
+
+
+def assert_matches_hand(got: tuple[torch.Tensor, torch.Tensor], hand: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """entflow's (loss, gradient) equal the hand formula's, both float64, to round-off."""
+    for a, b in zip(got, hand, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def loss_and_grad(loss: torch.Tensor, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``loss`` detached, and its gradient w.r.t. ``logp``."""
+    (g,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), g
+
+
+def rows_loss_and_grad(rows: list[list[Any]], agg: str, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hand loss of the per-token terms ``rows`` (:func:`aggregate_rows`), detached, and its
+    gradient w.r.t. ``logp``."""
+    return loss_and_grad(aggregate_rows(rows, agg), logp)
 
 
 def aggregate_rows(rows: list[list[Any]], agg: str) -> Any:

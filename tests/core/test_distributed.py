@@ -14,19 +14,14 @@ import torch
 import torch.distributed as dist
 
 import entflow as ef
-from support.gloo import report_from_rank0, spawn_ranks
+from support.gloo import ACCEPTANCE_CASES, report_from_rank0, spawn_ranks
 
 D = torch.float64
 N, T, F = 16, 6, 3
 WORLD = 2
 # (method, params, agg): the six of acceptance 1 first, then other batch-level statistics
 CASES = [
-    ("grpo", {}, "token-mean"),
-    ("steer", {}, "token-mean"),
-    ("opefo", {}, "token-mean"),
-    ("clip_cov", {"ratio": 0.1, "cov_low": -10.0, "cov_high": 10.0, "seed": 5}, "token-mean"),
-    ("kl_cov", {"ratio": 0.1}, "token-mean"),
-    ("forking_tokens", {}, "token-mean"),
+    *ACCEPTANCE_CASES,
     ("steer", {"scope": "group", "mapping": "binary"}, "seq-mean-token-mean"),
     ("steer", {"mapping": "linear"}, "seq-mean-token-sum-norm"),
     ("rand_pos_clip", {"ratio": 0.1, "seed": 3}, "token-mean"),

@@ -20,18 +20,13 @@ pytest.importorskip("verl")
 import entflow as ef
 from entflow.integrations.verl.losses import entflow_ppo_loss
 from entflow.integrations.verl.spec import WORKER_METHODS
-from support.gloo import report_from_rank0, spawn_ranks
+from support.gloo import ACCEPTANCE_CASES, report_from_rank0, spawn_ranks
 
 D = torch.float64
 N, T, WORLD = 12, 7, 2
 TOL = 1e-6
 CASES = [  # (method, params, verl loss_agg_mode)
-    ("grpo", {}, "token-mean"),
-    ("steer", {}, "token-mean"),
-    ("opefo", {}, "token-mean"),
-    ("clip_cov", {"ratio": 0.1, "cov_low": -10.0, "cov_high": 10.0, "seed": 5}, "token-mean"),
-    ("kl_cov", {"ratio": 0.1}, "token-mean"),
-    ("forking_tokens", {}, "token-mean"),
+    *ACCEPTANCE_CASES,
     ("rand_pos_clip", {"ratio": 0.2, "seed": 3}, "token-mean"),
     ("steer", {"mapping": "linear"}, "seq-mean-token-mean"),
     ("opefo", {}, "seq-mean-token-sum-norm"),

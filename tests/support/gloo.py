@@ -11,6 +11,17 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+# (method, params, agg): the six of acceptance 1, which both distributed tests run first
+# (tests/core/test_distributed.py, and inside verl tests/integrations/test_verl_distributed.py)
+ACCEPTANCE_CASES = [
+    ("grpo", {}, "token-mean"),
+    ("steer", {}, "token-mean"),
+    ("opefo", {}, "token-mean"),
+    ("clip_cov", {"ratio": 0.1, "cov_low": -10.0, "cov_high": 10.0, "seed": 5}, "token-mean"),
+    ("kl_cov", {"ratio": 0.1}, "token-mean"),
+    ("forking_tokens", {}, "token-mean"),
+]
+
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for ``init_method="tcp://127.0.0.1:PORT"`` or ``--master_port``)."""

@@ -12,6 +12,7 @@ from entflow.hf.rewards import REWARDS
 from entflow.hf.setup import RealTrainConfig, real_setup, train_real
 from entflow.trainer.config import build_config
 from entflow.trainer.evaluate import pass_at_k_curve
+from support.coverage_calls import coverage_seeds
 from support.real_tiny import parity_reward, save_tiny_model
 
 N, KS, VAL = 8, [1, 4, 8], 3
@@ -72,14 +73,7 @@ def test_the_starting_coverage_of_a_cached_model_is_evaluated_once(tmp_path, mon
     monkeypatch.setitem(REWARDS, "parity", parity_reward)
     monkeypatch.setenv("ENTFLOW_CACHE", str(tmp_path / "cache"))
     model = save_tiny_model(tmp_path / "cache" / "models" / "tiny-0123")
-    calls: list[int] = []
-    real = hf_setup._coverage
-
-    def counted(model, tokenizer, task, cfg):
-        calls.append(cfg.seed)
-        return real(model, tokenizer, task, cfg)
-
-    monkeypatch.setattr(hf_setup, "_coverage", counted)
+    calls = coverage_seeds(monkeypatch, hf_setup, "_coverage")
 
     def run(name: str, **extra):
         return train_real(build_config(_values(model, tmp_path / "runs", name=name, **extra), cls=RealTrainConfig))

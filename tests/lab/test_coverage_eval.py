@@ -19,6 +19,7 @@ from entflow.lab.config import build_config
 from entflow.lab.evaluate import coverage_splits
 from entflow.lab.setup import train_lab
 from entflow.trainer.rundir import read_jsonl
+from support.coverage_calls import coverage_seeds
 
 ROUTES_PARAMS = {"validation_size": 6, "hard_size": 5}
 
@@ -169,14 +170,7 @@ def test_warm_coverage_is_cached_per_warm_start_and_seed(tmp_path, micro_policy,
 
     import entflow.lab.evaluate as lab_evaluate
 
-    calls: list[int] = []
-    real = lab_evaluate.coverage_splits
-
-    def counted(model, tokenizer, task, cfg):
-        calls.append(cfg.seed)
-        return real(model, tokenizer, task, cfg)
-
-    monkeypatch.setattr(lab_evaluate, "coverage_splits", counted)
+    calls = coverage_seeds(monkeypatch, lab_evaluate, "coverage_splits")
     cache = tmp_path / "cache"
     policy = shutil.copytree(micro_policy, cache / "countdown-micro")
     monkeypatch.setenv("ENTFLOW_CACHE", str(cache))

@@ -28,14 +28,7 @@ from entflow.errors import ConfigError
 from entflow.integrations.trl import STATE_FILE, EntflowGRPOConfig, EntflowGRPOTrainer
 from support.gloo import free_port
 from support.trl_capture import CapturingTrainer, captured_stats, recording, rel, rewards_and_groups, trl_args
-from support.trl_tiny import continuous_reward, save_tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
-
+from support.trl_tiny import continuous_reward
 
 reward_ones = continuous_reward
 

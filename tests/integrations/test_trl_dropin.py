@@ -32,7 +32,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from support.trl_capture import rel, trl_args, two_pass_run
-from support.trl_tiny import continuous_reward, save_tiny_llama
+from support.trl_tiny import continuous_reward
 
 _FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
 
@@ -41,12 +41,6 @@ def needs_fields(*names: str):
     """Skip where the installed TRL's GRPOConfig lacks one of ``names`` (older TRL)."""
     missing = [n for n in names if n not in _FIELDS]
     return pytest.mark.skipif(bool(missing), reason=f"trl {trl.__version__} has no {missing}")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_dropin"))
 
 
 def initial_weights(path: str) -> dict[str, torch.Tensor]:

@@ -19,17 +19,11 @@ import entflow as ef
 from entflow.errors import ConfigError
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from support.trl_capture import completion_logits, trl_args
-from support.trl_tiny import continuous_reward, save_tiny_llama
+from support.trl_tiny import continuous_reward
 
 # linear from 0.3 to 0.1 over 2 generation steps: c(0) = 0.3, c(1) = 0.2 (then 0.1)
 SCHEDULE = {"c": 0.3, "schedule": "linear", "c_end": 0.1, "steps": 2}
 COEF = [0.3, 0.2]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_schedule"))
 
 
 class RecordingTrainer(EntflowGRPOTrainer):

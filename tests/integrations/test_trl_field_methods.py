@@ -24,14 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from support.trl_capture import assert_same_update, rel, two_pass_run
-from support.trl_tiny import continuous_reward, save_tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_field"))
-
+from support.trl_tiny import continuous_reward
 
 reward = continuous_reward
 

@@ -22,13 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import entflow as ef
 from entflow.integrations.trl import EntflowGRPOConfig
 from support.trl_capture import CapturingTrainer, captured_stats, recording, rewards_and_groups, trl_args
-from support.trl_tiny import continuous_reward, save_tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_passk"))
-
+from support.trl_tiny import continuous_reward
 
 METHODS = [
     ("rloo", {}),

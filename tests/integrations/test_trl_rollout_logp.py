@@ -24,15 +24,10 @@ from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 from entflow.integrations.trl.compat import sampling_logps
 from entflow.trainer.rollout import SamplingMismatch, engine_logp, generate
 from support.trl_capture import CapturingTrainer, captured_stats, trl_args
-from support.trl_tiny import continuous_reward, save_tiny_llama
+from support.trl_tiny import continuous_reward
 
 ENGINE = SamplingMismatch("temperature", 1.5)
 PARAMS = {"lower": 0.9, "upper": 1.1}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_rollout_logp"))
 
 
 def perturbed_engine(tok, reported: list):

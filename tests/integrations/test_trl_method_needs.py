@@ -24,14 +24,7 @@ from entflow.errors import ConfigError
 from entflow.integrations.trl import EntflowGRPOConfig
 from entflow.integrations.trl.config import REFERENCE_ONLY_BETA
 from support.trl_capture import CapturingTrainer, completion_logits, trl_args
-from support.trl_tiny import continuous_reward, save_tiny_llama
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model_dir, tokenizer, dataset): the shared tiny policy (tests/support/trl_tiny.py)."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_needs"))
-
+from support.trl_tiny import continuous_reward
 
 reward = continuous_reward
 
@@ -90,24 +83,18 @@ def test_siren_with_a_top_p_nucleus_is_refused_naming_top_p(tmp_path, method):
     assert args.entflow_method == method
 
 
-def test_aepo_is_refused_for_its_temperature_samples(tmp_path):
-    with pytest.raises(ConfigError, match=r"entflow_method.*own temperature"):
-        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aepo")
-
-
-def test_remax_is_refused_for_its_greedy_rollout(tmp_path):
-    with pytest.raises(ConfigError, match=r"entflow_method.*remax.*greedy response"):
-        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="remax")
-
-
-def test_aer_is_refused_for_its_per_group_loss(tmp_path):
-    with pytest.raises(ConfigError, match=r"entflow_method.*aer reads group_index in the loss"):
-        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="aer")
-
-
-def test_simko_is_refused_for_its_top_k_candidates(tmp_path):
-    with pytest.raises(ConfigError, match=r"entflow_method.*simko reads the log-probs of the top-3 candidates"):
-        EntflowGRPOConfig(**args_for(tmp_path), entflow_method="simko")
+@pytest.mark.parametrize(
+    ("method", "why"),
+    [
+        ("aepo", r"own temperature"),  # its temperature samples
+        ("remax", r"remax.*greedy response"),  # its greedy rollout
+        ("aer", r"aer reads group_index in the loss"),  # its per-group loss
+        ("simko", r"simko reads the log-probs of the top-3 candidates"),  # its top-k candidates
+    ],
+)
+def test_a_method_that_needs_what_trl_does_not_give_is_refused_naming_it(tmp_path, method, why):
+    with pytest.raises(ConfigError, match=rf"entflow_method.*{why}"):
+        EntflowGRPOConfig(**args_for(tmp_path), entflow_method=method)
 
 
 def test_clipb_on_policy_reads_the_losss_own_entropy_without_an_extra_forward(tiny, tmp_path):

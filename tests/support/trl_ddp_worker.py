@@ -17,14 +17,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 from datasets import Dataset
+from trl_capture import trl_args  # tests/support/, this script's folder
+from trl_tiny import continuous_reward
 
 from entflow.integrations.trl import EntflowGRPOConfig, EntflowGRPOTrainer
 
 KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
-
-
-def reward_ones(completions, **kwargs):
-    return [(c.count("1") + 0.5 * c.count("2") + 0.1 * len(c)) / (len(c) + 1) for c in completions]
 
 
 class Recording(EntflowGRPOTrainer):
@@ -37,29 +35,21 @@ def main() -> None:
     model_dir, out_dir, method, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     data = Dataset.from_dict({"prompt": [f"{i} {i + 2}>{3 * i + 1}:" for i in range(8)]})
     args = EntflowGRPOConfig(
-        output_dir=os.path.join(out_dir, "trainer"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=6,
-        gradient_accumulation_steps=2,
-        max_steps=1,
-        optim="sgd",
-        learning_rate=0.5,
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        seed=0,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        entflow_method=method,
-        entflow_method_params=params,
+        **trl_args(
+            os.path.join(out_dir, "trainer"),
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            logging_steps=10,  # TRL's default: no log line within the one step
+            entflow_method=method,
+            entflow_method_params=params,
+        )
     )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    trainer = Recording(model=model_dir, reward_funcs=reward_ones, args=args, train_dataset=data, processing_class=tok)
+    trainer = Recording(
+        model=model_dir, reward_funcs=continuous_reward, args=args, train_dataset=data, processing_class=tok
+    )
     trainer.seen = []
     trainer.train()
     rank = trainer.accelerator.process_index

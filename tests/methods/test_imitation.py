@@ -28,20 +28,15 @@ from support.field_peers import (
     assert_bad_parameter_is_named,
     assert_matches_hand,
     field_batch,
+    grpo_batch,
     loss_and_grad,
     ours,
     trinity_loss,
-    with_advantages,
 )
 from support.methods_ref import D
 from support.peers import trinity
 
 EXPERT = torch.tensor([i % 4 == 1 for i in range(16)])  # one expert row per group
-
-
-def grpo_batch(gen, **extra):
-    b = field_batch(gen, **extra)
-    return with_advantages(b, ef.compute_advantages(b, "grpo"))
 
 
 def hand_rows(b: ef.TokenBatch, logp: torch.Tensor, rows: list[int], per_token, agg: str) -> torch.Tensor:

@@ -22,16 +22,10 @@ from support.field_peers import (
     aggregate_rows,
     assert_bad_parameter_is_named,
     assert_matches_hand,
-    field_batch,
+    grpo_batch,
     ours,
     rows_loss_and_grad,
-    with_advantages,
 )
-
-
-def grpo_batch(gen):
-    b = field_batch(gen)
-    return with_advantages(b, ef.compute_advantages(b, "grpo"))
 
 
 def mean_entropy(b: ef.TokenBatch, agg: str) -> float:

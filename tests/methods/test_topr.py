@@ -19,18 +19,12 @@ from support.field_peers import (
     ATOL,
     RTOL,
     assert_matches_hand,
-    field_batch,
+    grpo_batch,
     ours,
     rows_loss_and_grad,
     trinity_loss,
-    with_advantages,
 )
 from support.peers import trinity
-
-
-def grpo_batch(gen):
-    b = field_batch(gen)
-    return with_advantages(b, ef.compute_advantages(b, "grpo"))
 
 
 def hand_topr(b: ef.TokenBatch, agg: str, level: str) -> tuple[torch.Tensor, torch.Tensor]:

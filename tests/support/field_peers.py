@@ -34,6 +34,12 @@ def with_advantages(b: ef.TokenBatch, adv: torch.Tensor) -> ef.TokenBatch:
     return dataclasses.replace(b, advantages=adv.detach(), logp=b.logp.detach().clone().requires_grad_(True))
 
 
+def grpo_batch(gen: torch.Generator, **extra: Any) -> ef.TokenBatch:
+    """:func:`field_batch` (``extra`` passed on) with its GRPO advantages."""
+    b = field_batch(gen, **extra)
+    return with_advantages(b, ef.compute_advantages(b, "grpo"))
+
+
 def ours(b: ef.TokenBatch, method: Any, **spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """entflow's loss and its gradient w.r.t. ``logp`` on ``b`` (advantages as given)."""
     b = dataclasses.replace(b, logp=b.logp.detach().clone().requires_grad_(True))

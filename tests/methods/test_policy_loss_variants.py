@@ -69,24 +69,26 @@ def ours(f: dict, method, agg: str = "token-mean", lo: float = LO, hi: float = H
     return out, g
 
 
+def aggregate(token_loss, x: torch.Tensor, m: torch.Tensor, agg: str) -> torch.Tensor:
+    """``agg`` over the tokens of ``m`` of ``token_loss(i, t, x)`` (a 0-d tensor built from the
+    leaf ``x``), written with loops."""
+    N, T = m.shape
+    rows = [[token_loss(i, t, x) for t in range(T) if m[i, t] > 0] for i in range(N)]
+    n_tok = sum(len(r) for r in rows)
+    if agg == "token-mean":
+        return sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / max(n_tok, 1)
+    if agg == "seq-mean-token-mean":
+        means = [sum(r, torch.zeros((), dtype=D)) / len(r) for r in rows if r]
+        return sum(means, torch.zeros((), dtype=D)) / max(len(means), 1)
+    # seq-mean-token-sum-norm: Σ / (N · T)
+    return sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / (N * T)
+
+
 def reference(f: dict, token_loss, agg: str, extra=None):
     """(loss, grad) of ``agg`` over ``token_loss(i, t, logp_it, ctx)`` (a 0-d tensor built from
     the leaf) written with loops; ``extra(x)`` adds a scalar (e.g. a KL term) afterwards."""
     x = leaf(f)
-    N, T = x.shape
-    m = f["mask"]
-    rows, n_tok = [], 0
-    for i in range(N):
-        li = [token_loss(i, t, x) for t in range(T) if m[i, t] > 0]
-        n_tok += len(li)
-        rows.append(li)
-    if agg == "token-mean":
-        total = sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / max(n_tok, 1)
-    elif agg == "seq-mean-token-mean":
-        means = [sum(r, torch.zeros((), dtype=D)) / len(r) for r in rows if r]
-        total = sum(means, torch.zeros((), dtype=D)) / max(len(means), 1)
-    else:  # seq-mean-token-sum-norm: Σ / (N · T)
-        total = sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / (N * T)
+    total = aggregate(token_loss, x, f["mask"], agg)
     if extra is not None:
         total = total + extra(x, agg)
     (g,) = torch.autograd.grad(total, x)
@@ -326,17 +328,7 @@ def archer_reference(f, agg, q=0.8, hlo=0.5, hhi=0.5, beta=0.001, beta_h=0.0, lo
             d = f["ref"][i, t] - xx[i, t]
             return (beta_h if high[i, t] else beta) * (torch.exp(d) - d - 1)
 
-        rows, n = [], 0
-        for i in range(N):
-            li = [k3(i, t, x) for t in range(T) if m[i, t] > 0]
-            n += len(li)
-            rows.append(li)
-        if agg == "token-mean":
-            return sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / n
-        if agg == "seq-mean-token-mean":
-            means = [sum(r, torch.zeros((), dtype=D)) / len(r) for r in rows if r]
-            return sum(means, torch.zeros((), dtype=D)) / len(means)
-        return sum((v for r in rows for v in r), torch.zeros((), dtype=D)) / (N * T)
+        return aggregate(k3, x, m, agg)
 
     return reference(f, tok, agg, extra=kl), high
 

@@ -33,3 +33,13 @@ def parity(monkeypatch) -> None:
     from support.real_tiny import parity_reward
 
     monkeypatch.setitem(REWARDS, "parity", parity_reward)
+
+
+@pytest.fixture(scope="module")
+def train_server(tmp_path_factory):
+    """A server of ``entflow train`` processes (``support.kill_resume.TrainServer``), one per test module."""
+    from support.kill_resume import TrainServer
+
+    server = TrainServer(tmp_path_factory.mktemp("train-logs"))
+    yield server
+    server.close()

@@ -15,38 +15,16 @@ from pathlib import Path
 
 import pytest
 
-import entflow.trainer.loop
-from support.kill_resume import TrainServer, assert_same_run, kill_and_resume, steps_of
+from support.kill_resume import assert_same_run, kill_and_resume, steps_of
 
 STEPS = 2
-
-# Until the trainer runs its CPU kernels deterministically (entflow.trainer.determinism, entered by
-# entflow.trainer.loop.train), two uninterrupted runs of this config already differ in their first
-# update: what fails then is 2-thread nondeterminism, not the resume.
-pytestmark = pytest.mark.xfail(
-    not hasattr(entflow.trainer.loop, "deterministic_kernels"),
-    reason="a real run with threads=2 is not bit-reproducible without entflow.trainer.determinism "
-    "(the update's index_put_ backward sums in the order its two threads reach each row)",
-    strict=True,
-)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    from entflow.hf.models import save_tiny_llama
-    from support.real_tiny import build_tokenizer
+    from support.real_tiny import save_grouped_llama
 
-    return save_tiny_llama(
-        tmp_path_factory.mktemp("kill-resume") / "model",
-        build_tokenizer(),
-        hidden_size=128,
-        intermediate_size=256,
-        num_heads=4,
-        num_kv_heads=2,
-        max_positions=256,
-        tie_embeddings=True,
-        seed=0,
-    )
+    return save_grouped_llama(tmp_path_factory.mktemp("kill-resume") / "model", hidden_size=128)
 
 
 def _args(out: Path, model: Path) -> list[str]:
@@ -77,16 +55,9 @@ def _args(out: Path, model: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    server = TrainServer(tmp_path_factory.mktemp("train-logs"))
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, model_dir, server) -> Path:
+def reference(tmp_path_factory, model_dir, train_server) -> Path:
     out = tmp_path_factory.mktemp("reference")
-    server.train(_args(out, model_dir))
+    train_server.train(_args(out, model_dir))
     return out / "run"
 
 
@@ -99,10 +70,10 @@ def reference(tmp_path_factory, model_dir, server) -> Path:
     ],
 )
 def test_a_real_run_with_two_threads_killed_and_resumed_is_the_uninterrupted_run(
-    tmp_path, model_dir, server, reference, kill_at, resumed_from
+    tmp_path, model_dir, train_server, reference, kill_at, resumed_from
 ):
     run = tmp_path / "run"
-    resumed = kill_and_resume(server, run, _args(tmp_path, model_dir), kill_at)
+    resumed = kill_and_resume(train_server, run, _args(tmp_path, model_dir), kill_at)
     assert_same_run(reference, run)
     assert f"from step {resumed_from}" in resumed, resumed
     assert steps_of(run / "metrics.jsonl") == list(range(STEPS + 1))

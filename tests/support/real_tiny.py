@@ -48,6 +48,25 @@ def save_tiny_model(path: Path, seed: int = 0) -> Path:
     return save_tiny_llama(path, build_tokenizer(), max_positions=256, tie_embeddings=True, seed=seed)
 
 
+def save_grouped_llama(path: Path, hidden_size: int) -> Path:
+    """A 2-layer Llama with 4 query and 2 key/value heads and tied embeddings, ``hidden_size`` wide
+    (MLP twice that): big enough that the update's ``index_put_`` backward takes torch's
+    multi-threaded path (rows × tokens × hidden ≥ torch's grain of 32768 elements)."""
+    from entflow.hf.models import save_tiny_llama
+
+    return save_tiny_llama(
+        path,
+        build_tokenizer(),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_heads=4,
+        num_kv_heads=2,
+        max_positions=256,
+        tie_embeddings=True,
+        seed=0,
+    )
+
+
 def parity_reward(completions, **kwargs) -> list[float]:
     """A reward that is deterministic and varied on a random model (so groups have a signal and
     pass@k is neither 0 nor 1): 1 if the response has an even number of characters."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support.kill_resume import TEMPORARY, TrainServer, assert_same_run, entflow_train, kill_and_resume, steps_of
+from support.kill_resume import TEMPORARY, assert_same_run, entflow_train, kill_and_resume, steps_of
 
 STEPS = 4
 
@@ -40,16 +40,9 @@ def _args(out: Path, name: str, policy: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    server = TrainServer(tmp_path_factory.mktemp("train-logs"))
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, micro_policy, server) -> Path:
+def reference(tmp_path_factory, micro_policy, train_server) -> Path:
     out = tmp_path_factory.mktemp("reference")
-    server.train(_args(out, "run", micro_policy))
+    train_server.train(_args(out, "run", micro_policy))
     return out / "run"
 
 
@@ -64,10 +57,10 @@ def reference(tmp_path_factory, micro_policy, server) -> Path:
     ],
 )
 def test_a_run_killed_and_resumed_is_the_uninterrupted_run(
-    tmp_path, micro_policy, server, reference, kill_at, resumed_from
+    tmp_path, micro_policy, train_server, reference, kill_at, resumed_from
 ):
     run = tmp_path / "run"
-    resumed = kill_and_resume(server, run, _args(tmp_path, "run", micro_policy), kill_at)
+    resumed = kill_and_resume(train_server, run, _args(tmp_path, "run", micro_policy), kill_at)
     assert_same_run(reference, run)
     assert f"from step {resumed_from}" in resumed, resumed  # the checkpoint it resumed from is named
     assert steps_of(run / "metrics.jsonl") == list(range(STEPS + 1))

@@ -42,6 +42,7 @@ from entflow.files import unfinished_writes, write_json
 from entflow.methods import Method
 from entflow.trainer.collect import method_step, schedule_steps
 from entflow.trainer.config import TrainConfig
+from entflow.trainer.determinism import deterministic_kernels
 from entflow.trainer.faults import kill_point
 from entflow.trainer.progress import ProgressBar, quiet_transformers
 from entflow.trainer.rollout import Rollout
@@ -114,7 +115,9 @@ def train(
     policy: :func:`entflow.lab.setup.lab_setup` or :func:`entflow.hf.setup.real_setup`."""
     method = cfg.validate()  # the run's one build of its method
     torch.set_num_threads(cfg.threads)
-    with quiet_transformers():
+    # with several threads, torch's accumulating index kernels sum in the order the threads reach
+    # them; serially here, so a run repeats bit for bit (trainer/determinism.py)
+    with quiet_transformers(), deterministic_kernels():
         cfg = dataclasses.replace(cfg, schedule_steps=_anchored_schedule_steps(cfg, cfg.run_dir, resume))
         if resume and finished_without_checkpoint(cfg):
             return cfg.run_dir  # its logs are all there is, and all a report or a claim reads

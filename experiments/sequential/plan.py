@@ -162,8 +162,8 @@ def admit(rows: dict[str, dict[str, Any]], budget_s: float, cost: dict[str, floa
         row, more = rows[cid], extra(rows[cid])
         if spent + more > budget_s:
             row |= {"decision": NOT_DECIDABLE,
-                    "why": f"its maximum ({row['plan']['maximum']} seeds) costs {more / 3600:.1f} h more than the "
-                           f"{(budget_s - spent) / 3600:.1f} h left of the budget"}  # fmt: skip
+                    "why": f"its maximum ({row['plan']['maximum']} seeds) needs {more / 3600:.1f} h of runs not yet "
+                           f"paid for, more than the {(budget_s - spent) / 3600:.1f} h left of the budget"}  # fmt: skip
             continue
         spent += more
         for k in row["runs"]:

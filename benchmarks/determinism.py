@@ -6,7 +6,7 @@ op is not? (the fix: :func:`entflow.trainer.determinism.deterministic_kernels`).
     PYTHONPATH=src .venv/bin/python benchmarks/determinism.py compare DUMP_A DUMP_B
     PYTHONPATH=src .venv/bin/python benchmarks/determinism.py replay [--reruns 10] [--no-fix]
     PYTHONPATH=src .venv/bin/python benchmarks/determinism.py cost [--reps 5] [--out FILE]
-    PYTHONPATH=src .venv/bin/python benchmarks/determinism.py twins [--steps 20] [--out FILE]
+    PYTHONPATH=src .venv/bin/python benchmarks/determinism.py twins [--steps 20] [--collect --work DIR] [--out FILE]
     PYTHONPATH=src .venv/bin/python benchmarks/determinism.py --from-json FILE...
 
 ``bisect`` runs one step of the real-v2 design setting
@@ -36,8 +36,11 @@ a race: ``bisect --ops`` on a repeat that raced shows where it spread, ``replay`
 checkpoints every ``--checkpoint-every`` steps) started at the same time, so that they compete for
 the cores; the third is killed with SIGKILL at a random moment (a seeded draw: once its log has a
 random step, after a random further delay) and resumed with ``--resume``. It records each run's
-SHA-256 of ``metrics.jsonl``, ``samples.jsonl`` and the final model, the kill's moment and the
-resume's line, and whether all three are byte-identical; ``--out`` writes it.
+SHA-256 of ``metrics.jsonl``, ``samples.jsonl``, the checkpoint after the last step (weights, AdamW's
+moments, RNG states) and the final model, the kill's moment and the resume's line, and whether all
+three are byte-identical; ``--out`` writes it. ``--collect --work DIR`` only compares the runs already
+in ``DIR`` (the same ``--steps`` and ``--kill-seed``): for runs stopped after their last step, a file
+not written by all three is named and left out.
 
 ``cost`` times whole steps of that setting (``entflow.trainer.step.train_step``, from the same
 weights, seed and step each time) with and without :func:`deterministic_kernels`, interleaved
@@ -482,7 +485,10 @@ def report(results: dict) -> str:
     )
 
 
-RUN_FILES = ("metrics.jsonl", "samples.jsonl", "checkpoints/final/model.safetensors")
+#: what twins compares: the logs, the checkpoint after the last step (weights, AdamW's moments, every RNG
+#: state) and the final model (written after the final evaluation)
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "checkpoints/last.pt", "checkpoints/final/model.safetensors")
+RUNS = ("a", "b", "killed")
 
 
 def sha256(path: Path) -> str:
@@ -490,13 +496,44 @@ def sha256(path: Path) -> str:
 
 
 def twins(a: argparse.Namespace) -> dict:
-    """Two uninterrupted runs and one killed and resumed, all started together (``twins`` above)."""
-    import os
+    """Two uninterrupted runs and one killed and resumed, all started together (``twins`` above); with
+    ``--collect``, the result of a twins folder whose runs were stopped after their last step."""
     import random
-    import signal
     import tempfile
 
     out = Path(a.work or tempfile.mkdtemp(prefix="entflow-twins-"))
+    draw = random.Random(a.kill_seed)
+    kill_step, kill_delay = draw.randint(1, a.steps - 2), draw.uniform(0.0, a.kill_delay_max)
+    kill = {"after_logged_step": kill_step, "delay_s": round(kill_delay, 2)}
+    t0 = time.time()
+    if not a.collect:
+        kill |= run_twins(out, a, kill_step, kill_delay)
+    resumed = next(ln for ln in (out / "killed.log").read_text().splitlines() if "resuming" in ln)
+    kill["resume_line"] = resumed.replace(str(out), "…").strip()
+    present = [f for f in RUN_FILES if all((out / n / f).is_file() for n in RUNS)]
+    digests = {n: {f: sha256(out / n / f) for f in present} for n in RUNS}
+    return {
+        "twins": True,
+        "setting": "real_v2_design.yaml + " + " ".join([*OVERRIDES, *a.override]),
+        "steps": a.steps,
+        "checkpoint_every": a.checkpoint_every,
+        "kill": kill,
+        "wall_s": None if a.collect else round(time.time() - t0, 1),
+        "collected": bool(a.collect),
+        "metrics_lines": {n: len((out / n / "metrics.jsonl").read_text().splitlines()) for n in RUNS},
+        "last_step": {n: json.loads((out / n / "metrics.jsonl").read_text().splitlines()[-1])["step"] for n in RUNS},
+        "not_written": [f for f in RUN_FILES if f not in present],
+        "sha256": digests,
+        "identical": {f: len({d[f] for d in digests.values()}) == 1 for f in present},
+    }
+
+
+def run_twins(out: Path, a: argparse.Namespace, kill_step: int, kill_delay: float) -> dict:
+    """Start the three runs in ``out``, SIGKILL the third ``kill_delay`` s after its log reaches
+    ``kill_step``, resume it, wait for all; the kill's moment."""
+    import os
+    import signal
+
     import yaml
 
     keys = [*OVERRIDES, f"steps={a.steps}", f"checkpoint_every={a.checkpoint_every}", f"out_dir={out}", *a.override]
@@ -504,16 +541,14 @@ def twins(a: argparse.Namespace) -> dict:
     setting.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(PRESET.read_text()).items() if k != "methods"}))
     base = [sys.executable, "-m", "entflow", "train", "--config", str(setting), *keys]
     env = {**os.environ, "TQDM_DISABLE": "1"}
-    logs = {name: (out / f"{name}.log").open("w") for name in ("a", "b", "killed")}
+    logs = {name: (out / f"{name}.log").open("w") for name in RUNS}
 
     def start(name: str, *extra: str) -> subprocess.Popen:
         cmd = [*base, "--name", name, *extra] if not extra else [*base[:4], *extra]
         return subprocess.Popen(cmd, stdout=logs[name], stderr=subprocess.STDOUT, env=env)
 
-    draw = random.Random(a.kill_seed)
-    kill_step, kill_delay = draw.randint(1, a.steps - 2), draw.uniform(0.0, a.kill_delay_max)
     t0 = time.time()
-    procs = {name: start(name) for name in ("a", "b", "killed")}
+    procs = {name: start(name) for name in RUNS}
     metrics = out / "killed" / "metrics.jsonl"
     while not (metrics.exists() and any(json.loads(x)["step"] >= kill_step for x in metrics.read_text().splitlines())):
         if procs["killed"].poll() is not None:
@@ -522,8 +557,8 @@ def twins(a: argparse.Namespace) -> dict:
     time.sleep(kill_delay)
     procs["killed"].send_signal(signal.SIGKILL)
     procs["killed"].wait()
-    killed_at = {"after_logged_step": kill_step, "delay_s": round(kill_delay, 2), "wall_s": round(time.time() - t0, 1)}
-    last_logged = max(json.loads(x)["step"] for x in metrics.read_text().splitlines())
+    moment = {"wall_s": round(time.time() - t0, 1)}
+    moment["last_logged_step_at_kill"] = max(json.loads(x)["step"] for x in metrics.read_text().splitlines())
     logs["killed"].write("\n--- SIGKILL ---\n")
     logs["killed"].flush()
     procs["killed"] = start("killed", "--resume", str(out / "killed"))
@@ -532,37 +567,37 @@ def twins(a: argparse.Namespace) -> dict:
         f.close()
     if any(codes.values()):
         raise RuntimeError(f"a run failed: exit codes {codes}; logs in {out}")
-    resumed = next(ln for ln in (out / "killed.log").read_text().splitlines() if "resuming" in ln)
-    digests = {name: {f: sha256(out / name / f) for f in RUN_FILES} for name in ("a", "b", "killed")}
-    steps = {name: len((out / name / "metrics.jsonl").read_text().splitlines()) for name in digests}
-    return {
-        "twins": True,
-        "setting": "real_v2_design.yaml + " + " ".join([*OVERRIDES, *a.override]),
-        "steps": a.steps,
-        "checkpoint_every": a.checkpoint_every,
-        "kill": {**killed_at, "last_logged_step_at_kill": last_logged, "resume_line": resumed.split(str(out))[-1]},
-        "wall_s": round(time.time() - t0, 1),
-        "metrics_lines": steps,
-        "sha256": digests,
-        "identical": {f: len({d[f] for d in digests.values()}) == 1 for f in RUN_FILES},
-    }
+    return moment
 
 
 def twins_report(results: dict) -> str:
     """Which files of the three runs are byte-identical, and where the third was killed."""
     k = results["kill"]
     rows = [
-        [f"`{f}`", *(results["sha256"][n][f][:16] for n in ("a", "b", "killed")), "yes" if same else "NO"]
+        [f"`{f}`", *(results["sha256"][n][f][:16] for n in RUNS), "yes" if same else "NO"]
         for f, same in results["identical"].items()
     ]
-    return (
+    when = (
+        f" ({k['wall_s']} s after the start; its log's last step then {k['last_logged_step_at_kill']})"
+        if "wall_s" in k
+        else ""
+    )
+    lines = [
         f"{results['setting']}, {results['steps']} steps, three runs started together (checkpoints every "
         f"{results['checkpoint_every']} steps); the third killed with SIGKILL {k['delay_s']} s after its log "
-        f"reached step {k['after_logged_step']} ({k['wall_s']} s after the start; its log's last step then "
-        f'{k["last_logged_step_at_kill"]}) and resumed: "{k["resume_line"].strip()}"\n\n'
-        + _result.markdown_table(["file", "run a (SHA-256)", "run b", "killed and resumed", "identical"], rows)
-        + f"\n\nmetrics.jsonl lines: {results['metrics_lines']}; all three wall {results['wall_s']} s."
-    )
+        f'reached step {k["after_logged_step"]}{when} and resumed: "{k["resume_line"].strip()}"',
+        "",
+        _result.markdown_table(["file", "run a (SHA-256)", "run b", "killed and resumed", "identical"], rows),
+        "",
+        f"metrics.jsonl lines: {results['metrics_lines']}; last step logged: {results['last_step']}"
+        + (f"; all three wall {results['wall_s']} s." if results.get("wall_s") else "."),
+    ]
+    if results.get("not_written"):
+        lines.append(
+            f"Not compared, not written by every run (the runs were stopped after their last step, during the "
+            f"final evaluation): {', '.join(f'`{f}`' for f in results['not_written'])}."
+        )
+    return "\n".join(lines)
 
 
 def any_report(results: dict) -> str:
@@ -605,6 +640,7 @@ def main() -> None:
     w.add_argument("--kill-delay-max", type=float, default=30.0, help="the kill waits up to this many s after its step")
     w.add_argument("--work", default=None, help="folder of the three runs (default: a new temporary one)")
     w.add_argument("--override", nargs="*", default=[])
+    w.add_argument("--collect", action="store_true", help="only compare the runs already in --work")
     w.add_argument("--out", default=None, help="also write the result as JSON (date, machine, command)")
     a = ap.parse_args()
     if a.cmd == "twins":

@@ -534,12 +534,8 @@ def run_twins(out: Path, a: argparse.Namespace, kill_step: int, kill_delay: floa
     import os
     import signal
 
-    import yaml
-
     keys = [*OVERRIDES, f"steps={a.steps}", f"checkpoint_every={a.checkpoint_every}", f"out_dir={out}", *a.override]
-    setting = out / PRESET.name  # the preset without `methods` (the list a comparison trains): `train` takes one
-    setting.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(PRESET.read_text()).items() if k != "methods"}))
-    base = [sys.executable, "-m", "entflow", "train", "--config", str(setting), *keys]
+    base = [sys.executable, "-m", "entflow", "train", "--config", str(PRESET), *keys]  # method= picks the run
     env = {**os.environ, "TQDM_DISABLE": "1"}
     logs = {name: (out / f"{name}.log").open("w") for name in RUNS}
 

@@ -38,7 +38,12 @@ def files(tmp_path: Path) -> dict[str, Path]:
     model = tmp_path / "model"  # what --model accepts as a saved model folder (never loaded here)
     model.mkdir()
     (model / "config.json").write_text("{}")
-    return {"plain": plain, "bad_yaml": bad_yaml, "not_a_run": not_a_run, "log": log, "model": model}
+    two_methods = tmp_path / "two_methods.yaml"  # a comparison's preset: `train` takes one of its methods
+    two_methods.write_text("methods: [grpo, kl_cov]\nsteps: 2\n")
+    return {
+        "plain": plain, "bad_yaml": bad_yaml, "not_a_run": not_a_run, "log": log, "model": model,
+        "two_methods": two_methods,
+    }  # fmt: skip
 
 
 # (argv with {placeholders} for the fixture's paths, words the one line must contain)
@@ -51,6 +56,7 @@ CASES = [
     (["train", "--config", "/no/such.yaml"], ["--config", "/no/such.yaml"]),
     (["train", "--config", "{bad_yaml}"], ["--config", "bad.yaml", "not valid YAML"]),
     (["train", "--config", "{not_a_run}"], ["--config", "empty", "is a directory"]),
+    (["train", "--config", "{two_methods}"], ["'methods'", "2 methods (grpo, kl_cov)", "--method NAME", "compare"]),
     (["train", "--resume", "/no/such/run"], ["--resume", "/no/such/run", "no such file"]),
     (["train", "--resume", "{not_a_run}"], ["--resume", "empty", "not a run directory"]),
     (["train", "lr=abc"], ["'lr'", "expected a number", "'abc'"]),

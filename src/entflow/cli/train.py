@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from entflow.errors import PathError
-    from entflow.trainer.config import build_config
+    from entflow.settings.compare import one_run_of
+    from entflow.trainer.config import build_config, parse_override
 
     if args.resume:
         run_dir = existing_path("--resume", args.resume, kind="dir")
@@ -32,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
             raise PathError("--resume", run_dir, "is not a run directory (no config.yaml)")
         base = read_config("--resume", run_dir / "config.yaml")
         base["out_dir"], base["name"] = str(run_dir.parent), run_dir.name
-    else:
-        base = base_config(args)
+    else:  # a comparison's preset (`methods:`) trains the one method it or the command names
+        chosen = bool(args.method) or any(parse_override(o)[0] == "method" for o in args.overrides)
+        base = one_run_of(base_config(args), method_chosen=chosen)
     if args.method:
         base["method"] = args.method
     if args.name:

@@ -14,7 +14,7 @@ from entflow.errors import ConfigError
 from entflow.settings.registry import get_setting_kind, kind_of
 from entflow.trainer.config import TrainConfig, build_config, parse_override
 
-__all__ = ["compare_and_report", "compare_configs", "compare_run_configs", "method_specs", "parse_seeds"]
+__all__ = ["compare_and_report", "compare_configs", "compare_run_configs", "method_specs", "one_run_of", "parse_seeds"]
 
 
 def method_specs(methods: list[Any]) -> list[dict[str, Any]]:
@@ -38,6 +38,35 @@ def method_specs(methods: list[Any]) -> list[dict[str, Any]]:
     if not specs:
         raise ConfigError("methods", "at least one method is needed")
     return specs
+
+
+def one_run_of(base: dict[str, Any], method_chosen: bool) -> dict[str, Any]:
+    """A comparison's config (one with ``methods:``, as the registered presets) as one run's config
+    (``entflow train --config``): where the run names its method (``method_chosen``: ``--method`` or
+    ``method=``; or a ``method`` key) the list is dropped; a list of one method becomes that method,
+    its parameters and its run name; a longer list is refused (:class:`ConfigError` naming
+    ``methods``). A config without ``methods`` is returned as it is."""
+    if "methods" not in base:
+        return base
+    run = {k: v for k, v in base.items() if k != "methods"}
+    if method_chosen or "method" in run:
+        return run
+    methods = base["methods"]
+    specs = method_specs(methods if isinstance(methods, list) else [methods])
+    if len(specs) > 1:
+        names = ", ".join(s["name"] for s in specs)
+        raise ConfigError(
+            "methods",
+            f"lists {len(specs)} methods ({names}): train one with --method NAME, or all of them with "
+            "entflow compare --config",
+        )
+    (spec,) = specs
+    run["method"] = spec["method"]
+    if spec["params"]:
+        run["method_params"] = {**(run.get("method_params") or {}), **spec["params"]}
+    if spec["name"] != spec["method"].replace("+", "_"):
+        run.setdefault("name", spec["name"])
+    return run
 
 
 def parse_seeds(value: Any) -> list[int]:

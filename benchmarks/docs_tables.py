@@ -729,7 +729,7 @@ def print_series(part: str, root: Path) -> str:
     rel = f"docs/results/sequential/{part}_verdicts.json"
     path = root / rel
     if not path.is_file():
-        return f"No run of the `{part}` series is committed yet.\n"
+        return f"The `{part}` series is not judged yet (`series.py judge {part}`: verdicts from its committed runs).\n"
     data = _load(path)
     plan = _load(root / data["plan"])["claims"]
     said = {c["id"]: c["statement"] for c in registry(root)}

@@ -464,3 +464,12 @@ def test_the_record_holds_both_sides_and_where_they_ran(tmp_path):
     assert rec["sides"]["B"]["outcomes"]["TestGRPO::test_beta"] == "FAILED"
     assert rec["sides"]["A"]["seconds"] == 12.34
     assert {"date", "machine", "versions", "entflow_commit"} <= rec.keys()
+
+
+def test_the_plan_and_series_printers_say_what_is_missing(tmp_path):
+    """Before a part's plan is committed, and before its series is judged, the printers say so (and
+    name the command that judges) instead of printing an empty table."""
+    assert dt.print_plan("real", tmp_path) == "No plan for `real` is committed yet.\n"
+    series = dt.print_series("real", tmp_path)
+    assert series.startswith("The `real` series is not judged yet") and "series.py judge real" in series
+    assert dt.print_series("lab", ROOT).startswith("| claim | δ |")  # the committed lab series is judged

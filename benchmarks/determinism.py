@@ -229,10 +229,11 @@ class Harness:
         import yaml
 
         from entflow.hf.setup import RealTrainConfig, real_setup
+        from entflow.settings.compare import one_run_of
         from entflow.trainer.config import build_config
         from entflow.trainer.step import plan_steps
 
-        raw = {k: v for k, v in yaml.safe_load(PRESET.read_text()).items() if k != "methods"}
+        raw = one_run_of(yaml.safe_load(PRESET.read_text()), method_chosen=True)  # OVERRIDES name the method
         self.cfg = build_config(raw, [*OVERRIDES, *overrides], cls=RealTrainConfig)
         torch.set_num_threads(self.cfg.threads)
         self.method = self.cfg.validate()

@@ -748,7 +748,8 @@ def print_series(part: str, root: Path) -> str:
     out += [
         "",
         f"Not decidable at this budget (declared in the plan, never run): {', '.join(undecidable) or 'none'}. "
-        f"{len(data['runs_due'])} runs due at the open claims' next looks. Data: `{rel}` (records: "
+        f"When last judged, {len(data['runs_due'])} runs were due at the open claims' next looks (records "
+        f"committed since are judged at those looks). Data: `{rel}` (records: "
         f"`{data['records']}`; trained at the plan's commit {data['plan_commit'][:7]}).",
     ]
     return "\n".join(out) + "\n"

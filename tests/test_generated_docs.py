@@ -271,15 +271,16 @@ def test_the_readmes_results_are_printed_from_the_current_verdicts():
     first = readme[: readme.index("## Results\n")].count("\n") + 1
     last = first + results.count("\n")
     assert [n for n in docs_tables.table_lines_outside_blocks(page) if first <= n <= last] == []
-    assert "Printed by `python benchmarks/docs_tables.py --print series lab`:" in results
-    judged = json.loads((ROOT / "docs/results/sequential/lab_verdicts.json").read_text())["claims"]
-    planned = [cid for cid, r in judged.items() if r["verdict"] != "not decidable at this budget"]
-    assert planned
-    for cid in planned:
-        row = next(line for line in lines[first - 1 : last] if line.startswith(f"| `{cid}`"))
-        assert f"**{judged[cid]['verdict']}**" in row, row
-    for cid in set(judged) - set(planned):  # named as not decidable, below the table
-        assert f"`{cid}`" in results
+    for part in ("lab", "real"):
+        assert f"Printed by `python benchmarks/docs_tables.py --print series {part}`:" in results
+        judged = json.loads((ROOT / f"docs/results/sequential/{part}_verdicts.json").read_text())["claims"]
+        planned = [cid for cid, r in judged.items() if r["verdict"] != "not decidable at this budget"]
+        assert planned
+        for cid in planned:
+            row = next(line for line in lines[first - 1 : last] if line.startswith(f"| `{cid}`"))
+            assert f"**{judged[cid]['verdict']}**" in row and f"| {judged[cid]['n']} (" in row, row
+        for cid in set(judged) - set(planned):  # named as not decidable, below the table
+            assert f"`{cid}`" in results
 
 
 def test_the_headline_follows_a_newer_verdict_and_the_recorded_rerun(tmp_path):

@@ -33,6 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = ROOT / "src" / "entflow" / "evidence" / "plans"
 STOP = ".stop"  # create <worktree>/.stop to stop after the run in progress
+# a real run writes a 1.6 GB resume checkpoint (and its temporary twin while saving) and 0.5 GB of
+# final weights; on 2026-12-07 a full disk failed a checkpoint save mid-run, and CI's install beside it
+MIN_FREE_GB = 8.0
 
 
 def plan_path(part: str) -> Path:
@@ -214,6 +217,9 @@ def run(part: str, max_runs: int | None = None) -> None:
             print("nothing due: every planned claim is decided or at its maximum", flush=True)
             break
         setting, name, seed = due[0]
+        free_gb = shutil.disk_usage(tree).free / 2**30
+        if free_gb < MIN_FREE_GB:
+            raise SystemExit(f"{free_gb:.1f} GB free on {tree}'s disk, under the {MIN_FREE_GB:.0f} GB a run needs")
         t0 = time.time()
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # one folder per seed: reproduce names a single seed's run folder by the run alone, so two
@@ -236,8 +242,17 @@ def run(part: str, max_runs: int | None = None) -> None:
             f"seq-{part}: {setting}/{name} seed {seed} trained in {time.time() - t0:.0f} s at the plan's commit "
             f"{plan_commit(part)[:7]} ({left} runs due at the open claims' next looks)",
         )
+        drop_resume_state(where / setting / name)
         ran += 1
         print(f"{setting}/{name} seed {seed}: {time.time() - t0:.0f} s; {left} due", flush=True)
+
+
+def drop_resume_state(run_dir: Path) -> None:
+    """Remove a finished run's resume checkpoint (``checkpoints/last.pt``, 1.6 GB for a real run): its
+    record is committed and a finished run never resumes; its final weights stay."""
+    from entflow.trainer.loop import checkpoint_path
+
+    checkpoint_path(run_dir).unlink(missing_ok=True)
 
 
 def print_status(part: str) -> None:

@@ -198,6 +198,7 @@ fi
 PPO_PID=$!
 lost=""
 lost_at=0
+stopped=""
 while kill -0 "$PPO_PID" 2> /dev/null; do  # NODES=2: a node whose `ray start` ended is gone
     for i in "${!NODE_PIDS[@]}"; do
         if [ -z "$lost" ] && ! kill -0 "${NODE_PIDS[$i]}" 2> /dev/null; then
@@ -208,6 +209,7 @@ while kill -0 "$PPO_PID" 2> /dev/null; do  # NODES=2: a node whose `ray start` e
     if [ -n "$lost" ] && [ $((SECONDS - lost_at)) -ge "$NODE_LOSS_GRACE" ]; then
         echo "run_cpu.sh: main_ppo still running $NODE_LOSS_GRACE s after Ray's $lost node was lost: stopped" >&2
         kill -KILL "$PPO_PID" 2> /dev/null || true
+        stopped=1
         break
     fi
     sleep 1
@@ -223,7 +225,9 @@ if [ "$rc" != 0 ]; then
     last="$(cat "$OUT/checkpoints/latest_checkpointed_iteration.txt" 2> /dev/null || true)"
     resume="rerun the same command to resume from the checkpoint of step ${last:-?} (verl's resume_mode=auto)"
     [ -n "$last" ] || resume="no checkpoint was saved: rerunning the same command starts again from step 1"
-    if [ -n "$lost" ]; then
+    if [ -n "$stopped" ]; then  # Ray raised nothing: the surviving actors still waited on the lost node's
+        echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo, still waiting on it, was stopped after $NODE_LOSS_GRACE s (exit $rc); $resume" >&2
+    elif [ -n "$lost" ]; then
         echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo ended (exit $rc; its error above: Ray's for the actors lost with the node); $resume" >&2
     else
         echo "run_cpu.sh: main_ppo failed (exit $rc; its error above); $resume" >&2

@@ -240,7 +240,7 @@ def run(part: str, max_runs: int | None = None) -> None:
         git_commit(
             [dest],
             f"seq-{part}: {setting}/{name} seed {seed} trained in {time.time() - t0:.0f} s at the plan's commit "
-            f"{plan_commit(part)[:7]} ({left} runs due at the open claims' next looks)",
+            f"{plan_commit(part)[:7]} ({left} run{'' if left == '1' else 's'} due at the open claims' next looks)",
         )
         drop_resume_state(where / setting / name)
         ran += 1

@@ -225,7 +225,7 @@ if [ "$rc" != 0 ]; then
     last="$(cat "$OUT/checkpoints/latest_checkpointed_iteration.txt" 2> /dev/null || true)"
     resume="rerun the same command to resume from the checkpoint of step ${last:-?} (verl's resume_mode=auto)"
     [ -n "$last" ] || resume="no checkpoint was saved: rerunning the same command starts again from step 1"
-    if [ -n "$stopped" ]; then  # Ray raised nothing: the surviving actors still waited on the lost node's
+    if [ -n "$stopped" ]; then  # Ray raised nothing: the surviving actors still waited on the lost node
         echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo, still waiting on it, was stopped after $NODE_LOSS_GRACE s (exit $rc); $resume" >&2
     elif [ -n "$lost" ]; then
         echo "run_cpu.sh: Ray's $lost node died during the run and main_ppo ended (exit $rc; its error above: Ray's for the actors lost with the node); $resume" >&2
